@@ -1,0 +1,94 @@
+"""Run per-file work of a stage on a local process pool or a Ray cluster, with identical results.
+
+`Executor.map(fn, tasks)` returns the results in task order whatever the backend or worker count. Each
+task writes its own output file (named by the task, not by the worker) and returns small statistics,
+so outputs are byte-identical across backends. `fn` must be a module-level function and its tasks
+picklable. Ray tasks are retried by Ray when a worker node dies (`max_retries`); a task that raises
+is not retried, because the same input would fail again.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+from sluice.config import ComputeSettings
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+RAY_TASK_RETRIES = 3
+
+
+class Executor:
+    backend = "inline"
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        return [fn(task) for task in tasks]
+
+    def describe(self) -> str:
+        return self.backend
+
+
+class LocalPoolExecutor(Executor):
+    backend = "local"
+
+    def __init__(self, max_workers: int) -> None:
+        self.max_workers = max_workers
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        if self.max_workers <= 1 or len(tasks) <= 1:
+            return [fn(task) for task in tasks]
+        # spawn, not fork: the caller (a Dagster run) has threads, and forking those is unsafe.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(self.max_workers, len(tasks)), mp_context=context) as pool:
+            return list(pool.map(fn, tasks))
+
+    def describe(self) -> str:
+        return f"local process pool ({self.max_workers} workers)"
+
+
+class RayExecutor(Executor):
+    backend = "ray"
+
+    def __init__(self, address: str | None, num_cpus: int) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+
+    def _ensure_ray(self):
+        import ray
+
+        if not ray.is_initialized():
+            if self.address:
+                ray.init(address=self.address, ignore_reinit_error=True, log_to_driver=False)
+            else:
+                ray.init(
+                    num_cpus=self.num_cpus,
+                    include_dashboard=False,
+                    ignore_reinit_error=True,
+                    log_to_driver=False,
+                    _node_ip_address="127.0.0.1",
+                )
+        return ray
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        if not tasks:
+            return []
+        ray = self._ensure_ray()
+        remote = ray.remote(max_retries=RAY_TASK_RETRIES, retry_exceptions=False)(fn)
+        return ray.get([remote.remote(task) for task in tasks])
+
+    def describe(self) -> str:
+        return f"ray ({self.address or 'local'})"
+
+
+def make_executor(settings: ComputeSettings) -> Executor:
+    if settings.backend == "ray":
+        return RayExecutor(settings.ray_address, settings.max_workers)
+    return LocalPoolExecutor(settings.max_workers)
+
+
+def run_tasks(settings: ComputeSettings, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:
+    return make_executor(settings).map(fn, tasks)

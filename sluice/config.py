@@ -1,0 +1,310 @@
+"""The one YAML config file that points sluice at a crawl.
+
+`load_config(path)` parses and validates it. Every model forbids unknown keys and every enumerated
+value is a `Literal`, so a typo or a wrong value fails at load with the key path and the allowed
+values (`ConfigError`). Relative paths are resolved against the config file's folder.
+The file is found at `$SLUICE_CONFIG`, else `sluice.yaml` in the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONFIG_ENV_VAR = "SLUICE_CONFIG"
+DEFAULT_CONFIG_NAME = "sluice.yaml"
+
+# Names become partition keys, folder names and S3 key parts: keep them to a safe alphabet.
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+SNAPSHOT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file, the key and what is allowed."""
+
+
+def check_name(value: str, what: str) -> str:
+    if not NAME_PATTERN.match(value):
+        raise ValueError(
+            f"{what} {value!r} must match {NAME_PATTERN.pattern} (lowercase letters, digits, '_' or '-')"
+        )
+    return value
+
+
+def check_snapshot_name(value: str) -> str:
+    if not SNAPSHOT_PATTERN.match(value) or ".." in value:
+        raise ValueError(
+            f"snapshot {value!r} must match {SNAPSHOT_PATTERN.pattern} and contain no '..'"
+        )
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class S3Settings(_Model):
+    """How to reach an S3-compatible store. Credentials never live here: boto3 reads them from the
+    environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE, instance roles)."""
+
+    endpoint_url: str | None = None  # None = AWS; e.g. http://127.0.0.1:8333 for SeaweedFS/MinIO
+    region: str = "us-east-1"
+    max_attempts: int = Field(10, ge=1, le=50)  # botocore retries, counting the first attempt
+    retry_mode: Literal["standard", "adaptive", "legacy"] = "standard"
+    addressing_style: Literal["path", "virtual", "auto"] = "path"
+
+
+class StorageSettings(_Model):
+    root: str = ".sluice_data"  # local folder or s3://bucket/prefix; every asset writes below it
+
+
+class JsonlOptions(_Model):
+    text_field: str = "text"
+    id_field: str | None = "id"
+    url_field: str | None = "url"
+    date_field: str | None = "date"
+    content_type: Literal["text/plain", "text/html"] = "text/plain"
+    max_line_bytes: int = Field(64 << 20, ge=1024)
+
+
+class ParquetOptions(_Model):
+    text_field: str = "text"
+    id_field: str | None = "id"
+    url_field: str | None = "url"
+    date_field: str | None = "date"
+    content_type: Literal["text/plain", "text/html"] = "text/plain"
+    batch_rows: int = Field(1024, ge=1)
+
+
+class WarcOptions(_Model):
+    # Response records with one of these HTTP content types are read; other records are counted and skipped.
+    content_types: tuple[str, ...] = ("text/html", "application/xhtml+xml", "text/plain")
+    max_record_bytes: int = Field(64 << 20, ge=1024)
+
+
+FORMAT_OPTIONS: dict[str, type[_Model]] = {
+    "warc": WarcOptions,
+    "jsonl": JsonlOptions,
+    "parquet": ParquetOptions,
+}
+
+
+class SourceSettings(_Model):
+    """One crawl source. Each sub-folder (or sub-prefix) of `location` is one snapshot."""
+
+    name: str
+    location: str  # local folder or s3://bucket/prefix
+    format: Literal["warc", "jsonl", "parquet"]
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_name(value, "source name")
+
+    @model_validator(mode="after")
+    def _options(self) -> SourceSettings:
+        # Validate options against the model of the chosen format, so a wrong key names the format.
+        FORMAT_OPTIONS[self.format].model_validate(self.options)
+        return self
+
+    def parsed_options(self) -> Any:
+        return FORMAT_OPTIONS[self.format].model_validate(self.options)
+
+
+class CleaningSettings(_Model):
+    min_chars: int = Field(200, ge=0)  # shorter extracted texts are dropped (`too_short`)
+    max_chars: int = Field(1_000_000, ge=1)  # longer ones are dropped (`too_long`)
+    # ISO 639 codes as lid.176 reports them (en, de, zh, ...); empty keeps every language.
+    languages: tuple[str, ...] = ()
+    min_language_score: float = Field(0.65, ge=0.0, le=1.0)  # datatrove's LanguageFilter default
+    langid_model: str | None = None  # path of lid.176.ftz; None = the copy `make` extracts
+
+
+class TokenizerSettings(_Model):
+    path: str | None = None  # an existing tokenizer.json; None = train byte-level BPE on `train_sources`
+    vocab_size: int = Field(8192, ge=256, le=1 << 22)
+    train_sources: tuple[str, ...] = ()  # empty = every source
+    max_training_documents: int = Field(20_000, ge=1)
+    eos_token: str = "<|endoftext|>"
+
+
+class ComputeSettings(_Model):
+    backend: Literal["local", "ray"] = "local"
+    max_workers: int = Field(2, ge=1, le=4096)  # processes of the local pool / CPUs of a local Ray
+    ray_address: str | None = None  # None with backend=ray starts a local Ray; "auto" or ray://host:10001 joins one
+
+
+class CheckSettings(_Model):
+    max_quarantined_file_share: float = Field(0.25, ge=0.0, le=1.0)
+    min_cleaned_drop_rate: float = Field(0.0, ge=0.0, le=1.0)
+    max_cleaned_drop_rate: float = Field(0.95, ge=0.0, le=1.0)
+    mix_share_tolerance: float = Field(0.02, gt=0.0, le=1.0)
+    tokenized_sample_documents: int = Field(16, ge=1)
+
+
+class MixSettings(_Model):
+    weights: dict[str, float]  # source name -> share of the mix's tokens (normalised to sum 1)
+    token_budget: int = Field(ge=1)
+    sequence_length: int = Field(2048, ge=8)
+    seed: int = 0
+    max_epochs: float = Field(4.0, ge=1.0)  # how often a source's tokens may repeat to meet its weight
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if not value:
+            raise ValueError("a mix needs at least one source weight")
+        for name, weight in value.items():
+            check_name(name, "source name")
+            if weight < 0:
+                raise ValueError(f"weight of {name!r} must be >= 0, got {weight}")
+        if sum(value.values()) <= 0:
+            raise ValueError("the weights must not all be zero")
+        return value
+
+
+class SluiceConfig(_Model):
+    storage: StorageSettings = StorageSettings()
+    s3: S3Settings = S3Settings()
+    sources: tuple[SourceSettings, ...]
+    cleaning: CleaningSettings = CleaningSettings()
+    tokenizer: TokenizerSettings = TokenizerSettings()
+    compute: ComputeSettings = ComputeSettings()
+    checks: CheckSettings = CheckSettings()
+    mixes: dict[str, MixSettings]
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> SluiceConfig:
+        names = [source.name for source in self.sources]
+        if not names:
+            raise ValueError("at least one source is required")
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be unique, got {names}")
+        for mix_name, mix in self.mixes.items():
+            check_name(mix_name, "mix name")
+            for source_name in mix.weights:
+                if source_name not in names:
+                    raise ValueError(
+                        f"mixes.{mix_name}.weights names unknown source {source_name!r}; sources are {names}"
+                    )
+        for source_name in self.tokenizer.train_sources:
+            if source_name not in names:
+                raise ValueError(
+                    f"tokenizer.train_sources names unknown source {source_name!r}; sources are {names}"
+                )
+        if not self.mixes:
+            raise ValueError("at least one mix is required")
+        return self
+
+    @property
+    def source_names(self) -> list[str]:
+        return [source.name for source in self.sources]
+
+    def source(self, name: str) -> SourceSettings:
+        for source in self.sources:
+            if source.name == name:
+                return source
+        raise KeyError(f"source {name!r} is not in the config; sources are {self.source_names}")
+
+
+def _format_location(loc: tuple[Any, ...], data: Any) -> str:
+    """Turn pydantic's loc tuple into `sources[1].format`, using names where the list holds named items."""
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in FORMAT_OPTIONS or item.startswith("function-"):
+            continue  # pydantic's internal union/validator tags
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(top level)"
+
+
+def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Resolve relative local paths against the config file's folder (s3:// and absolute paths stay)."""
+
+    def resolve(value: str | None) -> str | None:
+        if value is None or "://" in value or os.path.isabs(value):
+            return value
+        return str((base / value).resolve())
+
+    raw = dict(raw)
+    if isinstance(raw.get("storage"), dict) and "root" in raw["storage"]:
+        raw["storage"] = {**raw["storage"], "root": resolve(raw["storage"]["root"])}
+    elif "storage" not in raw:
+        raw["storage"] = {"root": resolve(StorageSettings().root)}
+    if isinstance(raw.get("sources"), list):
+        raw["sources"] = [
+            {**s, "location": resolve(s["location"])} if isinstance(s, dict) and isinstance(s.get("location"), str) else s
+            for s in raw["sources"]
+        ]
+    for section, key in (("cleaning", "langid_model"), ("tokenizer", "path")):
+        if isinstance(raw.get(section), dict) and isinstance(raw[section].get(key), str):
+            raw[section] = {**raw[section], key: resolve(raw[section][key])}
+    return raw
+
+
+_SECRET_KEYS = re.compile(r"(secret|password|access_key|token_value|credential)", re.IGNORECASE)
+
+
+def _refuse_literal_secrets(node: Any, path: str = "") -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else str(key)
+            if _SECRET_KEYS.search(str(key)) and value not in (None, ""):
+                raise ConfigError(
+                    f"{here}: secrets do not belong in the config file; set them in the environment "
+                    "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE) instead"
+                )
+            _refuse_literal_secrets(value, here)
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            _refuse_literal_secrets(value, f"{path}[{index}]")
+
+
+def parse_config(raw: Any, origin: str = "<config>", base_dir: Path | None = None) -> SluiceConfig:
+    """Validate an already-parsed YAML document; errors name `origin`, the key path and allowed values."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: the top level must be a mapping, got {type(raw).__name__}")
+    _refuse_literal_secrets(raw)
+    raw = _resolve_paths(raw, base_dir or Path.cwd())
+    try:
+        return SluiceConfig.model_validate(raw)
+    except ValidationError as error:
+        lines = []
+        for item in error.errors():
+            where = _format_location(item["loc"], raw)
+            got = item.get("input")
+            shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+            message = item["msg"].removeprefix("Value error, ")
+            lines.append(f"{where}: {message}{shown}")
+        raise ConfigError(f"{origin}: invalid config\n  " + "\n  ".join(lines)) from None
+
+
+def config_path_from_env(default_dir: Path | None = None) -> Path:
+    value = os.environ.get(CONFIG_ENV_VAR)
+    if value:
+        return Path(value).expanduser().resolve()
+    return ((default_dir or Path.cwd()) / DEFAULT_CONFIG_NAME).resolve()
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> SluiceConfig:
+    """Load and validate the YAML config at `path` (default: `$SLUICE_CONFIG`, else ./sluice.yaml)."""
+    config_path = Path(path).expanduser().resolve() if path else config_path_from_env()
+    try:
+        text = config_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {config_path} does not exist (set {CONFIG_ENV_VAR} to the path of your sluice.yaml)"
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{config_path}: not valid YAML: {error}") from None
+    return parse_config(raw, origin=str(config_path), base_dir=config_path.parent)

@@ -1,0 +1,171 @@
+"""Where each asset's partitions live in storage, and the manifest that makes a partition visible.
+
+Layout: `<root>/<asset>/source=<source>/snapshot=<snapshot>/` for source x snapshot partitions and
+`<root>/<asset>/<name>/` for others. Data files are written (each atomically) first; the partition's
+`_manifest.json` is written last and lists them with row counts and SHA-256 digests. Readers go through
+the manifest only, so a partition is either absent or complete; files a re-run no longer produces are
+deleted after the new manifest is in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sluice.config import check_name, check_snapshot_name
+from sluice.storage import Store, local_temp_dir
+
+MANIFEST = "_manifest.json"
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "use_dictionary": True, "write_statistics": True}
+
+
+@dataclass(frozen=True)
+class PartitionRef:
+    source: str
+    snapshot: str
+
+    def __post_init__(self) -> None:
+        check_name(self.source, "source name")
+        check_snapshot_name(self.snapshot)
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}/{self.snapshot}"
+
+    def sort_key(self) -> tuple[str, str]:
+        # The global order used by dedup: earlier snapshot first, then source name.
+        return (self.snapshot, self.source)
+
+
+def partition_prefix(asset: str, ref: PartitionRef) -> str:
+    return f"{asset}/source={ref.source}/snapshot={ref.snapshot}"
+
+
+def named_prefix(asset: str, name: str) -> str:
+    check_name(name, f"{asset} partition")
+    return f"{asset}/{name}"
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_parquet(store: Store, key: str, table: pa.Table, row_group_size: int = 4096) -> dict[str, Any]:
+    """Write a table as one Parquet file, atomically; returns its manifest entry."""
+    scratch = local_temp_dir()
+    try:
+        path = os.path.join(scratch, "part.parquet")
+        pq.write_table(table, path, row_group_size=row_group_size, **PARQUET_OPTIONS)
+        entry = {"key": key.rsplit("/", 1)[-1], "rows": table.num_rows, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+        store.put_file(path, key)
+        return entry
+    finally:
+        _remove_tree(scratch)
+
+
+class ParquetStreamWriter:
+    """Append record batches to a local Parquet file, then publish it atomically (bounded memory)."""
+
+    def __init__(self, schema: pa.Schema, batch_rows: int = 256, batch_bytes: int = 32 << 20) -> None:
+        self.schema = schema
+        self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
+        self.scratch = local_temp_dir()
+        self.path = os.path.join(self.scratch, "part.parquet")
+        self.writer = pq.ParquetWriter(self.path, schema, **PARQUET_OPTIONS)
+        self.rows: list[dict[str, Any]] = []
+        self.pending_bytes = 0
+        self.total_rows = 0
+
+    def append(self, row: dict[str, Any], size_hint: int = 0) -> None:
+        self.rows.append(row)
+        self.pending_bytes += size_hint
+        if len(self.rows) >= self.batch_rows or self.pending_bytes >= self.batch_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema))
+            self.total_rows += len(self.rows)
+            self.rows = []
+            self.pending_bytes = 0
+
+    def publish(self, store: Store, key: str) -> dict[str, Any]:
+        self.flush()
+        self.writer.close()
+        entry = {"key": key.rsplit("/", 1)[-1], "rows": self.total_rows, "bytes": os.path.getsize(self.path), "sha256": sha256_file(self.path)}
+        try:
+            store.put_file(self.path, key)
+        finally:
+            _remove_tree(self.scratch)
+        return entry
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        finally:
+            _remove_tree(self.scratch)
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_manifest(store: Store, prefix: str, manifest: dict[str, Any]) -> None:
+    """Publish a partition: write its manifest, then delete files under `prefix` it no longer lists."""
+    listed = {entry["key"] for group in ("files", "side_files") for entry in manifest.get(group, [])}
+    listed |= set(manifest.get("extra_keys", []))
+    body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
+    store.write_bytes(f"{prefix}/{MANIFEST}", body)
+    stale = [key for key in store.list_files(prefix) if key.rsplit("/", 1)[-1] not in listed | {MANIFEST}]
+    store.delete(stale)
+
+
+def read_manifest(store: Store, prefix: str) -> dict[str, Any] | None:
+    key = f"{prefix}/{MANIFEST}"
+    if not store.exists(key):
+        return None
+    return json.loads(store.read_bytes(key))
+
+
+def read_parquet_file(store: Store, key: str, columns: list[str] | None = None, scratch: str | None = None) -> pa.Table:
+    local = store.local_path(key)
+    if local is not None:
+        return pq.read_table(local, columns=columns)
+    own_scratch = scratch is None
+    scratch = scratch or local_temp_dir()
+    try:
+        path = store.fetch(key, scratch)
+        table = pq.read_table(path, columns=columns)
+        # read_table may memory-map lazily; make the data independent of the file before removal.
+        return table.combine_chunks() if own_scratch else table
+    finally:
+        if own_scratch:
+            _remove_tree(scratch)
+
+
+def list_partitions(store: Store, asset: str) -> list[PartitionRef]:
+    """Every complete (manifest-bearing) source x snapshot partition of `asset`, in the global order."""
+    refs = []
+    for source_dir in store.list_dirs(asset):
+        if not source_dir.startswith("source="):
+            continue
+        for snapshot_dir in store.list_dirs(f"{asset}/{source_dir}"):
+            if not snapshot_dir.startswith("snapshot="):
+                continue
+            ref = PartitionRef(source_dir.removeprefix("source="), snapshot_dir.removeprefix("snapshot="))
+            if store.exists(f"{partition_prefix(asset, ref)}/{MANIFEST}"):
+                refs.append(ref)
+    return sorted(refs, key=PartitionRef.sort_key)

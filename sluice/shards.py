@@ -1,0 +1,114 @@
+"""Tokenized shards: a flat token file, a document index and a manifest; readable with numpy alone.
+
+    shard-NNNNN.bin   token ids, little-endian, uint16 when vocab_size <= 65536 else uint32;
+                      documents back to back, each followed by the EOS id
+    shard-NNNNN.idx   uint64 little-endian, documents + 1 entries: token offsets, idx[0] = 0;
+                      document i is bin[idx[i]:idx[i+1]] (EOS included), so access is O(1)
+    shard-NNNNN.docs.parquet   doc_id per document, in the same order (lineage, decontamination)
+    _manifest.json    {"format": "sluice-tokens", "version": 1, "dtype", "vocab_size", "eos_id",
+                       "tokenizer_sha256", "documents", "tokens",
+                       "files": [{key, rows, bytes, sha256}], "shards": [{name, documents, tokens}]}
+
+    tokens = np.memmap("shard-00000.bin", dtype="<u2"); idx = np.fromfile("shard-00000.idx", "<u8")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+FORMAT_NAME = "sluice-tokens"
+FORMAT_VERSION = 1
+
+
+class ShardError(RuntimeError):
+    """A shard that does not match its manifest (size, checksum, tokenizer); the message names the file."""
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+
+
+def dtype_name(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"
+
+
+class ShardWriter:
+    """Accumulates documents' token ids into one shard's .bin and .idx files in a local folder."""
+
+    def __init__(self, folder: str, name: str, vocab_size: int) -> None:
+        self.name = name
+        self.dtype = token_dtype(vocab_size)
+        self.bin_path = os.path.join(folder, f"{name}.bin")
+        self.idx_path = os.path.join(folder, f"{name}.idx")
+        self._bin = open(self.bin_path, "wb")
+        self.offsets = [0]
+
+    @property
+    def tokens(self) -> int:
+        return self.offsets[-1]
+
+    @property
+    def documents(self) -> int:
+        return len(self.offsets) - 1
+
+    def add(self, ids: np.ndarray) -> None:
+        self._bin.write(np.ascontiguousarray(ids, dtype=self.dtype).tobytes())
+        self.offsets.append(self.offsets[-1] + len(ids))
+
+    def close(self) -> None:
+        self._bin.close()
+        np.asarray(self.offsets, dtype="<u8").tofile(self.idx_path)
+
+
+def sha256_path(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class ShardView:
+    """A memory-mapped shard: `doc(i)` returns document i's token ids (EOS included)."""
+
+    name: str
+    tokens: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def open(cls, bin_path: str, idx_path: str, dtype: str, name: str | None = None) -> ShardView:
+        label = name or bin_path
+        offsets = np.fromfile(idx_path, dtype="<u8")
+        expected = int(offsets[-1]) * np.dtype(dtype).itemsize if len(offsets) else 0
+        actual = os.path.getsize(bin_path)
+        if len(offsets) == 0 or offsets[0] != 0 or actual != expected:
+            raise ShardError(f"{label}: token file holds {actual} bytes but its index says {expected}; the shard is truncated or corrupt")
+        tokens = np.memmap(bin_path, dtype=np.dtype(dtype).newbyteorder("<"), mode="r") if actual else np.zeros(0, dtype)
+        return cls(label, tokens, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def doc(self, index: int) -> np.ndarray:
+        return self.tokens[self.offsets[index] : self.offsets[index + 1]]
+
+
+def verify_files(folder_files: dict[str, str], manifest: dict[str, Any]) -> list[str]:
+    """Check each listed file's SHA-256; returns messages naming the files that do not match."""
+    problems = []
+    for entry in manifest.get("files", []):
+        path = folder_files.get(entry["key"])
+        if path is None:
+            problems.append(f"{entry['key']}: missing")
+            continue
+        if os.path.getsize(path) != entry["bytes"]:
+            problems.append(f"{path}: {os.path.getsize(path)} bytes, manifest says {entry['bytes']}")
+        elif sha256_path(path) != entry["sha256"]:
+            problems.append(f"{path}: checksum mismatch (corrupt)")
+    return problems

@@ -1,0 +1,372 @@
+"""Object storage for sources and outputs: a local folder or any S3-compatible store (through boto3).
+
+A `Store` is rooted at a URL (`/data/crawl`, `s3://bucket/prefix`) and addressed with `/`-separated
+relative keys. Writes are atomic for readers: local files go to a temporary name in the same folder
+and are renamed into place; S3 objects are a single PUT or a completed multipart upload, which S3
+makes visible all at once. Stores are picklable (`StoreSpec`) so worker processes and Ray tasks can
+reopen them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from sluice.config import S3Settings
+
+TMP_PREFIX = ".tmp-"  # temporary files carry this prefix; readers and listings skip them
+
+
+class StorageError(RuntimeError):
+    """A store that cannot be read or written; the message names the URL and the cause."""
+
+
+def is_s3(url: str) -> bool:
+    return url.startswith("s3://")
+
+
+def join_key(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """Everything needed to reopen a store in another process (no credentials: those come from the env)."""
+
+    url: str
+    s3: S3Settings = S3Settings()
+
+    def open(self) -> Store:
+        return open_store(self.url, self.s3)
+
+
+class Store:
+    url: str
+    spec: StoreSpec
+
+    def child(self, key: str) -> Store:
+        return open_store(self.url.rstrip("/") + "/" + key.strip("/"), self.spec.s3)
+
+    def uri(self, key: str = "") -> str:
+        return self.url.rstrip("/") + ("/" + key.strip("/") if key else "")
+
+    # The methods below are implemented by both stores.
+    def list_files(self, prefix: str = "") -> list[str]:
+        """Relative keys of all files under `prefix`, recursively, sorted; temporary files excluded."""
+        raise NotImplementedError
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """Names of the immediate sub-folders (sub-prefixes) of `prefix`, sorted."""
+        raise NotImplementedError
+
+    def exists(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def size(self, key: str) -> int:
+        raise NotImplementedError
+
+    def open_read(self, key: str) -> BinaryIO:
+        raise NotImplementedError
+
+    def read_bytes(self, key: str) -> bytes:
+        with self.open_read(key) as handle:
+            return handle.read()
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str) -> None:
+        """Publish a finished local file at `key` atomically; the local file is consumed."""
+        raise NotImplementedError
+
+    def local_path(self, key: str) -> str | None:
+        """A local filesystem path for `key` when the store is local (for mmap), else None."""
+        return None
+
+    def fetch(self, key: str, local_dir: str) -> str:
+        """A local path holding `key`'s bytes: the file itself when local, else a download into local_dir."""
+        raise NotImplementedError
+
+    def delete(self, keys: list[str]) -> None:
+        raise NotImplementedError
+
+    def check_access(self) -> None:
+        """Fail with a clear StorageError when the store cannot be reached or read."""
+        raise NotImplementedError
+
+
+class LocalStore(Store):
+    def __init__(self, url: str, spec: StoreSpec) -> None:
+        self.url = url
+        self.spec = spec
+        self.root = Path(url)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key) if key else self.root
+        return path
+
+    def list_files(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix)
+        if not base.exists():
+            return []
+        if base.is_file():
+            return [prefix]
+        found = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = [d for d in dirnames if not d.startswith(TMP_PREFIX)]
+            for name in filenames:
+                if name.startswith(TMP_PREFIX):
+                    continue
+                found.append(Path(dirpath, name).relative_to(self.root).as_posix())
+        return sorted(found)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix)
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir() and not p.name.startswith(TMP_PREFIX))
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def size(self, key: str) -> int:
+        return self._path(key).stat().st_size
+
+    def open_read(self, key: str) -> BinaryIO:
+        try:
+            return open(self._path(key), "rb")
+        except OSError as error:
+            raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
+
+    def _temp_path(self, final: Path) -> Path:
+        return final.parent / f"{TMP_PREFIX}{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        final = self._path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = self._temp_path(final)
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, final)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str) -> None:
+        final = self._path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = self._temp_path(final)
+        try:
+            shutil.move(os.fspath(local_path), temp)  # a rename when on the same filesystem
+            with open(temp, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temp, final)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def local_path(self, key: str) -> str | None:
+        return str(self._path(key))
+
+    def fetch(self, key: str, local_dir: str) -> str:
+        path = self._path(key)
+        if not path.is_file():
+            raise StorageError(f"cannot read {self.uri(key)}: no such file")
+        return str(path)
+
+    def delete(self, keys: list[str]) -> None:
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+
+    def check_access(self) -> None:
+        if not self.root.exists():
+            raise StorageError(f"{self.url} does not exist")
+        if not os.access(self.root, os.R_OK | os.X_OK):
+            raise StorageError(f"{self.url} is not readable")
+
+
+_CLIENTS: dict[tuple[str | None, str, int, str, str], object] = {}
+
+
+def s3_client(settings: S3Settings):  # -> botocore client
+    """One boto3 client per settings and process; botocore retries with the configured mode/attempts."""
+    key = (settings.endpoint_url, settings.region, settings.max_attempts, settings.retry_mode, settings.addressing_style)
+    client = _CLIENTS.get(key)
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=settings.endpoint_url,
+            region_name=settings.region,
+            config=Config(
+                retries={"max_attempts": settings.max_attempts, "mode": settings.retry_mode},
+                s3={"addressing_style": settings.addressing_style},
+                connect_timeout=10,
+                read_timeout=60,
+            ),
+        )
+        _CLIENTS[key] = client
+    return client
+
+
+def _describe_client_error(error: Exception) -> str:
+    response = getattr(error, "response", None) or {}
+    code = response.get("Error", {}).get("Code")
+    message = response.get("Error", {}).get("Message")
+    if code:
+        return f"{code}: {message}" if message else str(code)
+    return f"{type(error).__name__}: {error}"
+
+
+class S3Store(Store):
+    def __init__(self, url: str, spec: StoreSpec) -> None:
+        self.url = url.rstrip("/")
+        self.spec = spec
+        without_scheme = self.url[len("s3://") :]
+        self.bucket, _, self.prefix = without_scheme.partition("/")
+        if not self.bucket:
+            raise StorageError(f"{url}: an S3 URL needs a bucket (s3://bucket/prefix)")
+
+    @property
+    def client(self):
+        return s3_client(self.spec.s3)
+
+    def _key(self, key: str) -> str:
+        return join_key(self.prefix, key)
+
+    def _call(self, what: str, key: str, fn, *args, **kwargs):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ClientError, BotoCoreError) as error:
+            raise StorageError(f"cannot {what} {self.uri(key)}: {_describe_client_error(error)}") from error
+
+    def _iter_objects(self, prefix_key: str, delimiter: str | None = None) -> Iterator[dict]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        kwargs = {"Bucket": self.bucket, "Prefix": prefix_key}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        pages = self._call("list", prefix_key, lambda: list(paginator.paginate(**kwargs)))
+        yield from pages
+
+    def list_files(self, prefix: str = "") -> list[str]:
+        base = self._key(prefix)
+        listing_prefix = base + "/" if base else ""
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        found = []
+        for page in self._iter_objects(listing_prefix):
+            for item in page.get("Contents", []):
+                relative = item["Key"][strip:]
+                if any(part.startswith(TMP_PREFIX) for part in relative.split("/")):
+                    continue
+                found.append(relative)
+        return sorted(found)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        base = self._key(prefix)
+        listing_prefix = base + "/" if base else ""
+        names = set()
+        for page in self._iter_objects(listing_prefix, delimiter="/"):
+            for item in page.get("CommonPrefixes", []):
+                name = item["Prefix"][len(listing_prefix) :].strip("/")
+                if name and not name.startswith(TMP_PREFIX):
+                    names.add(name)
+        return sorted(names)
+
+    def exists(self, key: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
+
+    def size(self, key: str) -> int:
+        head = self._call("read", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
+        return int(head["ContentLength"])
+
+    def open_read(self, key: str) -> BinaryIO:
+        response = self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        return _StreamingBodyReader(response["Body"])
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        # A single PUT: the object appears whole or not at all.
+        self._call("write", key, self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def put_file(self, local_path: str | os.PathLike[str], key: str) -> None:
+        # upload_file switches to multipart above its threshold; the object appears on CompleteMultipartUpload.
+        try:
+            self._call("write", key, self.client.upload_file, os.fspath(local_path), self.bucket, self._key(key))
+        finally:
+            Path(local_path).unlink(missing_ok=True)
+
+    def fetch(self, key: str, local_dir: str) -> str:
+        target = Path(local_dir) / hashlib.sha1(self.uri(key).encode()).hexdigest()[:16]
+        target = target.with_name(target.name + "-" + Path(key).name)
+        self._call("read", key, self.client.download_file, self.bucket, self._key(key), str(target))
+        return str(target)
+
+    def delete(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), 1000):
+            chunk = keys[start : start + 1000]
+            if chunk:
+                self._call(
+                    "delete",
+                    chunk[0],
+                    self.client.delete_objects,
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self._key(k)} for k in chunk], "Quiet": True},
+                )
+
+    def check_access(self) -> None:
+        self._call("list", "", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+
+
+class _StreamingBodyReader:
+    """A minimal file object over a botocore StreamingBody (read/close/context manager)."""
+
+    def __init__(self, body) -> None:
+        self._body = body
+
+    def read(self, size: int = -1) -> bytes:
+        return self._body.read() if size is None or size < 0 else self._body.read(size)
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._body.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_store(url: str, s3: S3Settings | None = None) -> Store:
+    spec = StoreSpec(url=url, s3=s3 or S3Settings())
+    if is_s3(url):
+        return S3Store(url, spec)
+    if "://" in url:
+        raise StorageError(f"{url}: unsupported URL scheme; use a local path or s3://bucket/prefix")
+    return LocalStore(os.path.abspath(url), spec)
+
+
+def local_temp_dir(prefix: str = "sluice-") -> str:
+    """A private scratch folder for building files before they are published."""
+    return tempfile.mkdtemp(prefix=prefix)
