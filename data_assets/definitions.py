@@ -1,0 +1,40 @@
+"""The sluice code location: five partitioned assets (+ the tokenizer), their checks, jobs, sensor, schedule."""
+
+from __future__ import annotations
+
+from dagster import Definitions
+
+from data_assets.cleaned import cleaned_documents
+from data_assets.deduped import deduped_documents
+from data_assets.jobs import ingest_job, mix_job, tokenizer_job
+from data_assets.mixed import mixed_dataset
+from data_assets.raw import raw_documents
+from data_assets.schedules import daily_mix_rebuild
+from data_assets.sensors import new_snapshot_sensor
+from data_assets.settings import CONFIG_PATH
+from data_assets.tokenized import tokenized_shards
+from data_assets.tokenizer import tokenizer
+from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource, TrainingLoaderResource
+
+ASSETS = [raw_documents, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
+
+
+def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:
+    settings = SluiceSettings(config_path=config_path)
+    storage = StorageResource(settings=settings)
+    return {
+        "settings": settings,
+        "storage": storage,
+        "compute": ComputeResource(settings=settings, **compute_overrides),
+        "tokenizer_resource": TokenizerResource(storage=storage),
+        "training_loader": TrainingLoaderResource(settings=settings),
+    }
+
+
+defs = Definitions(
+    assets=ASSETS,
+    jobs=[ingest_job, tokenizer_job, mix_job],
+    sensors=[new_snapshot_sensor],
+    schedules=[daily_mix_rebuild],
+    resources=build_resources(),
+)

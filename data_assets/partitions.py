@@ -1,0 +1,37 @@
+"""Partitions: source x snapshot for the per-crawl stages, mix name for `mixed_dataset`.
+
+Sources and mixes are static (from the config); snapshots are dynamic: the sensor (or
+`sluice register`) adds a key when a new sub-folder / sub-prefix appears under a source location.
+"""
+
+from __future__ import annotations
+
+from dagster import (
+    AssetExecutionContext,
+    DynamicPartitionsDefinition,
+    MultiPartitionKey,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
+)
+
+from data_assets.settings import CONFIG
+from sluice.layout import PartitionRef
+
+SNAPSHOTS = "snapshots"
+
+snapshot_partitions = DynamicPartitionsDefinition(name=SNAPSHOTS)
+source_partitions = StaticPartitionsDefinition(CONFIG.source_names)
+source_snapshot_partitions = MultiPartitionsDefinition({"source": source_partitions, "snapshot": snapshot_partitions})
+mix_partitions = StaticPartitionsDefinition(sorted(CONFIG.mixes))
+
+
+def partition_ref(context: AssetExecutionContext) -> PartitionRef:
+    key = context.partition_key
+    if not isinstance(key, MultiPartitionKey):
+        raise ValueError(f"expected a source|snapshot partition key, got {key!r}")
+    dims = key.keys_by_dimension
+    return PartitionRef(source=dims["source"], snapshot=dims["snapshot"])
+
+
+def multi_key(source: str, snapshot: str) -> MultiPartitionKey:
+    return MultiPartitionKey({"source": source, "snapshot": snapshot})

@@ -1,0 +1,45 @@
+"""Sensor: notice new snapshot folders / prefixes under each source, register them, request their runs."""
+
+
+import json
+
+from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+
+from data_assets.jobs import ingest_job
+from data_assets.partitions import SNAPSHOTS, multi_key, snapshot_partitions
+from resources import SluiceSettings
+from sluice.config import check_snapshot_name
+from sluice.storage import open_store
+
+
+def discover_snapshots(settings: SluiceSettings) -> list[tuple[str, str]]:
+    """(source, snapshot) pairs present in the source locations, sorted; invalid names are skipped."""
+    config = settings.config
+    found = []
+    for source in config.sources:
+        for name in open_store(source.location, config.s3).list_dirs():
+            try:
+                check_snapshot_name(name)
+            except ValueError:
+                continue
+            found.append((source.name, name))
+    return sorted(found, key=lambda pair: (pair[1], pair[0]))
+
+
+@sensor(job=ingest_job, minimum_interval_seconds=60, description="New crawl snapshots -> dynamic partitions + one ingest run per source x snapshot.")
+def new_snapshot_sensor(context: SensorEvaluationContext, settings: SluiceSettings) -> SensorResult | SkipReason:
+    seen = set(json.loads(context.cursor)) if context.cursor else set()
+    pairs = discover_snapshots(settings)
+    new_pairs = [pair for pair in pairs if f"{pair[0]}/{pair[1]}" not in seen]
+    if not new_pairs:
+        return SkipReason(f"no new snapshots ({len(pairs)} known)")
+    registered = set(context.instance.get_dynamic_partitions(SNAPSHOTS))
+    to_register = sorted({snapshot for _, snapshot in new_pairs} - registered)
+    return SensorResult(
+        run_requests=[
+            RunRequest(run_key=f"{source}/{snapshot}", partition_key=multi_key(source, snapshot))
+            for source, snapshot in new_pairs
+        ],
+        dynamic_partitions_requests=[snapshot_partitions.build_add_request(to_register)] if to_register else [],
+        cursor=json.dumps(sorted(seen | {f"{s}/{n}" for s, n in new_pairs})),
+    )

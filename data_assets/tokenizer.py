@@ -1,0 +1,92 @@
+"""`tokenizer`: byte-level BPE trained on deduplicated documents of chosen sources, or a given tokenizer.json.
+
+Its SHA-256 is stamped into every tokenized shard, so the tokenizer is part of the lineage and a mix
+refuses shards from two different tokenizers.
+"""
+
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from dagster import AssetDep, AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from resources import SluiceSettings, StorageResource
+from sluice.layout import list_partitions, partition_prefix, read_manifest
+from sluice.storage import Store, local_temp_dir
+from sluice.tokenize import load_tokenizer, tokenizer_sha256, train_bpe
+
+ASSET = "tokenizer"
+
+
+def training_texts(store: Store, sources: list[str], limit: int, used: list[str]) -> Iterator[str]:
+    """Texts of deduplicated partitions of `sources`, in the global partition order, at most `limit`."""
+    count = 0
+    for ref in list_partitions(store, "deduped_documents"):
+        if ref.source not in sources:
+            continue
+        prefix = partition_prefix("deduped_documents", ref)
+        manifest = read_manifest(store, prefix) or {"files": []}
+        used.append(ref.key)
+        for entry in manifest["files"]:
+            key = f"{prefix}/{entry['key']}"
+            path = store.local_path(key) or store.fetch(key, local_temp_dir())
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=512, columns=["text"]):
+                for text in batch.column("text").to_pylist():
+                    if count >= limit:
+                        return
+                    count += 1
+                    yield text
+
+
+@asset(
+    name=ASSET,
+    deps=[AssetDep("deduped_documents")],
+    group_name="tokenization",
+    kinds={"python", "huggingface"},
+    owners=["team:data-engineering"],
+    description="The HF tokenizers tokenizer.json used for every shard: trained byte-level BPE, or tokenizer.path from the config.",
+)
+def tokenizer(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> MaterializeResult:
+    config = settings.config
+    store = storage.store()
+    used: list[str] = []
+    if config.tokenizer.path:
+        json_text = Path(config.tokenizer.path).read_text(encoding="utf-8")
+        origin = config.tokenizer.path
+    else:
+        sources = list(config.tokenizer.train_sources or config.source_names)
+        texts = training_texts(store, sources, config.tokenizer.max_training_documents, used)
+        trained = train_bpe(texts, config.tokenizer.vocab_size, config.tokenizer.eos_token)
+        json_text = trained.to_str()
+        if not used:
+            raise FileNotFoundError(f"no deduped_documents partitions of {sources} exist to train the tokenizer on")
+        origin = f"trained byte-level BPE on {len(used)} partitions"
+    loaded = load_tokenizer(json_text)
+    eos_id = loaded.token_to_id(config.tokenizer.eos_token)
+    if eos_id is None:
+        raise ValueError(f"tokenizer.eos_token {config.tokenizer.eos_token!r} is not in the tokenizer from {origin}")
+    digest = tokenizer_sha256(json_text)
+    vocab_size = loaded.get_vocab_size(with_added_tokens=True)
+    store.write_bytes(f"{ASSET}/tokenizer.json", json_text.encode("utf-8"))
+    manifest = {
+        "asset": ASSET,
+        "sha256": digest,
+        "vocab_size": vocab_size,
+        "eos_token": config.tokenizer.eos_token,
+        "eos_id": eos_id,
+        "origin": origin,
+        "trained_on": used,
+    }
+    store.write_bytes(f"{ASSET}/_manifest.json", json.dumps(manifest, indent=2, sort_keys=True).encode())
+    return MaterializeResult(
+        metadata={
+            "dagster/uri": MetadataValue.path(store.uri(f"{ASSET}/tokenizer.json")),
+            "sha256": digest,
+            "vocab_size": vocab_size,
+            "eos_id": eos_id,
+            "origin": origin,
+            "trained_on": MetadataValue.json(used),
+        },
+    )

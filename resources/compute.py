@@ -1,0 +1,31 @@
+"""Compute resource: where per-file work of a stage runs (local process pool by default, or Ray)."""
+
+from __future__ import annotations
+
+
+from dagster import ConfigurableResource
+
+from resources.settings import SluiceSettings
+from sluice.compute import Executor, make_executor
+from sluice.config import ComputeSettings
+
+
+class ComputeResource(ConfigurableResource):
+    """Backend and worker count come from the config's `compute` section; the fields here override
+    them per run (e.g. from the launchpad) without editing the file."""
+
+    settings: SluiceSettings
+    backend: str | None = None  # local | ray (validated against the config model)
+    max_workers: int | None = None
+    ray_address: str | None = None
+
+    def compute_settings(self) -> ComputeSettings:
+        base = self.settings.config.compute
+        return ComputeSettings(
+            backend=self.backend or base.backend,
+            max_workers=self.max_workers or base.max_workers,
+            ray_address=self.ray_address if self.ray_address is not None else base.ray_address,
+        )
+
+    def executor(self) -> Executor:
+        return make_executor(self.compute_settings())

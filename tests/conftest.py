@@ -1,0 +1,64 @@
+"""Shared fixtures: configs that point the graph at the bundled sample (or other data) with storage in tmp."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = PROJECT_ROOT / "sample_data"
+
+
+def base_config(storage_root: str) -> dict[str, Any]:
+    """The project's sluice.yaml with absolute sample locations and the given storage root."""
+    raw = yaml.safe_load((PROJECT_ROOT / "sluice.yaml").read_text())
+    raw["storage"] = {"root": storage_root}
+    for source in raw["sources"]:
+        source["location"] = str(PROJECT_ROOT / source["location"])
+    return raw
+
+
+def write_config(path: Path, raw: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+@pytest.fixture
+def make_config(tmp_path):
+    """make_config(**sections) -> path of a config file; sections replace top-level keys of the base config."""
+
+    def make(name: str = "sluice.yaml", storage_root: str | None = None, **sections: Any) -> str:
+        raw = base_config(storage_root or str(tmp_path / "data"))
+        for key, value in sections.items():
+            raw[key] = copy.deepcopy(value)
+        return write_config(tmp_path / name, raw)
+
+    return make
+
+
+@pytest.fixture
+def dagster_instance(tmp_path):
+    """An ephemeral-on-disk Dagster instance (SQLite) in tmp."""
+    from dagster import DagsterInstance
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with DagsterInstance.local_temp(tempdir=str(home)) as instance:
+        yield instance
+
+
+def tree_digest(root: str) -> dict[str, str]:
+    """Relative path -> SHA-256 of every file under root (to compare outputs byte for byte)."""
+    import hashlib
+
+    digests = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath, name)
+            digests[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
