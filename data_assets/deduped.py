@@ -25,7 +25,14 @@ from data_assets.metadata import counts_table, markdown_table
 from data_assets.partitions import SNAPSHOTS, partition_ref, source_snapshot_partitions
 from resources import SluiceSettings, StorageResource
 from sluice.dedup import deduplicate_partition
-from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_manifest, read_parquet_file, write_manifest
+from sluice.layout import (
+    PartitionRef,
+    list_partitions,
+    partition_prefix,
+    read_manifest,
+    read_parquet_file,
+    write_manifest,
+)
 from sluice.storage import Store
 
 ASSET = "deduped_documents"

@@ -14,7 +14,13 @@ from data_assets.sensors import new_snapshot_sensor
 from data_assets.settings import CONFIG_PATH
 from data_assets.tokenized import tokenized_shards
 from data_assets.tokenizer import tokenizer
-from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource, TrainingLoaderResource
+from resources import (
+    ComputeResource,
+    SluiceSettings,
+    StorageResource,
+    TokenizerResource,
+    TrainingLoaderResource,
+)
 
 ASSETS = [raw_documents, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
 

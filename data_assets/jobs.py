@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-from data_assets.partitions import mix_partitions, source_snapshot_partitions
-
 ingest_job = define_asset_job(
     "ingest_job",
     selection=AssetSelection.assets("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"),
-    partitions_def=source_snapshot_partitions,
     description="One source x snapshot partition from raw crawl files to token shards (needs a materialized tokenizer).",
 )
 
@@ -18,6 +15,5 @@ tokenizer_job = define_asset_job("tokenizer_job", selection=AssetSelection.asset
 mix_job = define_asset_job(
     "mix_job",
     selection=AssetSelection.assets("mixed_dataset"),
-    partitions_def=mix_partitions,
     description="Rebuild a mix from every tokenized partition that exists.",
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from dagster import ConfigurableResource
 
 from resources.settings import SluiceSettings

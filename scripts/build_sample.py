@@ -10,7 +10,6 @@ reference (JSONL): 2026-01: Debian Reference chapters in en, de as text (.jsonl.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import sys
 from pathlib import Path

@@ -45,7 +45,7 @@ class ShardWriter:
         self.dtype = token_dtype(vocab_size)
         self.bin_path = os.path.join(folder, f"{name}.bin")
         self.idx_path = os.path.join(folder, f"{name}.idx")
-        self._bin = open(self.bin_path, "wb")
+        self._bin = open(self.bin_path, "wb")  # noqa: SIM115 - closed in close()
         self.offsets = [0]
 
     @property

@@ -1,0 +1,71 @@
+"""A bad config value fails at load with the file, the key and the allowed values."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sluice.config import ConfigError, load_config
+from tests.conftest import PROJECT_ROOT, base_config
+
+
+def write(tmp_path, raw) -> str:
+    path = tmp_path / "sluice.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_project_config_loads():
+    config = load_config(PROJECT_ROOT / "sluice.yaml")
+    assert config.source_names == ["web", "reference"]
+    assert config.source("web").location == str(PROJECT_ROOT / "sample_data" / "web")
+    assert "default" in config.mixes
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda raw: raw["sources"][0].update(format="csv"), ["sources[0].format", "'warc', 'jsonl' or 'parquet'", "'csv'"]),
+        (lambda raw: raw["compute"].update(backend="spark"), ["compute.backend", "'local' or 'ray'", "'spark'"]),
+        (lambda raw: raw["s3"].update(retry_mode="forever"), ["s3.retry_mode", "'standard', 'adaptive' or 'legacy'"]),
+        (lambda raw: raw["cleaning"].update(min_language_score=2), ["cleaning.min_language_score", "less than or equal to 1"]),
+        (lambda raw: raw["cleaning"].update(min_chars="many"), ["cleaning.min_chars", "valid integer"]),
+        (lambda raw: raw.update(colour="blue"), ["colour", "Extra inputs are not permitted"]),
+        (lambda raw: raw["sources"][1]["options"].update(text_feild="body"), ["sources[1]", "text_feild"]),
+        (lambda raw: raw["mixes"]["default"]["weights"].update(forum=0.1), ["unknown source 'forum'"]),
+        (lambda raw: raw["sources"][0].update(name="Web/../x"), ["sources[0].name", "must match"]),
+        (lambda raw: raw["mixes"]["default"].pop("token_budget"), ["mixes.default.token_budget", "Field required"]),
+    ],
+)
+def test_bad_value_names_key_and_allowed_values(tmp_path, mutate, expected):
+    raw = base_config(str(tmp_path / "data"))
+    mutate(raw)
+    path = write(tmp_path, raw)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    assert path in message
+    for fragment in expected:
+        assert fragment in message
+
+
+def test_literal_secret_is_refused(tmp_path):
+    raw = base_config(str(tmp_path / "data"))
+    raw["s3"]["aws_secret_access_key"] = "hunter2"
+    with pytest.raises(ConfigError) as error:
+        load_config(write(tmp_path, raw))
+    assert "s3.aws_secret_access_key" in str(error.value)
+    assert "environment" in str(error.value)
+    assert "hunter2" not in str(error.value)
+
+
+def test_missing_file_names_the_env_var(tmp_path):
+    with pytest.raises(ConfigError, match="SLUICE_CONFIG"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_config_path_from_env(tmp_path, monkeypatch):
+    raw = base_config(str(tmp_path / "data"))
+    raw["mixes"]["default"]["seed"] = 99
+    monkeypatch.setenv("SLUICE_CONFIG", write(tmp_path, raw))
+    assert load_config().mixes["default"].seed == 99

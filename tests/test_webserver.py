@@ -1,0 +1,294 @@
+"""End to end: the real `dagster-webserver` serves the sluice code location, checked through its GraphQL API.
+
+One webserver (module-scoped) on a free 127.0.0.1 port, with a fresh DAGSTER_HOME (telemetry off) and
+SLUICE_CONFIG at the project's sluice.yaml; the process group is terminated in the fixture teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+WEBSERVER = PROJECT_ROOT / ".venv" / "bin" / "dagster-webserver"
+CONFIG = PROJECT_ROOT / "sluice.yaml"
+LOCATION = "sluice"
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 15.0
+
+# Expected graph, read from data_assets/*.py (deps=[AssetDep(...)], check_specs=[AssetCheckSpec(...)]).
+DEPENDENCIES: dict[str, set[str]] = {
+    "raw_documents": set(),
+    "cleaned_documents": {"raw_documents"},
+    "deduped_documents": {"cleaned_documents"},
+    "tokenizer": {"deduped_documents"},
+    "tokenized_shards": {"deduped_documents", "tokenizer"},
+    "mixed_dataset": {"tokenized_shards", "tokenizer"},
+}
+GROUPS = {
+    "raw_documents": "curation",
+    "cleaned_documents": "curation",
+    "deduped_documents": "curation",
+    "tokenizer": "tokenization",
+    "tokenized_shards": "tokenization",
+    "mixed_dataset": "training",
+}
+# check name -> blocking
+CHECKS: dict[str, dict[str, bool]] = {
+    "raw_documents": {"quarantined_file_share_below_bound": True},
+    "cleaned_documents": {"drop_rate_within_bounds": False},
+    "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False},
+    "tokenizer": {},
+    "tokenized_shards": {
+        "token_ids_below_vocab_size": True,
+        "decoded_sample_equals_text": True,
+        "checksums_verify": True,
+    },
+    "mixed_dataset": {"realized_shares_match_weights": True},
+}
+SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"]
+
+WORKSPACE_QUERY = """
+query {
+  workspaceOrError {
+    __typename
+    ... on PythonError { message }
+    ... on Workspace {
+      locationEntries {
+        name
+        loadStatus
+        locationOrLoadError {
+          __typename
+          ... on PythonError { message stack }
+          ... on RepositoryLocation {
+            name
+            repositories {
+              name
+              jobs { name }
+              sensors { name }
+              schedules { name }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+ASSET_NODES_QUERY = """
+query {
+  assetNodes {
+    assetKey { path }
+    groupName
+    isPartitioned
+    dependencyKeys { path }
+    dependedByKeys { path }
+    partitionDefinition {
+      type
+      description
+      dimensionTypes { name type dynamicPartitionsDefinitionName }
+    }
+    partitionKeysByDimension { name partitionKeys }
+    assetChecksOrError {
+      __typename
+      ... on AssetChecks { checks { name blocking assetKey { path } } }
+    }
+  }
+}
+"""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Webserver:
+    def __init__(self, url: str, log_path: Path):
+        self.url = url
+        self.log_path = log_path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def graphql(self, query: str) -> dict[str, Any]:
+        response = requests.post(f"{self.url}/graphql", json={"query": query}, timeout=30)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert not body.get("errors"), body["errors"]
+        return body["data"]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the webserver's process group (it includes the code server it spawned), SIGKILL after a timeout."""
+    pgid = proc.pid  # start_new_session=True: the webserver leads its own process group
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(pgid, signal.SIGKILL)
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    # the code server child exits on its own after SIGTERM; make sure nothing of the group survives
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _location_loaded(server: Webserver) -> bool:
+    data = server.graphql(
+        "query { workspaceOrError { ... on Workspace { locationEntries { name loadStatus } } } }"
+    )
+    entries = (data["workspaceOrError"] or {}).get("locationEntries") or []
+    return bool(entries) and all(entry["loadStatus"] == "LOADED" for entry in entries)
+
+
+def _wait_until_serving(proc: subprocess.Popen, server: Webserver) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"dagster-webserver exited with {proc.returncode}:\n{server.log()}")
+        try:
+            info = requests.get(f"{server.url}/server_info", timeout=2)
+            if info.status_code == 200 and _location_loaded(server):
+                return
+        except (requests.ConnectionError, requests.Timeout):
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"dagster-webserver did not serve within {START_TIMEOUT_S:.0f} s:\n{server.log()}")
+
+
+@pytest.fixture(scope="module")
+def webserver(tmp_path_factory) -> Iterator[Webserver]:
+    assert WEBSERVER.is_file(), f"{WEBSERVER} is missing (the project virtualenv)"
+    root = tmp_path_factory.mktemp("webserver")
+    dagster_home = root / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "SLUICE_CONFIG": str(CONFIG)}
+
+    for attempt in range(3):  # another process may grab the free port between free_port() and bind
+        port = free_port()
+        log_path = root / f"webserver-{attempt}.log"
+        server = Webserver(f"http://127.0.0.1:{port}", log_path)
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [str(WEBSERVER), "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            try:
+                _wait_until_serving(proc, server)
+            except RuntimeError:
+                if attempt < 2 and "address already in use" in server.log().lower():
+                    continue
+                raise
+            yield server
+            return
+        finally:
+            _stop(proc)
+
+
+def _nodes_by_key(server: Webserver) -> dict[str, dict[str, Any]]:
+    nodes = server.graphql(ASSET_NODES_QUERY)["assetNodes"]
+    by_key = {"/".join(node["assetKey"]["path"]): node for node in nodes}
+    assert len(by_key) == len(nodes), "duplicate asset keys"
+    return by_key
+
+
+def test_code_location_loads_without_error(webserver: Webserver):
+    workspace = webserver.graphql(WORKSPACE_QUERY)["workspaceOrError"]
+    assert workspace["__typename"] == "Workspace", workspace
+    entries = {entry["name"]: entry for entry in workspace["locationEntries"]}
+    assert set(entries) == {LOCATION}
+    entry = entries[LOCATION]
+    location = entry["locationOrLoadError"]
+    assert location["__typename"] == "RepositoryLocation", location.get("message", location)
+    assert entry["loadStatus"] == "LOADED"
+    (repository,) = location["repositories"]
+    assert {"ingest_job", "tokenizer_job", "mix_job"} <= {job["name"] for job in repository["jobs"]}
+    assert [sensor["name"] for sensor in repository["sensors"]] == ["new_snapshot_sensor"]
+    assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
+
+    log = webserver.log()
+    assert "Serving dagster-webserver" in log
+    assert "Traceback" not in log and not re.search(r"\bERROR\b", log), log
+
+
+def test_asset_graph_lists_assets_with_dependencies(webserver: Webserver):
+    nodes = _nodes_by_key(webserver)
+    assert set(nodes) == set(DEPENDENCIES)
+    for key, expected in DEPENDENCIES.items():
+        node = nodes[key]
+        assert {"/".join(dep["path"]) for dep in node["dependencyKeys"]} == expected, key
+        children = {child for child, parents in DEPENDENCIES.items() if key in parents}
+        assert {"/".join(dep["path"]) for dep in node["dependedByKeys"]} == children, key
+        assert node["groupName"] == GROUPS[key], key
+
+
+def test_partition_definitions(webserver: Webserver):
+    config = yaml.safe_load(CONFIG.read_text())
+    source_names = [source["name"] for source in config["sources"]]
+    mix_names = sorted(config["mixes"])
+    nodes = _nodes_by_key(webserver)
+
+    for key in SOURCE_SNAPSHOT_ASSETS:
+        node = nodes[key]
+        assert node["isPartitioned"], key
+        partitions = node["partitionDefinition"]
+        assert partitions["type"] == "MULTIPARTITIONED", key
+        dims = {dim["name"]: dim for dim in partitions["dimensionTypes"]}
+        assert set(dims) == {"source", "snapshot"}, key
+        assert dims["source"]["type"] == "STATIC", key
+        assert dims["snapshot"]["type"] == "DYNAMIC", key
+        assert dims["snapshot"]["dynamicPartitionsDefinitionName"] == "snapshots", key
+        keys = {dim["name"]: dim["partitionKeys"] for dim in node["partitionKeysByDimension"]}
+        assert keys["source"] == source_names, key
+        # a fresh DAGSTER_HOME: no snapshot has been registered yet
+        assert keys["snapshot"] == [], key
+
+    mixed = nodes["mixed_dataset"]
+    assert mixed["isPartitioned"]
+    assert mixed["partitionDefinition"]["type"] == "STATIC"
+    (mix_dimension,) = mixed["partitionKeysByDimension"]
+    assert mix_dimension["partitionKeys"] == mix_names
+
+    tokenizer = nodes["tokenizer"]
+    assert not tokenizer["isPartitioned"]
+    assert tokenizer["partitionDefinition"] is None
+
+
+def test_asset_checks(webserver: Webserver):
+    nodes = _nodes_by_key(webserver)
+    for key, expected in CHECKS.items():
+        checks_or_error = nodes[key]["assetChecksOrError"]
+        assert checks_or_error["__typename"] == "AssetChecks", (key, checks_or_error)
+        checks = checks_or_error["checks"]
+        assert {check["name"]: check["blocking"] for check in checks} == expected, key
+        assert all("/".join(check["assetKey"]["path"]) == key for check in checks), key
