@@ -27,6 +27,9 @@ telemetry:
 """
 
 
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 def ensure_dagster_home() -> str:
     home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / ".dagster_home")
     os.environ["DAGSTER_HOME"] = home
@@ -82,7 +85,15 @@ def materialize_all(
     report: dict[str, Any] = {"partitions": {}, "tokenizer": {}, "mixes": {}, "checks": []}
 
     def run(selection: list[str], partition_key=None):
-        result = materialize(ASSETS, selection=selection, partition_key=partition_key, instance=instance, resources=resources, raise_on_error=True)
+        result = materialize(
+            ASSETS,
+            selection=selection,
+            partition_key=partition_key,
+            instance=instance,
+            resources=resources,
+            run_config=QUIET_CONSOLE,  # the events still go to the instance (and the UI)
+            raise_on_error=True,
+        )
         report["checks"].extend(_checks_of(result))
         return _metadata_of(result)
 

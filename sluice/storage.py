@@ -137,7 +137,10 @@ class LocalStore(Store):
         return self._path(key).is_file()
 
     def size(self, key: str) -> int:
-        return self._path(key).stat().st_size
+        try:
+            return self._path(key).stat().st_size
+        except OSError as error:
+            raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
 
     def open_read(self, key: str) -> BinaryIO:
         try:
@@ -220,6 +223,14 @@ def s3_client(settings: S3Settings):  # -> botocore client
 
 
 def _describe_client_error(error: Exception) -> str:
+    # boto3's transfer manager (upload_file) wraps the ClientError in an S3UploadFailedError: use the original.
+    inner: BaseException | None = error
+    for _ in range(4):
+        if inner is None or getattr(inner, "response", None) is not None:
+            break
+        inner = inner.__cause__ or inner.__context__
+    if inner is not None and getattr(inner, "response", None) is not None:
+        error = inner
     response = getattr(error, "response", None) or {}
     code = response.get("Error", {}).get("Code")
     message = response.get("Error", {}).get("Message")
@@ -245,11 +256,12 @@ class S3Store(Store):
         return join_key(self.prefix, key)
 
     def _call(self, what: str, key: str, fn, *args, **kwargs):
+        from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             return fn(*args, **kwargs)
-        except (ClientError, BotoCoreError) as error:
+        except (ClientError, BotoCoreError, Boto3Error) as error:  # Boto3Error: S3UploadFailedError and kin
             raise StorageError(f"cannot {what} {self.uri(key)}: {_describe_client_error(error)}") from error
 
     def _iter_objects(self, prefix_key: str, delimiter: str | None = None) -> Iterator[dict]:
@@ -324,13 +336,21 @@ class S3Store(Store):
         for start in range(0, len(keys), 1000):
             chunk = keys[start : start + 1000]
             if chunk:
-                self._call(
+                response = self._call(
                     "delete",
                     chunk[0],
                     self.client.delete_objects,
                     Bucket=self.bucket,
                     Delete={"Objects": [{"Key": self._key(k)} for k in chunk], "Quiet": True},
                 )
+                # DeleteObjects answers 200 and reports per-key failures (e.g. AccessDenied) in Errors.
+                errors = (response or {}).get("Errors") or []
+                if errors:
+                    first = errors[0]
+                    raise StorageError(
+                        f"cannot delete s3://{self.bucket}/{first.get('Key')}: {first.get('Code')}: {first.get('Message')}"
+                        + (f" (and {len(errors) - 1} more keys)" if len(errors) > 1 else "")
+                    )
 
     def check_access(self) -> None:
         self._call("list", "", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
