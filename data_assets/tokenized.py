@@ -2,6 +2,8 @@
 
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dagster import (
     AssetCheckResult,
@@ -84,23 +86,26 @@ def tokenized_shards(
         views.append((shard, view))
         if len(view.tokens):
             max_id = max(max_id, int(view.tokens.max()))
-    tokenizer = tokenizer_resource.load()
-    mismatches = []
-    sample_size = config.checks.tokenized_sample_documents
-    checked = 0
-    texts = {}
-    for entry in deduped["files"]:
-        table = read_parquet_file(store, f"{deduped_prefix}/{entry['key']}", columns=["doc_id", "text"])
-        texts.update(zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist(), strict=True))
+    # Round trip on a sample spread over the shards; only the sampled texts are read back.
+    sample: list[tuple[str, np.ndarray]] = []
+    per_shard = max(1, config.checks.tokenized_sample_documents // max(1, len(views)))
     for shard, view in views:
         doc_ids = pq.read_table(local_files[f"{shard['name']}.docs.parquet"]).column("doc_id").to_pylist()
-        step = max(1, len(view) // max(1, sample_size // max(1, len(views))))
-        for index in range(0, len(view), step):
-            ids = view.doc(index)
-            decoded = tokenizer.decode(np.asarray(ids[:-1]).tolist(), skip_special_tokens=False)
-            checked += 1
-            if decoded != texts[doc_ids[index]] or int(ids[-1]) != manifest["eos_id"]:
-                mismatches.append(doc_ids[index])
+        step = max(1, len(view) // per_shard)
+        sample.extend((doc_ids[index], view.doc(index)) for index in range(0, len(view), step))
+    wanted = pa.array([doc_id for doc_id, _ in sample], pa.string())
+    texts: dict[str, str] = {}
+    for entry in deduped["files"]:
+        table = read_parquet_file(store, f"{deduped_prefix}/{entry['key']}", columns=["doc_id", "text"])
+        table = table.filter(pc.is_in(table.column("doc_id"), value_set=wanted))
+        texts.update(zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist(), strict=True))
+    tokenizer = tokenizer_resource.load()
+    mismatches = []
+    for doc_id, ids in sample:
+        decoded = tokenizer.decode(np.asarray(ids[:-1]).tolist(), skip_special_tokens=False)
+        if decoded != texts.get(doc_id) or int(ids[-1]) != manifest["eos_id"]:
+            mismatches.append(doc_id)
+    checked = len(sample)
     lengths = [length for r in results for length in r["lengths"]]
     histogram = np.histogram(lengths, bins=[0, 64, 256, 1024, 4096, 16384, 1 << 62])[0] if lengths else []
     text_bytes = sum(r["text_bytes"] for r in results)
