@@ -4,7 +4,9 @@ Each reader turns one file into a stream of `RawRecord`s and `Quarantined` entri
 record (or one Parquet batch) in memory. Damage never stops a file early when the format lets the reader
 find the next good record: a gzip-compressed WARC is read member by member (one record per member, as
 crawlers write it), so a broken member is quarantined and reading resumes at the next gzip header; JSONL
-resumes at the next line. What cannot be read is quarantined with a reason code and the bytes involved.
+resumes at the next line. What cannot be read is quarantined with a reason code and the bytes involved;
+when nothing of a file could be read, the location is "file". An uncompressed WARC has no such resync
+points: reading stops at its first broken record.
 """
 
 from __future__ import annotations
@@ -158,14 +160,36 @@ def iter_gzip_members(read: Callable[[int], bytes], max_member_bytes: int) -> It
 # ---------------------------------------------------------------------------------------------- WARC
 
 
-def _warc_record_from_bytes(data: bytes) -> tuple[Any, bytes]:
-    """Parse one uncompressed WARC record; returns (record, http payload)."""
-    from warcio.archiveiterator import ArchiveIterator
+class _BadWarcRecord(Exception):
+    """A WARC record that cannot be parsed; `offset` is where it starts in the stream given to warcio."""
 
-    iterator = ArchiveIterator(io.BytesIO(data), ensure_http_headers=False)
-    record = next(iter(iterator))
-    payload = record.content_stream().read()
-    return record, payload
+    def __init__(self, offset: int, detail: str) -> None:
+        super().__init__(detail)
+        self.offset = offset
+
+
+def _warc_records(stream: Any, max_record_bytes: int) -> Iterator[tuple[int, Any, bytes | None]]:
+    """The WARC records of an uncompressed stream: (offset, record, HTTP payload or None when too large).
+
+    Only the WARC format is accepted (warcio would take other text for ARC records), the Content-Length
+    must be a number and the record must hold that many bytes; otherwise `_BadWarcRecord` is raised.
+    """
+    from warcio.archiveiterator import WARCIterator
+
+    iterator = WARCIterator(stream, ensure_http_headers=False)
+    try:
+        for record in iterator:
+            declared = record.rec_headers.get_header("Content-Length")
+            if declared is None or not declared.strip().isdigit():
+                raise ValueError(f"the record has no valid Content-Length (got {declared!r})")
+            payload = None if int(declared) > max_record_bytes else record.content_stream().read()
+            while record.raw_stream.read(CHUNK):
+                pass
+            if getattr(record.raw_stream, "limit", 0) > 0:
+                raise ValueError(f"the record ends {record.raw_stream.limit} bytes before its Content-Length {declared}")
+            yield iterator.get_record_offset(), record, payload
+    except Exception as error:  # warcio raises several types for malformed headers
+        raise _BadWarcRecord(iterator.offset, f"{type(error).__name__}: {error}") from error
 
 
 def _content_type_and_charset(value: str | None) -> tuple[str, str | None]:
@@ -180,8 +204,67 @@ def _content_type_and_charset(value: str | None) -> tuple[str, str | None]:
     return main.lower(), charset
 
 
+def _warc_item(ordinal: int, location: str, record: Any, payload: bytes | None, options: WarcOptions, counters: dict[str, int]) -> RawRecord | Quarantined | None:
+    if payload is None:
+        return Quarantined(location, "record_too_large", f"a record is longer than {options.max_record_bytes} bytes")
+    if record.rec_type != "response":
+        counters["skipped_non_response"] = counters.get("skipped_non_response", 0) + 1
+        return None
+    http_type = record.http_headers.get_header("Content-Type") if record.http_headers else None
+    content_type, charset = _content_type_and_charset(http_type)
+    if content_type not in options.content_types:
+        counters["skipped_content_type"] = counters.get("skipped_content_type", 0) + 1
+        return None
+    return RawRecord(
+        ordinal=ordinal,
+        url=record.rec_headers.get_header("WARC-Target-URI"),
+        fetch_date=_parse_date(record.rec_headers.get_header("WARC-Date")),
+        content_type="text/plain" if content_type == "text/plain" else "text/html",
+        content=payload,
+        charset=charset,
+        source_id=record.rec_headers.get_header("WARC-Record-ID"),
+    )
+
+
+class _Rejoined:
+    """A read-only stream with the bytes already read from its start put back in front."""
+
+    def __init__(self, head: bytes, stream: Any) -> None:
+        self.head = head
+        self.stream = stream
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.head:
+            return self.stream.read(size)
+        if size is None or size < 0:
+            data, self.head = self.head + self.stream.read(), b""
+            return data
+        data, self.head = self.head[:size], self.head[size:]
+        return data
+
+
+def _read_plain_warc(stream: Any, options: WarcOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
+    """An uncompressed WARC, streamed record by record. Without gzip members there is no way to find the
+    next record after a damaged one, so the rest of the file is quarantined (the whole file when the
+    damage is in its first record)."""
+    ordinal = 0
+    try:
+        for offset, record, payload in _warc_records(stream, options.max_record_bytes):
+            item = _warc_item(ordinal, f"record {ordinal} @ byte {offset}", record, payload, options, counters)
+            ordinal += 1
+            if item is not None:
+                yield item
+    except _BadWarcRecord as error:
+        location = "file" if ordinal == 0 else f"record {ordinal} @ byte {error.offset}"
+        yield Quarantined(location, "bad_warc_record", f"{error}; the rest of the uncompressed file cannot be read")
+
+
 def read_warc(stream: BinaryIO, options: WarcOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
     head = stream.read(3)
+    if not head.startswith(GZIP_MAGIC[:2]):
+        yield from _read_plain_warc(_Rejoined(head, stream), options, counters)
+        return
+
     rest = stream.read
     pending = [head]
 
@@ -190,93 +273,134 @@ def read_warc(stream: BinaryIO, options: WarcOptions, counters: dict[str, int]) 
             return pending.pop()
         return rest(size)
 
-    if not head.startswith(GZIP_MAGIC[:2]):
-        # An uncompressed WARC: the whole file is parsed in one pass by warcio.
-        members: Iterator[tuple[int, bytes | None, str, str]] = iter([(0, head + stream.read(), "", "")])
-    else:
-        members = iter_gzip_members(read, options.max_record_bytes)
-
-    ordinal = -1
-    for offset, data, reason, detail in members:
-        ordinal += 1
-        location = f"record {ordinal} @ byte {offset}"
+    ordinal = 0  # one per gzip member; a member that holds several records gives each its own
+    for offset, data, reason, detail in iter_gzip_members(read, options.max_record_bytes):
         if data is None or reason:
-            yield Quarantined(location, reason, detail, data or b"")
+            yield Quarantined(f"record {ordinal} @ byte {offset}", reason, detail, data or b"")
+            ordinal += 1
             continue
         if not data.strip():
+            ordinal += 1
             continue
+        count = 0
         try:
-            record, payload = _warc_record_from_bytes(data)
-        except Exception as error:  # warcio raises several types for malformed headers
-            yield Quarantined(location, "bad_warc_record", f"{type(error).__name__}: {error}", data[:MAX_QUARANTINED_PAYLOAD])
-            continue
-        if record.rec_type != "response":
-            counters["skipped_non_response"] = counters.get("skipped_non_response", 0) + 1
-            continue
-        http_type = record.http_headers.get_header("Content-Type") if record.http_headers else None
-        content_type, charset = _content_type_and_charset(http_type)
-        if content_type not in options.content_types:
-            counters["skipped_content_type"] = counters.get("skipped_content_type", 0) + 1
-            continue
-        yield RawRecord(
-            ordinal=ordinal,
-            url=record.rec_headers.get_header("WARC-Target-URI"),
-            fetch_date=_parse_date(record.rec_headers.get_header("WARC-Date")),
-            content_type="text/plain" if content_type == "text/plain" else "text/html",
-            content=payload,
-            charset=charset,
-            source_id=record.rec_headers.get_header("WARC-Record-ID"),
-        )
+            for _, record, payload in _warc_records(io.BytesIO(data), options.max_record_bytes):
+                item = _warc_item(ordinal + count, f"record {ordinal + count} @ byte {offset}", record, payload, options, counters)
+                count += 1
+                if item is not None:
+                    yield item
+        except _BadWarcRecord as error:
+            yield Quarantined(f"record {ordinal + count} @ byte {offset}", "bad_warc_record", str(error), data[:MAX_QUARANTINED_PAYLOAD])
+            count += 1
+        ordinal += max(count, 1)
 
 
 # ---------------------------------------------------------------------------------------------- JSONL
 
 
+class _ZstdReader(io.RawIOBase):
+    """One or more zstd frames, decompressed as a raw stream. zstandard's own stream_reader ends quietly
+    when the input stops inside a frame; this one raises EOFError there, so truncation is reported."""
+
+    FEED = 1024  # compressed bytes per step: zstd expands a byte at most ~32,000-fold, so output stays bounded
+
+    def __init__(self, stream: Any) -> None:
+        import zstandard
+
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._stream = stream
+        self._frame: Any = None
+        self._input = b""
+        self._input_position = 0
+        self._output = b""
+        self._output_position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._output_position >= len(self._output):
+            if self._input_position >= len(self._input):
+                self._input, self._input_position = self._stream.read(CHUNK), 0
+                if not self._input:
+                    if self._frame is not None:
+                        raise EOFError("the file ends inside a zstd frame")
+                    return 0
+            if self._frame is None:
+                self._frame = self._decompressor.decompressobj()
+            piece = self._input[self._input_position : self._input_position + self.FEED]
+            self._input_position += len(piece)
+            self._output, self._output_position = self._frame.decompress(piece), 0
+            if self._frame.eof:
+                self._input = self._frame.unused_data + self._input[self._input_position :]
+                self._input_position = 0
+                self._frame = None
+        size = min(len(buffer), len(self._output) - self._output_position)
+        buffer[:size] = self._output[self._output_position : self._output_position + size]
+        self._output_position += size
+        return size
+
+
 def _decompressed(stream: BinaryIO, name: str) -> BinaryIO:
+    """A buffered, line-readable view of the decompressed stream. Lines before damage stay readable:
+    the gzip and zstd readers hand out what they decompressed before they raise."""
     lower = name.lower()
     if lower.endswith(".gz"):
         return gzip.GzipFile(fileobj=stream)  # type: ignore[return-value]
     if lower.endswith(".zst"):
-        import zstandard
-
-        return zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)  # type: ignore[return-value]
-    return stream
+        return io.BufferedReader(_ZstdReader(stream), buffer_size=CHUNK)  # type: ignore[return-value]
+    return io.BufferedReader(stream, buffer_size=CHUNK)  # type: ignore[arg-type]
 
 
 def _text_record(ordinal: int, item: dict[str, Any], options: JsonlOptions | ParquetOptions) -> RawRecord | Quarantined:
+    location = f"line {ordinal + 1}" if isinstance(options, JsonlOptions) else f"row {ordinal}"
     text = item.get(options.text_field)
     if not isinstance(text, str):
         return Quarantined(
-            f"line {ordinal + 1}" if isinstance(options, JsonlOptions) else f"row {ordinal}",
+            location,
             "missing_text",
             f"field {options.text_field!r} is missing or not a string",
-            json.dumps(item, default=str, ensure_ascii=False).encode()[:MAX_QUARANTINED_PAYLOAD],
+            json.dumps(item, default=str, ensure_ascii=False).encode("utf-8", "backslashreplace")[:MAX_QUARANTINED_PAYLOAD],
         )
     url = item.get(options.url_field) if options.url_field else None
     source_id = item.get(options.id_field) if options.id_field else None
+    url = str(url) if url is not None else None
+    source_id = str(source_id) if source_id is not None else None
+    try:
+        content = text.encode("utf-8")
+        for value in (url, source_id):
+            if value is not None:
+                value.encode("utf-8")
+    except UnicodeEncodeError as error:  # a JSON \ud800-style escape: a lone surrogate is no valid text
+        return Quarantined(
+            location,
+            "invalid_utf8",
+            str(error),
+            json.dumps(item, default=str, ensure_ascii=False).encode("utf-8", "backslashreplace")[:MAX_QUARANTINED_PAYLOAD],
+        )
     return RawRecord(
         ordinal=ordinal,
-        url=str(url) if url is not None else None,
+        url=url,
         fetch_date=_parse_date(item.get(options.date_field)) if options.date_field else None,
         content_type=options.content_type,
-        content=text.encode("utf-8"),
+        content=content,
         charset="utf-8",
-        source_id=str(source_id) if source_id is not None else None,
+        source_id=source_id,
     )
 
 
 def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
-    reader = io.BufferedReader(_decompressed(stream, name), buffer_size=CHUNK)  # type: ignore[arg-type]
+    reader = _decompressed(stream, name)
+    truncated = "truncated_zstd" if name.lower().endswith(".zst") else "truncated_gzip"
     line_number = 0
     while True:
         try:
             line = reader.readline(options.max_line_bytes + 1)
-        except (EOFError, OSError, zlib.error) as error:
-            reason = "truncated_gzip" if isinstance(error, EOFError) else "corrupt_compression"
-            yield Quarantined(f"after line {line_number}", reason, f"{type(error).__name__}: {error}")
-            return
-        except Exception as error:  # zstd errors
-            yield Quarantined(f"after line {line_number}", "corrupt_compression", f"{type(error).__name__}: {error}")
+        except Exception as error:  # EOFError, OSError, zlib.error, zstd errors
+            # Reading cannot go on; when nothing was read, the file as a whole is lost (counted as such).
+            location = f"after line {line_number}" if line_number else "file"
+            reason = truncated if isinstance(error, EOFError) else "corrupt_compression"
+            yield Quarantined(location, reason, f"{type(error).__name__}: {error}")
             return
         if not line:
             return
@@ -295,7 +419,7 @@ def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dic
         if not stripped:
             continue
         try:
-            item = json.loads(stripped.decode("utf-8"))
+            item = json.loads(stripped.decode("utf-8-sig" if line_number == 1 else "utf-8"))  # a BOM may start a file
         except UnicodeDecodeError as error:
             yield Quarantined(f"line {line_number}", "invalid_utf8", str(error), stripped[:MAX_QUARANTINED_PAYLOAD])
             continue
@@ -314,6 +438,30 @@ def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dic
 # -------------------------------------------------------------------------------------------- Parquet
 
 
+def _parquet_rows(batch: Any) -> Iterator[dict[str, Any] | UnicodeDecodeError]:
+    """The rows of a record batch as dicts; a row with a string that is not valid UTF-8 (Parquet readers
+    do not check) comes as the UnicodeDecodeError instead."""
+    import pyarrow as pa
+
+    columns: dict[str, list[Any]] = {}
+    strings = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            column = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+            strings.append(name)
+        columns[name] = column.to_pylist()
+    for index in range(batch.num_rows):
+        item = {name: values[index] for name, values in columns.items()}
+        try:
+            for name in strings:
+                if item[name] is not None:
+                    item[name] = item[name].decode("utf-8")
+        except UnicodeDecodeError as error:
+            yield error
+            continue
+        yield item
+
+
 def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
     import pyarrow.parquet as pq
 
@@ -326,17 +474,20 @@ def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counte
         yield Quarantined("file", "missing_text", f"no column {options.text_field!r}; columns: {parquet.schema_arrow.names}")
         return
     wanted = [c for c in (options.text_field, options.id_field, options.url_field, options.date_field) if c and c in parquet.schema_arrow.names]
-    ordinal = 0
+    start = 0
     for group in range(parquet.num_row_groups):
+        ordinal = start
         try:
-            table = parquet.read_row_group(group, columns=wanted)
+            for batch in parquet.iter_batches(batch_size=options.batch_rows, row_groups=[group], columns=wanted):
+                for item in _parquet_rows(batch):
+                    if isinstance(item, UnicodeDecodeError):
+                        yield Quarantined(f"row {ordinal}", "invalid_utf8", str(item))
+                    else:
+                        yield _text_record(ordinal, item, options)
+                    ordinal += 1
         except Exception as error:
             yield Quarantined(f"row group {group}", "unreadable_parquet", f"{type(error).__name__}: {error}")
-            ordinal += parquet.metadata.row_group(group).num_rows
-            continue
-        for item in table.to_pylist():
-            yield _text_record(ordinal, item, options)
-            ordinal += 1
+        start += parquet.metadata.row_group(group).num_rows
 
 
 def read_records(
