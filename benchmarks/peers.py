@@ -1,0 +1,48 @@
+"""Shared helpers for the benchmark scripts: peer environments and the `figure:` line format.
+
+Peers (datatrove, MosaicML Streaming, LitData) conflict with sluice's pins, so each lives in its own
+virtual environment under `$SLUICE_BENCH_ENVS` (default `.bench_envs/` in the project root, git-ignored).
+`peer_python` creates one on first use, under a file lock so two benchmark scripts never install into the
+same environment at once, and returns its interpreter. Benchmark scripts run the peer's side in that
+interpreter (a subprocess) and sluice's side in their own, on the same input, in one run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+ENVS_DIR = Path(os.environ.get("SLUICE_BENCH_ENVS", ROOT / ".bench_envs"))
+
+
+def peer_python(name: str, requirements: Sequence[str], uninstall: Sequence[str] = ()) -> Path:
+    """Interpreter of the peer environment `name` holding `requirements` (installed on first use)."""
+    env = ENVS_DIR / name
+    stamp = env / ".sluice-installed"
+    wanted = json.dumps({"requirements": list(requirements), "uninstall": list(uninstall)}, sort_keys=True)
+    ENVS_DIR.mkdir(parents=True, exist_ok=True)
+    with open(ENVS_DIR / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.exists() and stamp.read_text() == wanted):
+            print(f"[peers] installing {name} into {env} (first use only) ...", file=sys.stderr, flush=True)
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
+            pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q"]
+            subprocess.run([*pip, "-U", "pip"], check=True)
+            subprocess.run([*pip, *requirements], check=True)
+            if uninstall:
+                subprocess.run([str(env / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", *uninstall], check=True)
+            stamp.write_text(wanted)
+    return env / "bin" / "python"
+
+
+def figure(name: str, value: float | str, goal: str) -> None:
+    """Print one headline figure in the format every benchmark ends with."""
+    shown = f"{value:.3g}" if isinstance(value, float) else str(value)
+    print(f"figure: {name} = {shown} (goal {goal})", flush=True)
