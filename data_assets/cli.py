@@ -147,6 +147,10 @@ def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) ->
     for mix, meta in report["mixes"].items():
         shares = ", ".join(f"{k.split('/', 1)[1]} {v:.3f}" for k, v in meta.items() if k.startswith("share/"))
         out(f"Mix {mix!r}: {meta.get('tokens')} tokens, {meta.get('samples')} samples of {meta.get('sequence_length')}; realized shares: {shares}")
+        out(
+            f"  validation: {meta.get('validation_documents')} held-out documents, {meta.get('validation_tokens')} tokens; "
+            f"decontamination removed {meta.get('contaminated_documents')} documents"
+        )
     failed = [c for c in report["checks"] if not c[2]]
     out(f"Asset checks: {len(report['checks']) - len(failed)} passed, {len(failed)} failed" + (f": {failed}" if failed else ""))
 

@@ -66,7 +66,7 @@ def tokenized_shards(
     tokenizer_json = tokenizer_resource.tokenizer_json()
     prefix = partition_prefix(ASSET, ref)
     tasks = [
-        TokenizeTask(store.uri(deduped_prefix), entry["key"], store.uri(prefix), index, tokenizer_json, tok_manifest["eos_token"], s3=config.s3)
+        TokenizeTask(store.uri(deduped_prefix), entry["key"], store.uri(prefix), index, tokenizer_json, tok_manifest["eos_token"], max_shard_tokens=config.tokenizer.max_shard_tokens, s3=config.s3)
         for index, entry in enumerate(deduped["files"])
     ]
     executor = compute.executor()

@@ -132,6 +132,9 @@ class TokenizerSettings(_Model):
     train_sources: tuple[str, ...] = ()  # empty = every source
     max_training_documents: int = Field(20_000, ge=1)
     eos_token: str = "<|endoftext|>"
+    # A tokenized shard is closed when the next document would take it past this many tokens
+    # (2**28 tokens = 512 MiB of uint16); one document longer than this gets a shard of its own.
+    max_shard_tokens: int = Field(1 << 28, ge=1024)
 
 
 class ComputeSettings(_Model):
@@ -144,29 +147,64 @@ class CheckSettings(_Model):
     max_quarantined_file_share: float = Field(0.25, ge=0.0, le=1.0)
     min_cleaned_drop_rate: float = Field(0.0, ge=0.0, le=1.0)
     max_cleaned_drop_rate: float = Field(0.95, ge=0.0, le=1.0)
-    mix_share_tolerance: float = Field(0.02, gt=0.0, le=1.0)
+    mix_share_tolerance: float = Field(0.01, gt=0.0, le=1.0)  # realized vs configured token share, absolute
     tokenized_sample_documents: int = Field(16, ge=1)
 
 
+LANGUAGE_PATTERN = re.compile(r"^[a-z]{2,3}(_[a-z]+)?$")
+
+
+def split_weight_key(key: str) -> tuple[str, str | None]:
+    """`web` -> ("web", None): all of a source; `web:en` -> ("web", "en"): its documents in one language."""
+    source, _, language = key.partition(":")
+    return source, (language or None)
+
+
 class MixSettings(_Model):
-    weights: dict[str, float]  # source name -> share of the mix's tokens (normalised to sum 1)
-    token_budget: int = Field(ge=1)
+    """A named training mix; each is one partition of `mixed_dataset`."""
+
+    # Share of the mix's training tokens per source (`web`) or per source and lid.176 language (`web:en`),
+    # normalised to sum 1. A source is given either whole or by language, not both.
+    weights: dict[str, float]
+    token_budget: int = Field(ge=1)  # training tokens, met exactly
     sequence_length: int = Field(2048, ge=8)
     seed: int = 0
     max_epochs: float = Field(4.0, ge=1.0)  # how often a source's tokens may repeat to meet its weight
+    # Share of each source's documents held out for validation, chosen by a hash of the document id, so the
+    # same documents are held out by every mix and every rebuild; validation never shares a document with training.
+    validation_share: float = Field(0.0, ge=0.0, le=0.5)
+    # JSONL files (local or s3://) of evaluation texts; training and validation documents sharing a word
+    # n-gram of `decontamination_ngram` words with any of them are removed from the mix and counted.
+    eval_sets: tuple[str, ...] = ()
+    eval_text_field: str = "text"
+    decontamination_ngram: int = Field(13, ge=3, le=64)
 
     @field_validator("weights")
     @classmethod
     def _weights(cls, value: dict[str, float]) -> dict[str, float]:
         if not value:
             raise ValueError("a mix needs at least one source weight")
-        for name, weight in value.items():
-            check_name(name, "source name")
+        whole, by_language = set(), set()
+        for key, weight in value.items():
+            source, language = split_weight_key(key)
+            check_name(source, "source name")
+            if language is not None:
+                if not LANGUAGE_PATTERN.match(language):
+                    raise ValueError(f"{key!r}: language {language!r} must be a lid.176 code such as 'en' or 'zh'")
+                by_language.add(source)
+            else:
+                whole.add(source)
             if weight < 0:
-                raise ValueError(f"weight of {name!r} must be >= 0, got {weight}")
+                raise ValueError(f"weight of {key!r} must be >= 0, got {weight}")
+        if whole & by_language:
+            raise ValueError(f"source(s) {sorted(whole & by_language)} are weighted both whole and by language; use one")
         if sum(value.values()) <= 0:
             raise ValueError("the weights must not all be zero")
         return value
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({split_weight_key(key)[0] for key in self.weights})
 
 
 class SluiceConfig(_Model):
@@ -188,7 +226,7 @@ class SluiceConfig(_Model):
             raise ValueError(f"source names must be unique, got {names}")
         for mix_name, mix in self.mixes.items():
             check_name(mix_name, "mix name")
-            for source_name in mix.weights:
+            for source_name in mix.sources:
                 if source_name not in names:
                     raise ValueError(
                         f"mixes.{mix_name}.weights names unknown source {source_name!r}; sources are {names}"
@@ -247,6 +285,13 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     for section, key in (("cleaning", "langid_model"), ("tokenizer", "path")):
         if isinstance(raw.get(section), dict) and isinstance(raw[section].get(key), str):
             raw[section] = {**raw[section], key: resolve(raw[section][key])}
+    if isinstance(raw.get("mixes"), dict):
+        raw["mixes"] = {
+            name: {**mix, "eval_sets": [resolve(p) if isinstance(p, str) else p for p in mix["eval_sets"]]}
+            if isinstance(mix, dict) and isinstance(mix.get("eval_sets"), list)
+            else mix
+            for name, mix in raw["mixes"].items()
+        }
     return raw
 
 

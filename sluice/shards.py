@@ -4,7 +4,8 @@
                       documents back to back, each followed by the EOS id
     shard-NNNNN.idx   uint64 little-endian, documents + 1 entries: token offsets, idx[0] = 0;
                       document i is bin[idx[i]:idx[i+1]] (EOS included), so access is O(1)
-    shard-NNNNN.docs.parquet   doc_id per document, in the same order (lineage, decontamination)
+    shard-NNNNN.docs.parquet   per document, in the same order: doc_id (lineage, decontamination),
+                      doc_hash (uint64 xxh3_64 of doc_id: the validation split), language (lid.176 code)
     _manifest.json    {"format": "sluice-tokens", "version": 1, "dtype", "vocab_size", "eos_id",
                        "tokenizer_sha256", "documents", "tokens",
                        "files": [{key, rows, bytes, sha256}], "shards": [{name, documents, tokens}]}
@@ -20,6 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+
+DOCS_SCHEMA = pa.schema(
+    [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("doc_hash", pa.uint64(), nullable=False),
+        pa.field("language", pa.dictionary(pa.int32(), pa.string())),
+    ]
+)
 
 FORMAT_NAME = "sluice-tokens"
 FORMAT_VERSION = 1
@@ -56,9 +66,14 @@ class ShardWriter:
     def documents(self) -> int:
         return len(self.offsets) - 1
 
-    def add(self, ids: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, eos_id: int | None = None) -> None:
+        """Append one document's ids (and, if given, the EOS id after them)."""
         self._bin.write(np.ascontiguousarray(ids, dtype=self.dtype).tobytes())
-        self.offsets.append(self.offsets[-1] + len(ids))
+        size = len(ids)
+        if eos_id is not None:
+            self._bin.write(np.asarray([eos_id], dtype=self.dtype).tobytes())
+            size += 1
+        self.offsets.append(self.offsets[-1] + size)
 
     def close(self) -> None:
         self._bin.close()

@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import xxhash
 
 from sluice.config import S3Settings
 from sluice.layout import _remove_tree, sha256_file
-from sluice.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, dtype_name
+from sluice.shards import DOCS_SCHEMA, FORMAT_NAME, FORMAT_VERSION, ShardWriter, dtype_name, token_dtype
 from sluice.storage import StoreSpec, local_temp_dir
 
 ENCODE_BATCH = 256
@@ -65,8 +68,6 @@ class TokenizeTask:
 
 def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     """Encode one deduplicated part into one or more shards `shard-PPPPP-SS` (bounded by max_shard_tokens)."""
-    import pyarrow as pa
-
     tokenizer = load_tokenizer(task.tokenizer_json)
     eos_id = tokenizer.token_to_id(task.eos_token)
     if eos_id is None:
@@ -85,11 +86,20 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
         os.makedirs(out_dir)
         writer: ShardWriter | None = None
         doc_ids: list[str] = []
+        languages: list[str | None] = []
 
         def finish(current: ShardWriter) -> None:
             current.close()
             ids_path = os.path.join(out_dir, f"{current.name}.docs.parquet")
-            pq.write_table(pa.table({"doc_id": pa.array(doc_ids, pa.string())}), ids_path, compression="zstd")
+            docs = pa.table(
+                {
+                    "doc_id": pa.array(doc_ids, pa.string()),
+                    "doc_hash": pa.array([xxhash.xxh3_64_intdigest(doc_id.encode("utf-8")) for doc_id in doc_ids], pa.uint64()),
+                    "language": pa.array(languages, pa.string()).dictionary_encode(),
+                },
+                schema=DOCS_SCHEMA,
+            )
+            pq.write_table(docs, ids_path, compression="zstd")
             for local in (current.bin_path, current.idx_path, ids_path):
                 key = os.path.basename(local)
                 files.append({"key": key, "rows": None, "bytes": os.path.getsize(local), "sha256": sha256_file(local)})
@@ -97,21 +107,28 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
             shards.append({"name": current.name, "documents": current.documents, "tokens": current.tokens})
 
         parquet = pq.ParquetFile(path)
-        for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=["doc_id", "text"]):
+        has_language = "language" in parquet.schema_arrow.names
+        columns = ["doc_id", "text", "language"] if has_language else ["doc_id", "text"]
+        dtype = token_dtype(vocab_size)
+        for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=columns):
             texts = batch.column("text").to_pylist()
             ids = batch.column("doc_id").to_pylist()
-            encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
-            for doc_id, text, encoding in zip(ids, texts, encodings, strict=True):
-                tokens = np.asarray(encoding.ids + [eos_id], dtype=np.int64)
-                if writer is not None and writer.tokens + len(tokens) > task.max_shard_tokens and writer.documents:
+            batch_languages = batch.column("language").to_pylist() if has_language else [None] * len(ids)
+            # encode_batch_fast skips the character offsets, which shards do not need.
+            encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+            for doc_id, language, encoding in zip(ids, batch_languages, encodings, strict=True):
+                tokens = np.asarray(encoding.ids, dtype=dtype)
+                size = len(tokens) + 1  # EOS
+                if writer is not None and writer.tokens + size > task.max_shard_tokens and writer.documents:
                     finish(writer)
-                    writer, doc_ids = None, []
+                    writer, doc_ids, languages = None, [], []
                 if writer is None:
                     writer = ShardWriter(out_dir, f"shard-{task.part:05d}-{len(shards):02d}", vocab_size)
-                writer.add(tokens)
+                writer.add(tokens, eos_id)
                 doc_ids.append(doc_id)
-                lengths.append(len(tokens))
-                text_bytes += len(text.encode("utf-8"))
+                languages.append(language)
+                lengths.append(size)
+            text_bytes += int(pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0)
         if writer is not None:
             finish(writer)
     finally:

@@ -20,6 +20,8 @@ def base_config(storage_root: str) -> dict[str, Any]:
     raw["storage"] = {"root": storage_root}
     for source in raw["sources"]:
         source["location"] = str(PROJECT_ROOT / source["location"])
+    for mix in raw["mixes"].values():
+        mix["eval_sets"] = [str(PROJECT_ROOT / path) for path in mix.get("eval_sets", [])]
     return raw
 
 

@@ -35,7 +35,7 @@ DEPENDENCIES: dict[str, set[str]] = {
     "deduped_documents": {"cleaned_documents"},
     "tokenizer": {"deduped_documents"},
     "tokenized_shards": {"deduped_documents", "tokenizer"},
-    "mixed_dataset": {"tokenized_shards", "tokenizer"},
+    "mixed_dataset": {"tokenized_shards", "deduped_documents", "tokenizer"},
 }
 GROUPS = {
     "raw_documents": "curation",
@@ -56,7 +56,11 @@ CHECKS: dict[str, dict[str, bool]] = {
         "decoded_sample_equals_text": True,
         "checksums_verify": True,
     },
-    "mixed_dataset": {"realized_shares_match_weights": True},
+    "mixed_dataset": {
+        "realized_shares_match_weights": True,
+        "validation_disjoint_from_training": True,
+        "no_evaluation_overlap_in_mix": True,
+    },
 }
 SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"]
 

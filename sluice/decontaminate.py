@@ -1,0 +1,138 @@
+"""Evaluation-set decontamination: find training documents sharing a word n-gram with an evaluation text.
+
+Words are what `words()` returns: the NFKC-normalised, casefolded text split into runs of letters/digits,
+with every CJK ideograph, kana or hangul syllable a word of its own (those scripts do not separate words
+with spaces). A document is contaminated when any n consecutive words of it (n = 13 by default, as in the
+GPT-3 paper) occur in an evaluation text. Evaluation texts shorter than n words cannot match and are counted.
+
+Matching is vectorised: evaluation words get dense ids, a document's words are mapped to those ids (a word
+absent from every evaluation text cannot be part of a match), and each window of n ids is reduced to a
+64-bit polynomial hash compared against the sorted evaluation hashes with numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sluice.config import S3Settings
+from sluice.storage import StoreSpec
+
+_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\W_]+")
+_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant; arithmetic wraps modulo 2**64
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
+    """Hash of every window of n consecutive ids whose ids are all known (>= 0)."""
+    if len(ids) < n:
+        return np.zeros(0, np.uint64)
+    count = len(ids) - n + 1
+    unknown = np.concatenate([[0], np.cumsum(ids < 0)])
+    complete = (unknown[n:] - unknown[:-n]) == 0
+    if not complete.any():
+        return np.zeros(0, np.uint64)
+    values = (ids.astype(np.uint64) + np.uint64(1)) * np.uint64(0xBF58476D1CE4E5B9)
+    hashes = np.zeros(count, np.uint64)
+    with np.errstate(over="ignore"):
+        for offset in range(n):
+            hashes = hashes * _MULTIPLIER + values[offset : offset + count]
+    return hashes[complete]
+
+
+@dataclass
+class EvalNgrams:
+    """The word n-grams of a set of evaluation texts, ready to match documents against."""
+
+    n: int
+    vocabulary: dict[str, int] = field(default_factory=dict)
+    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    texts: int = 0
+    short_texts: int = 0  # fewer than n words: cannot match
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str], n: int) -> EvalNgrams:
+        result = cls(n)
+        pieces = []
+        for text in texts:
+            result.texts += 1
+            tokens = words(text)
+            if len(tokens) < n:
+                result.short_texts += 1
+                continue
+            ids = np.fromiter((result.vocabulary.setdefault(w, len(result.vocabulary)) for w in tokens), np.int64, len(tokens))
+            pieces.append(_window_hashes(ids, n))
+        result.hashes = np.unique(np.concatenate(pieces)) if pieces else np.zeros(0, np.uint64)
+        return result
+
+    def matches(self, text: str) -> int:
+        """How many of the text's n-gram windows occur in an evaluation text (0 = clean)."""
+        if not len(self.hashes):
+            return 0
+        tokens = words(text)
+        if len(tokens) < self.n:
+            return 0
+        get = self.vocabulary.get
+        ids = np.fromiter((get(w, -1) for w in tokens), np.int64, len(tokens))
+        windows = _window_hashes(ids, self.n)
+        if not len(windows):
+            return 0
+        return int(np.isin(windows, self.hashes, assume_unique=False).sum())
+
+
+def read_eval_texts(location: str, text_field: str, s3: S3Settings | None = None) -> Iterator[str]:
+    """Texts of one JSONL evaluation file (local path or s3://bucket/key); errors name the file and line."""
+    folder, _, name = location.rstrip("/").rpartition("/")
+    store = StoreSpec(folder or ".", s3 or S3Settings()).open()
+    if not store.exists(name):
+        raise FileNotFoundError(f"evaluation set {location} does not exist (mixes.*.eval_sets)")
+    for number, line in enumerate(store.read_bytes(name).decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{location} line {number}: not valid JSON ({error})") from None
+        text = record.get(text_field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            raise ValueError(f"{location} line {number}: no string field {text_field!r}")
+        yield text
+
+
+@dataclass(frozen=True)
+class ContaminationTask:
+    input_url: str  # a deduped partition folder
+    input_key: str  # one of its part files
+    ngrams: EvalNgrams
+    s3: S3Settings = field(default_factory=S3Settings)
+
+
+def find_contaminated(task: ContaminationTask) -> list[dict[str, Any]]:
+    """The documents of one part file that share an n-gram with the evaluation set: doc_id and match count."""
+    import pyarrow.parquet as pq
+
+    from sluice.layout import _remove_tree
+    from sluice.storage import local_temp_dir
+
+    store = StoreSpec(task.input_url, task.s3).open()
+    scratch = local_temp_dir()
+    flagged = []
+    try:
+        path = store.local_path(task.input_key) or store.fetch(task.input_key, scratch)
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["doc_id", "text"]):
+            for doc_id, text in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist(), strict=True):
+                hits = task.ngrams.matches(text)
+                if hits:
+                    flagged.append({"doc_id": doc_id, "matched_ngrams": hits})
+    finally:
+        _remove_tree(scratch)
+    return flagged
