@@ -24,7 +24,7 @@ from sluice.layout import _remove_tree, sha256_file
 from sluice.shards import DOCS_SCHEMA, FORMAT_NAME, FORMAT_VERSION, ShardWriter, dtype_name, token_dtype
 from sluice.storage import StoreSpec, local_temp_dir
 
-ENCODE_BATCH = 256
+ENCODE_BATCH = 1024  # documents per encode_batch call: large enough for the tokenizer's thread pool
 
 
 def train_bpe(texts: Iterator[str], vocab_size: int, eos_token: str) -> Any:

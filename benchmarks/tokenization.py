@@ -1,0 +1,170 @@
+"""Tokenization throughput: sluice (cleaned Parquet -> shards on disk) against the raw library and datatrove.
+
+On the same texts, extracted from `../shared/corpus/` WARC pages, in one run:
+  raw        `tokenizers.Tokenizer.encode_batch` on the texts already in memory (the limit)
+  sluice     `sluice.tokenize.tokenize_part`: read a Parquet part, encode, write .bin/.idx/.docs.parquet shards
+  datatrove  `DocumentTokenizer` behind a `ParquetReader`, same file, same tokenizer.json, without and with
+             its default in-file document shuffle (in its own virtual environment, see benchmarks/peers.py)
+each with one tokenizer thread (RAYON_NUM_THREADS=1) and with all cores. The tokenizer is a byte-level BPE
+with a 32k vocabulary trained on the same texts. Each measurement runs in a fresh process.
+
+    .venv/bin/python benchmarks/tokenization.py [--snapshot web/2026-01] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.peers import SHARED, figure, peer_python  # noqa: E402
+
+DATATROVE_REQUIREMENTS = [
+    "datatrove[processing,io,s3]==0.10.1",
+    "boto3>=1.43.115,<1.43.118",
+    "botocore>=1.43.115,<1.43.118",
+    "spacy",
+]
+
+RAW = """
+import sys, time, json, pyarrow.parquet as pq
+from tokenizers import Tokenizer
+texts = pq.read_table(sys.argv[1], columns=["text"]).column("text").to_pylist()
+tok = Tokenizer.from_file(sys.argv[2])
+start = time.perf_counter()
+encodings = tok.encode_batch(texts, add_special_tokens=False)
+elapsed = time.perf_counter() - start
+print(json.dumps({"seconds": elapsed, "tokens": sum(len(e.ids) + 1 for e in encodings)}))
+"""
+
+SLUICE = """
+import sys, time, json, os
+from sluice.tokenize import TokenizeTask, tokenize_part
+folder, name = os.path.split(sys.argv[1])
+task = TokenizeTask(folder, name, sys.argv[3], 0, open(sys.argv[2]).read(), "<|endoftext|>")
+start = time.perf_counter()
+result = tokenize_part(task)
+elapsed = time.perf_counter() - start
+print(json.dumps({"seconds": elapsed, "tokens": result["tokens"]}))
+"""
+
+DATATROVE = """
+import sys, time, json, os
+if __name__ == "__main__":
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.tokens import DocumentTokenizer
+    folder, name = os.path.split(sys.argv[1])
+    pipeline = [
+        ParquetReader(folder, glob_pattern=name, text_key="text", id_key="doc_id"),
+        DocumentTokenizer(sys.argv[3], tokenizer_name_or_path=sys.argv[2], eos_token="<|endoftext|>", shuffle_documents=sys.argv[4] == "shuffle"),
+    ]
+    executor = LocalPipelineExecutor(pipeline=pipeline, tasks=1, workers=1, logging_dir=sys.argv[3] + "_logs")
+    start = time.perf_counter()
+    executor.run()
+    elapsed = time.perf_counter() - start
+    tokens = 0
+    for path in os.listdir(sys.argv[3]):
+        if path.endswith(".ds"):
+            tokens += os.path.getsize(os.path.join(sys.argv[3], path)) // 2
+    print(json.dumps({"seconds": elapsed, "tokens": tokens}))
+"""
+
+
+def extract_texts(snapshot: Path, out: Path) -> int:
+    """Main text of every HTML response page of the snapshot's WARC files, as a cleaned-like Parquet part."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+    from warcio.archiveiterator import ArchiveIterator
+
+    ids, texts = [], []
+    for path in sorted(snapshot.glob("*.warc.gz")):
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type != "response":
+                    continue
+                body = record.content_stream().read()
+                text = extract_plain_text(bytes_to_str(body, detect_encoding(body)), main_content=True)
+                if len(text) >= 200:
+                    ids.append(f"{path.name}#{len(ids)}")
+                    texts.append(text)
+    pq.write_table(pa.table({"doc_id": ids, "text": texts}), out)
+    return len(texts)
+
+
+def train_tokenizer(parquet: Path, out: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from sluice.tokenize import train_bpe
+
+    texts = pq.read_table(parquet, columns=["text"]).column("text").to_pylist()
+    out.write_text(train_bpe(iter(texts), 32_000, "<|endoftext|>").to_str())
+
+
+def measure(python: str, code: str, args: list[str], threads: int) -> dict:
+    env = {**os.environ, "RAYON_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "true" if threads > 1 else "false"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([python, "-c", code, *args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--snapshot", default="web/2026-01", help="folder under ../shared/corpus")
+    parser.add_argument("--repeat", type=int, default=2, help="best of N runs per measurement")
+    parser.add_argument("--skip-datatrove", action="store_true")
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    datatrove = None if args.skip_datatrove else str(peer_python("datatrove", DATATROVE_REQUIREMENTS))
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-tok-") as scratch:
+        work = Path(scratch)
+        parquet = work / "part-00000.parquet"
+        documents = extract_texts(SHARED / "corpus" / args.snapshot, parquet)
+        tokenizer = work / "tokenizer.json"
+        train_tokenizer(parquet, tokenizer)
+        print(f"{documents} documents from corpus/{args.snapshot}, {parquet.stat().st_size / 1e6:.1f} MB Parquet; BPE 32k; {cores} cores")
+        results: dict[tuple[str, int], float] = {}
+        for threads in (1, cores):
+            runs = (
+                ("raw", sys.executable, RAW, []),
+                ("sluice", sys.executable, SLUICE, []),
+                ("datatrove", datatrove, DATATROVE, ["no-shuffle"]),
+                ("datatrove_default_shuffle", datatrove, DATATROVE, ["shuffle"]),
+            )
+            for name, python, code, extra in runs:
+                if python is None:
+                    continue
+                best = None
+                for attempt in range(args.repeat):
+                    out = work / f"out-{name}-{threads}-{attempt}"
+                    result = measure(python, code, [str(parquet), str(tokenizer), str(out), *extra], threads)
+                    rate = result["tokens"] / result["seconds"]
+                    best = rate if best is None else max(best, rate)
+                results[(name, threads)] = best
+                print(f"  {name:26s} {threads} thread(s): {best / 1e3:8.0f} k tokens/s ({result['tokens']} tokens)", flush=True)
+        for threads, label in ((1, "one_thread"), (cores, "all_cores")):
+            per_core = {name: results[(name, threads)] / threads for name in ("raw", "sluice", "datatrove") if (name, threads) in results}
+            figure(f"sluice_tokens_per_s_per_core_{label}", f"{per_core['sluice']:.0f}", "-")
+            figure(f"sluice_vs_raw_encode_batch_{label}", results[("sluice", threads)] / results[("raw", threads)], ">= 0.9")
+            if "datatrove" in per_core:
+                figure(f"sluice_vs_datatrove_{label}", results[("sluice", threads)] / results[("datatrove", threads)], ">= 1.3")
+                figure(
+                    f"sluice_vs_datatrove_default_shuffle_{label}",
+                    results[("sluice", threads)] / results[("datatrove_default_shuffle", threads)],
+                    ">= 1.3",
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
