@@ -3,6 +3,7 @@
     sluice register   add every snapshot found under the source locations as a dynamic partition
     sluice demo       register, materialize every asset for every partition and mix, print a summary
                       and one decoded training batch
+    sluice export     write a built mix as Parquet token sequences (--mix, --split, --out)
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage), so `dagster dev` shows them afterwards.
@@ -167,10 +168,41 @@ def print_batch(resources: dict[str, Any], mix: str, out: Callable[[str], None] 
     out("  " + repr(text[:400]))
 
 
+def export_mix(mix: str | None, split: str, out: str | None) -> int:
+    """Write a built mix's split as Parquet rows of sequence_length token ids (HF `datasets` reads it)."""
+    from data_assets.settings import CONFIG_PATH
+    from sluice.config import load_config
+    from sluice.mix import MixError, export_sequences
+    from sluice.storage import local_temp_dir, open_store
+
+    config = load_config(CONFIG_PATH)
+    mix = mix or sorted(config.mixes)[0]
+    if mix not in config.mixes:
+        print(f"--mix {mix!r} is not in {CONFIG_PATH}; mixes are {sorted(config.mixes)}", file=sys.stderr)
+        return 2
+    store = open_store(config.storage.root, config.s3)
+    out = out or store.uri(f"exports/{mix}/{split}.parquet")
+    folder, _, name = out.rpartition("/")
+    destination = open_store(folder or ".", config.s3)
+    scratch = local_temp_dir()
+    try:
+        result = export_sequences(store, mix, split, destination, name, lambda key: store.local_path(key) or store.fetch(key, scratch))
+    except MixError as error:
+        print(error, file=sys.stderr)
+        return 2
+    print(f"Exported mix {mix!r} ({split}): {result['rows']} rows of {result['sequence_length']} tokens -> {result['uri']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["register", "demo"])
+    parser.add_argument("command", choices=["register", "demo", "export"])
+    parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
+    parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
+    parser.add_argument("--out", default=None, help="export: output Parquet file, local path or s3://bucket/key")
     args = parser.parse_args(argv)
+    if args.command == "export":
+        return export_mix(args.mix, args.split, args.out)
     home = ensure_dagster_home()
     from dagster import DagsterInstance
 

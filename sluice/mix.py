@@ -265,6 +265,8 @@ def build_mix(
                 "available_tokens": train_docs.tokens,
                 "available_documents": len(train_docs.lengths),
                 "selected_ranges": len(lengths),
+                "tokens": int(lengths.sum()),
+                "realized_share": int(lengths.sum()) / settings.token_budget,
                 "epochs": round(epochs, 4),
                 "validation_documents": len(validation.lengths),
                 "validation_tokens": validation.tokens,

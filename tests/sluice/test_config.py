@@ -35,6 +35,10 @@ def test_project_config_loads():
         (lambda raw: raw["mixes"]["default"]["weights"].update(forum=0.1), ["unknown source 'forum'"]),
         (lambda raw: raw["sources"][0].update(name="Web/../x"), ["sources[0].name", "must match"]),
         (lambda raw: raw["mixes"]["default"].pop("token_budget"), ["mixes.default.token_budget", "Field required"]),
+        (lambda raw: raw["mixes"]["default"]["weights"].update({"web:EN": 0.1}), ["mixes.default.weights", "lid.176 code"]),
+        (lambda raw: raw["mixes"]["default"]["weights"].update({"web:en": 0.1}), ["mixes.default.weights", "both whole and by language"]),
+        (lambda raw: raw["mixes"]["default"].update(validation_share=0.9), ["mixes.default.validation_share", "less than or equal to 0.5"]),
+        (lambda raw: raw["tokenizer"].update(max_shard_tokens=10), ["tokenizer.max_shard_tokens", "greater than or equal to 1024"]),
     ],
 )
 def test_bad_value_names_key_and_allowed_values(tmp_path, mutate, expected):

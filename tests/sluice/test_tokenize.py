@@ -1,0 +1,67 @@
+"""Tokenization into shards: text -> shards -> text, EOS after every document, shard size bound, doc table."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sluice.shards import ShardView
+from sluice.tokenize import TokenizeTask, load_tokenizer, tokenize_part, train_bpe
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.\nSecond line, with punctuation; and digits 12345.",
+    "Die Katze schläft auf dem Sofa. Überall ist es ruhig.",
+    "配置 APT 之后，系统会自动升级。",
+    "Код на русском: apt-get install -y nginx\n\tотступ и пробелы  двойные",
+    "emoji 🙂 and combining marks: e\u0301 and a zero-width joiner \u200d here",
+] * 8
+
+
+def deduped_part(folder, texts):
+    os.makedirs(folder, exist_ok=True)
+    table = pa.table(
+        {
+            "doc_id": [f"doc-{i}" for i in range(len(texts))],
+            "text": texts,
+            "language": ["en", "de", "zh", "ru", "en"] * (len(texts) // 5),
+        }
+    )
+    pq.write_table(table, os.path.join(folder, "part-00000.parquet"))
+
+
+def run(tmp_path, max_shard_tokens=1 << 28):
+    deduped_part(tmp_path / "deduped", TEXTS)
+    tokenizer = train_bpe(iter(TEXTS), 400, "<|endoftext|>")
+    task = TokenizeTask(str(tmp_path / "deduped"), "part-00000.parquet", str(tmp_path / "out"), 0, tokenizer.to_str(), "<|endoftext|>", max_shard_tokens=max_shard_tokens)
+    return tokenize_part(task), load_tokenizer(tokenizer.to_str())
+
+
+def test_text_round_trips_through_shards_with_eos_after_every_document(tmp_path):
+    result, tokenizer = run(tmp_path)
+    (shard,) = result["shards"]
+    view = ShardView.open(str(tmp_path / "out" / f"{shard['name']}.bin"), str(tmp_path / "out" / f"{shard['name']}.idx"), result["dtype"])
+    assert len(view) == len(TEXTS)
+    for index, text in enumerate(TEXTS):
+        ids = view.doc(index)
+        assert int(ids[-1]) == result["eos_id"]
+        assert tokenizer.decode(ids[:-1].tolist(), skip_special_tokens=False) == text
+    docs = pq.read_table(tmp_path / "out" / f"{shard['name']}.docs.parquet")
+    assert docs.column("doc_id").to_pylist() == [f"doc-{i}" for i in range(len(TEXTS))]
+    assert docs.column("language").cast(pa.string()).to_pylist()[:5] == ["en", "de", "zh", "ru", "en"]
+    assert docs.column("doc_hash").type == pa.uint64()
+
+
+def test_shards_are_closed_at_the_configured_token_bound(tmp_path):
+    whole, _ = run(tmp_path / "a")
+    bound = 1024
+    split, _ = run(tmp_path / "b", max_shard_tokens=bound)
+    assert len(split["shards"]) > 1
+    assert all(shard["tokens"] <= bound for shard in split["shards"])
+    # Same tokens in the same order, whatever the bound.
+    def stream(result, folder):
+        return np.concatenate([np.fromfile(folder / "out" / f"{s['name']}.bin", dtype=result["dtype"]) for s in result["shards"]])
+
+    assert np.array_equal(stream(whole, tmp_path / "a"), stream(split, tmp_path / "b"))
