@@ -39,3 +39,16 @@ def test_short_evaluation_texts_are_counted_and_cannot_match():
     ngrams = EvalNgrams.from_texts(["What is the capital of Australia? Canberra", PASSAGE], 13)
     assert ngrams.texts == 2 and ngrams.short_texts == 1
     assert ngrams.matches("What is the capital of Australia? Canberra, of course, as everyone knows well.") == 0
+
+
+def test_a_bad_evaluation_file_line_is_named(tmp_path):
+    import pytest
+
+    from sluice.decontaminate import read_eval_texts
+
+    path = tmp_path / "eval.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": broken\n')
+    with pytest.raises(ValueError, match=r"eval\.jsonl line 2: not valid JSON"):
+        list(read_eval_texts(str(path), "text"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        list(read_eval_texts(str(tmp_path / "missing.jsonl"), "text"))
