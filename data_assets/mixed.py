@@ -16,7 +16,7 @@ from data_assets.metadata import markdown_table
 from data_assets.partitions import mix_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
 from sluice.decontaminate import ContaminationTask, EvalNgrams, find_contaminated, read_eval_texts
-from sluice.layout import list_partitions, partition_prefix, read_manifest, read_parquet_file
+from sluice.layout import _remove_tree, list_partitions, partition_prefix, read_manifest, read_parquet_file
 from sluice.mix import build_mix, realized_shares
 from sluice.storage import Store, local_temp_dir
 
@@ -26,9 +26,8 @@ DISJOINT_CHECK = "validation_disjoint_from_training"
 DECONTAMINATED_CHECK = "no_evaluation_overlap_in_mix"
 
 
-def file_reader(store: Store):
-    """Local path of a stored file: the file itself on a local store, else a fetched copy in a scratch folder."""
-    scratch = local_temp_dir()
+def file_reader(store: Store, scratch: str):
+    """Local path of a stored file: the file itself on a local store, else a fetched copy in `scratch`."""
 
     def read(key: str) -> str:
         return store.local_path(key) or store.fetch(key, scratch)
@@ -96,9 +95,16 @@ def mixed_dataset(
 ) -> MaterializeResult:
     config = settings.config
     mix_name = context.partition_key
-    mix = config.mixes[mix_name]
     store = storage.store()
-    read = file_reader(store)
+    scratch = local_temp_dir()
+    try:
+        return _materialize(config, mix_name, store, file_reader(store, scratch), compute, tokenizer_resource)
+    finally:
+        _remove_tree(scratch)
+
+
+def _materialize(config, mix_name: str, store: Store, read, compute: ComputeResource, tokenizer_resource: TokenizerResource) -> MaterializeResult:
+    mix = config.mixes[mix_name]
     contaminated, decontamination = contaminated_documents(store, mix, compute, config.s3)
     manifest = build_mix(
         store,

@@ -139,7 +139,7 @@ def test_s3_run_wrote_only_under_the_storage_root_and_left_no_temp_objects(runs)
     assert outside == []
     assert [key for key in runs.s3_keys if "/.tmp-" in key or key.startswith(".tmp-")] == []
     crawl = [key for key in runs.s3_keys if key.startswith("crawl/")]
-    expected = sorted(f"crawl/{p.relative_to(SAMPLE).as_posix()}" for p in SAMPLE.rglob("*") if p.is_file())
+    expected = sorted(f"crawl/{p.relative_to(SAMPLE).as_posix()}" for source in ("web", "reference") for p in (SAMPLE / source).rglob("*") if p.is_file())
     assert crawl == expected  # the sources were read, never written
 
 
