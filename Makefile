@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test test-all ui lint clean
+.PHONY: setup demo test test-all system-test-deps ui lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,7 +23,13 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
-test-all: setup
+# System packages the slow suites drive: Debian's Chromium (the UI test, through Playwright).
+system-test-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q chromium chromium-driver; \
+	  else sudo apt-get install -y -q chromium chromium-driver; fi; }
+
+test-all: setup system-test-deps
 	$(PY) -m pytest -q -m ""
 
 ui: setup
