@@ -1,16 +1,56 @@
-"""Stream a mix (`sluice.mix`) into PyTorch as `[batch, seq_len]` batches of `input_ids` / `labels`.
+"""Stream a built mix (`sluice.mix`) into PyTorch: exact global shuffle, exact/elastic resume, packed batches.
 
-The mix index is a list of token ranges over memory-mapped shards; the token stream is those ranges
-concatenated, and sample i is stream[i*L : i*L + L + 1] split into inputs and labels shifted by one.
-Samples are visited in a seeded permutation per epoch and split across ranks (and DataLoader workers)
-by stride, so ranks never overlap. Shards on S3 are downloaded once into a local cache folder.
+Data. The mix index (`ranges.parquet`, or the split's ranges file named in the manifest's `splits`) is a
+list of token ranges over tokenized shards (`sluice.shards`); the token stream is those ranges
+concatenated, each range one document (or the cut piece of one). Sample i is stream[i*L : i*L + L + 1]
+(L = sequence_length): inputs are the first L tokens, labels the last L. N = (tokens - 1) // L samples.
+
+Global order. Epoch e visits the samples in `EpochPermutation(N, seed, e, block_size)` order (a Feistel
+permutation, O(1) to build and to evaluate at any position; `sluice.permutation`). The epochs laid end to
+end form one global stream of sample positions: position q is epoch q // N, sample perm_e(q % N). A run
+that starts (or resumes) at position p cuts the stream into global batches of G = batch_size * world_size
+samples: global batch k is positions [p + k*G, p + (k+1)*G), and rank r takes the r-th slice of
+batch_size positions. So every rank's batch k is disjoint from the others', the union over ranks is the
+global batch, and an epoch's samples are each delivered exactly once (a global batch may straddle an
+epoch edge: nothing is dropped except, with `num_epochs`, a final partial global batch).
+
+State. `state_dict()` = {seed, epoch, position (samples of that epoch consumed by all ranks), block_size,
+num_samples}: a few integers, the same on every rank. Resuming from it with any world size, batch size
+or worker count continues the same global stream (elastic), because the order depends on the position
+only. DataLoader workers take whole local batches in turn (worker w builds batches k = w, w + K, ...),
+and the DataLoader hands them back round-robin, i.e. in k order, so the worker count never changes what
+a rank sees; the state counts only batches handed to the caller, never prefetched ones.
+
+Batches (`pack_samples`), all computed on the CPU from the range offsets:
+    input_ids, labels   int64 [B, L]; labels = -100 where the label crosses a document boundary if
+                        `mask_document_boundaries` (the first token of a document is not predicted from
+                        the previous document)
+    position_ids        int64 [B, L], restarting at 0 at every document start (and at each sample start)
+    cu_seqlens          int32 [segments + 1], cumulative segment lengths over the flattened [B * L]
+                        tokens, for variable-length attention (flash_attn_varlen_func and the like)
+    max_seqlen          int, the longest segment
+    sample_ids, epochs  int64 [B]: which samples of which epoch this batch holds (for audits)
+
+I/O. Shards on a local store are memory-mapped in place. Shards on S3 go through `ShardCache`: a local
+folder with a byte limit; since the read order is known, it prefetches the shards needed next in
+background threads and evicts the resident shard whose next use is furthest in the future (Belady's
+rule over a lookahead window). Downloaded shards are checked against their partition manifest's size
+and SHA-256. A missing, truncated or corrupt shard raises `ShardError` naming the file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import queue
+import shutil
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,61 +58,358 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from sluice.shards import ShardError, ShardView
-from sluice.storage import Store
+from sluice.permutation import EpochPermutation
+from sluice.shards import ShardError, ShardView, sha256_path
+from sluice.storage import StorageError, Store
+
+IGNORE_INDEX = -100  # the label value torch's cross_entropy ignores
+STATE_VERSION = 1
+
+
+def default_cache_dir() -> str:
+    return os.path.join(os.path.expanduser("~"), ".cache", "sluice")
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """One tokenized shard of a mix: where its files are and which partition manifest lists them."""
+
+    prefix: str
+    name: str
+
+    @property
+    def bin_key(self) -> str:
+        return f"{self.prefix}/{self.name}.bin"
+
+    @property
+    def idx_key(self) -> str:
+        return f"{self.prefix}/{self.name}.idx"
+
+
+class LocalShards:
+    """Shards on a local store, memory-mapped in place on first use."""
+
+    remote = False
+
+    def __init__(self, store: Store, refs: Sequence[ShardRef], dtype: str) -> None:
+        self.store = store
+        self.refs = refs
+        self.dtype = dtype
+        self._views: dict[int, np.ndarray] = {}
+
+    def get(self, shard_id: int) -> np.ndarray:
+        tokens = self._views.get(shard_id)
+        if tokens is None:
+            ref = self.refs[shard_id]
+            bin_path, idx_path = self.store.local_path(ref.bin_key), self.store.local_path(ref.idx_key)
+            for key, path in ((ref.bin_key, bin_path), (ref.idx_key, idx_path)):
+                if path is None or not os.path.isfile(path):
+                    raise ShardError(f"{self.store.uri(key)}: shard file is missing")
+            tokens = ShardView.open(bin_path, idx_path, self.dtype, name=self.store.uri(ref.bin_key)).tokens
+            self._views[shard_id] = tokens
+        return tokens
+
+    def plan(self, upcoming: Sequence[int]) -> None:
+        """Local shards need no fetching ahead."""
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0  # shards the reader had to wait for (not prefetched in time)
+    prefetched: int = 0
+    evictions: int = 0
+    bytes_fetched: int = 0
+    peak_bytes: int = 0
+    over_limit: int = 0  # times one sample's shards alone exceeded the byte limit
+    evicted: list[int] = field(default_factory=list)
+
+
+class ShardCache:
+    """S3 shards copied into a local folder holding at most `max_bytes`, fetched ahead of need.
+
+    `plan(upcoming)` gives the shard ids the reader will need, in order; prefetch threads download the
+    first ones that are missing as long as they fit, evicting only shards needed later than the one
+    being fetched (or never). `get(shard_id)` returns the memory-mapped tokens, downloading on a miss
+    and evicting the shard needed furthest in the future. Evicted files are deleted; a reader that
+    still maps one keeps valid pages (POSIX unlink semantics).
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        store: Store,
+        refs: Sequence[ShardRef],
+        dtype: str,
+        cache_dir: str,
+        max_bytes: int,
+        prefetch_threads: int = 2,
+        verify_checksums: bool = True,
+    ) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"cache max_bytes must be > 0, got {max_bytes}")
+        self.store = store
+        self.refs = refs
+        self.dtype = dtype
+        self.cache_dir = cache_dir
+        self.max_bytes = int(max_bytes)
+        self.verify_checksums = verify_checksums
+        os.makedirs(cache_dir, exist_ok=True)
+        self.stats = CacheStats()
+        self._lock = threading.Condition()
+        self._resident: dict[int, tuple[int, list[str], np.ndarray]] = {}  # id -> (bytes, paths, tokens)
+        self._inflight: dict[int, Future] = {}
+        self._reserved = 0  # bytes of downloads in flight
+        self._upcoming: dict[int, int] = {}  # shard id -> rank of its next use in the plan
+        self._file_entries: dict[str, dict[str, dict[str, Any]]] = {}  # partition prefix -> key -> entry
+        self._pool = ThreadPoolExecutor(max_workers=max(1, prefetch_threads), thread_name_prefix="sluice-shard-fetch")
+
+    # -- sizes and verification from the tokenized partition's manifest
+    def _entries(self, prefix: str) -> dict[str, dict[str, Any]]:
+        entries = self._file_entries.get(prefix)
+        if entries is None:
+            key = f"{prefix}/_manifest.json"
+            try:
+                manifest = json.loads(self.store.read_bytes(key))
+            except (StorageError, FileNotFoundError) as error:
+                raise ShardError(f"{self.store.uri(key)}: cannot read the shard manifest ({error})") from error
+            entries = {entry["key"]: entry for entry in manifest.get("files", [])}
+            self._file_entries[prefix] = entries
+        return entries
+
+    def shard_bytes(self, shard_id: int) -> int:
+        ref = self.refs[shard_id]
+        entries = self._entries(ref.prefix)
+        total = 0
+        for key in (f"{ref.name}.bin", f"{ref.name}.idx"):
+            if key not in entries:
+                raise ShardError(f"{self.store.uri(f'{ref.prefix}/{key}')}: not listed in its partition manifest (missing shard)")
+            total += int(entries[key]["bytes"])
+        return total
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(size for size, _, _ in self._resident.values())
+
+    # -- planning and eviction (call with the lock held)
+    def _next_use(self, shard_id: int) -> float:
+        return self._upcoming.get(shard_id, float("inf"))
+
+    def _make_room(self, size: int, need_rank: float, forced: bool) -> bool:
+        """Evict shards needed after `need_rank` (furthest first) until `size` more bytes fit."""
+        victims = sorted(self._resident, key=self._next_use, reverse=True)
+        for victim in victims:
+            if self.used_bytes + self._reserved + size <= self.max_bytes:
+                break
+            if not forced and self._next_use(victim) <= need_rank:
+                break
+            self._evict(victim)
+        return self.used_bytes + self._reserved + size <= self.max_bytes
+
+    def _evict(self, shard_id: int) -> None:
+        _, paths, _ = self._resident.pop(shard_id)
+        for path in paths:
+            Path(path).unlink(missing_ok=True)
+        self.stats.evictions += 1
+        self.stats.evicted.append(shard_id)
+
+    def plan(self, upcoming: Sequence[int]) -> None:
+        """The shard ids the reader needs next, in order; starts background fetches that fit."""
+        with self._lock:
+            ranks: dict[int, int] = {}
+            for rank, shard_id in enumerate(upcoming):
+                ranks.setdefault(int(shard_id), rank)
+            self._upcoming = ranks
+            for shard_id, rank in sorted(ranks.items(), key=lambda item: item[1]):
+                if shard_id in self._resident or shard_id in self._inflight:
+                    continue
+                size = self.shard_bytes(shard_id)
+                if not self._make_room(size, rank, forced=False):
+                    break  # the rest is needed later than everything resident: wait for room
+                self._start_fetch(shard_id, size, prefetch=True)
+
+    def _start_fetch(self, shard_id: int, size: int, prefetch: bool) -> Future:
+        self._reserved += size
+        future = self._pool.submit(self._download, shard_id, size)
+        self._inflight[shard_id] = future
+        if prefetch:
+            self.stats.prefetched += 1
+        return future
+
+    def _download(self, shard_id: int, size: int) -> None:
+        ref = self.refs[shard_id]
+        paths: list[str] = []
+        try:
+            entries = self._entries(ref.prefix)
+            for key in (ref.bin_key, ref.idx_key):
+                try:
+                    path = self._fetch(key)
+                except (StorageError, OSError) as error:
+                    raise ShardError(f"{self.store.uri(key)}: cannot fetch shard file ({error})") from error
+                paths.append(path)
+                entry = entries[key.rsplit("/", 1)[-1]]
+                actual = os.path.getsize(path)
+                if actual != int(entry["bytes"]):
+                    raise ShardError(f"{self.store.uri(key)}: {actual} bytes, its manifest says {entry['bytes']}; the shard is truncated or corrupt")
+                if self.verify_checksums and sha256_path(path) != entry["sha256"]:
+                    raise ShardError(f"{self.store.uri(key)}: SHA-256 does not match its manifest; the shard is corrupt")
+            tokens = ShardView.open(paths[0], paths[1], self.dtype, name=self.store.uri(ref.bin_key)).tokens
+        except BaseException:
+            for path in paths:
+                Path(path).unlink(missing_ok=True)
+            with self._lock:
+                self._reserved -= size
+                self._inflight.pop(shard_id, None)
+                self._lock.notify_all()
+            raise
+        with self._lock:
+            self._reserved -= size
+            self._inflight.pop(shard_id, None)
+            self._resident[shard_id] = (size, paths, tokens)
+            self.stats.bytes_fetched += size
+            self.stats.peak_bytes = max(self.stats.peak_bytes, self.used_bytes)
+            self._lock.notify_all()
+
+    def _fetch(self, key: str) -> str:
+        local = self.store.local_path(key)
+        if local is None:
+            return self.store.fetch(key, self.cache_dir)
+        # A local store (tests, NFS mounts): copy, since eviction deletes the cached file.
+        target = os.path.join(self.cache_dir, key.replace("/", "__"))
+        shutil.copyfile(local, target + ".part")
+        os.replace(target + ".part", target)
+        return target
+
+    def get(self, shard_id: int) -> np.ndarray:
+        with self._lock:
+            entry = self._resident.get(shard_id)
+            if entry is not None:
+                self.stats.hits += 1
+                return entry[2]
+            future = self._inflight.get(shard_id)
+            if future is None:
+                size = self.shard_bytes(shard_id)
+                if not self._make_room(size, -1, forced=True):
+                    self.stats.over_limit += 1
+                future = self._start_fetch(shard_id, size, prefetch=False)
+            self.stats.misses += 1
+        future.result()  # re-raises the download's ShardError
+        with self._lock:
+            return self._resident[shard_id][2]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class MixedTokens:
-    """Random access to the samples of one built mix."""
+    """Random access to the samples of one split of a built mix."""
 
-    def __init__(self, store: Store, mix: str, cache_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        mix: str,
+        cache_dir: str | None = None,
+        split: str = "train",
+        cache_bytes: int = 8 << 30,
+        prefetch_threads: int = 2,
+        verify_checksums: bool = True,
+        cache_shards: bool | None = None,
+    ) -> None:
         prefix = f"mixed_dataset/{mix}"
         manifest_key = f"{prefix}/_manifest.json"
         if not store.exists(manifest_key):
             raise FileNotFoundError(f"{store.uri(manifest_key)} does not exist: materialize mixed_dataset[{mix}] first")
+        self.store = store
+        self.mix = mix
+        self.split = split
         self.manifest: dict[str, Any] = json.loads(store.read_bytes(manifest_key))
+        splits = self.manifest.get("splits", {})
+        if split not in splits and not (split == "train" and not splits):
+            allowed = sorted(splits) or ["train"]
+            raise KeyError(f"mix {mix!r} has no split {split!r}; its splits are {allowed}")
+        ranges_name = splits.get(split, {}).get("ranges", "ranges.parquet")
         self.sequence_length = int(self.manifest["sequence_length"])
-        cache = cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "sluice")
-        os.makedirs(cache, exist_ok=True)
-        ranges_path = store.local_path(f"{prefix}/ranges.parquet") or store.fetch(f"{prefix}/ranges.parquet", cache)
-        ranges = pq.read_table(ranges_path)
-        self.shard_ids = ranges.column("shard").to_numpy()
-        self.starts = ranges.column("start").to_numpy()
-        self.lengths = ranges.column("length").to_numpy()
+        self.dtype = str(self.manifest["dtype"])
+        self.cache_dir = cache_dir or default_cache_dir()
+        self.cache_bytes = int(cache_bytes)
+        self.prefetch_threads = prefetch_threads
+        self.verify_checksums = verify_checksums
+        ranges_key = f"{prefix}/{ranges_name}"
+        os.makedirs(self.cache_dir, exist_ok=True)
+        try:
+            ranges_path = store.local_path(ranges_key) or store.fetch(ranges_key, self.cache_dir)
+            ranges = pq.read_table(ranges_path, columns=["shard", "start", "length"])
+        except (StorageError, FileNotFoundError, OSError) as error:
+            raise FileNotFoundError(f"{store.uri(ranges_key)}: cannot read the mix's ranges ({error})") from error
+        self.shard_ids = ranges.column("shard").to_numpy().astype(np.int64)
+        self.starts = ranges.column("start").to_numpy().astype(np.int64)
+        self.lengths = ranges.column("length").to_numpy().astype(np.int64)
         self.range_offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
         self.total_tokens = int(self.range_offsets[-1])
-        self.shards: list[np.ndarray] = []
-        for shard in self.manifest["shards"]:
-            bin_key = f"{shard['prefix']}/{shard['name']}.bin"
-            idx_key = f"{shard['prefix']}/{shard['name']}.idx"
-            try:
-                bin_path = store.local_path(bin_key) or store.fetch(bin_key, cache)
-                idx_path = store.local_path(idx_key) or store.fetch(idx_key, cache)
-                view = ShardView.open(bin_path, idx_path, self.manifest["dtype"], name=store.uri(bin_key))
-            except FileNotFoundError as error:
-                raise ShardError(f"{store.uri(bin_key)}: missing ({error})") from error
-            self.shards.append(view.tokens)
+        self.refs = [ShardRef(shard["prefix"], shard["name"]) for shard in self.manifest["shards"]]
+        if len(self.shard_ids) and (self.shard_ids.min() < 0 or self.shard_ids.max() >= len(self.refs)):
+            raise ShardError(f"{store.uri(ranges_key)}: refers to shard {int(self.shard_ids.max())} but the manifest lists {len(self.refs)} shards")
+        # Remote stores always go through the byte-limited cache; local ones are memory-mapped in place.
+        self.remote = store.local_path(manifest_key) is None if cache_shards is None else cache_shards
+        self._provider_pid: int | None = None
+        self._provider: LocalShards | ShardCache | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_provider"], state["_provider_pid"] = None, None  # threads and maps are per process
+        return state
+
+    def shards(self) -> LocalShards | ShardCache:
+        """This process's shard access (memory maps, or the S3 cache); DataLoader workers get their own."""
+        if self._provider is None or self._provider_pid != os.getpid():
+            if self.remote:
+                worker = get_worker_info()
+                folder = os.path.join(self.cache_dir, f"mix-{self.mix}", f"pid-{os.getpid()}")
+                budget = self.cache_bytes // (worker.num_workers if worker else 1)
+                self._provider = ShardCache(
+                    self.store, self.refs, self.dtype, folder, budget, self.prefetch_threads, self.verify_checksums
+                )
+            else:
+                self._provider = LocalShards(self.store, self.refs, self.dtype)
+            self._provider_pid = os.getpid()
+        return self._provider
 
     def __len__(self) -> int:
         return max(0, (self.total_tokens - 1) // self.sequence_length)
 
+    def read(self, begin: int, out: np.ndarray) -> list[int]:
+        """Fill `out` with stream tokens [begin, begin + len(out)); returns the offsets (relative to begin,
+        inside (0, len(out))) where a new range, i.e. a new document, starts."""
+        end = begin + len(out)
+        shards = self.shards()
+        index = int(np.searchsorted(self.range_offsets, begin, side="right")) - 1
+        position = begin
+        starts: list[int] = []
+        while position < end:
+            range_begin = int(self.range_offsets[index])
+            if range_begin > begin:
+                starts.append(range_begin - begin)
+            within = position - range_begin
+            take = min(int(self.lengths[index]) - within, end - position)
+            tokens = shards.get(int(self.shard_ids[index]))
+            start = int(self.starts[index]) + within
+            piece = tokens[start : start + take]
+            if len(piece) != take:
+                ref = self.refs[int(self.shard_ids[index])]
+                raise ShardError(
+                    f"{self.store.uri(ref.bin_key)}: the mix reads tokens [{start}, {start + take}) but the shard holds "
+                    f"{len(tokens)}; the shard is truncated or does not belong to this mix"
+                )
+            out[position - begin : position - begin + take] = piece
+            position += take
+            index += 1
+        return starts
+
     def tokens(self, begin: int, end: int) -> np.ndarray:
         """Tokens [begin, end) of the mix's token stream."""
         out = np.empty(end - begin, dtype=np.int64)
-        first = int(np.searchsorted(self.range_offsets, begin, side="right")) - 1
-        written = 0
-        position = begin
-        index = first
-        while position < end:
-            range_begin = self.range_offsets[index]
-            within = position - range_begin
-            take = min(int(self.lengths[index] - within), end - position)
-            shard = self.shards[self.shard_ids[index]]
-            start = int(self.starts[index] + within)
-            out[written : written + take] = shard[start : start + take]
-            written += take
-            position += take
-            index += 1
+        self.read(begin, out)
         return out
 
     def sample(self, index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -80,43 +417,339 @@ class MixedTokens:
         window = self.tokens(index * length, index * length + length + 1)
         return window[:-1], window[1:]
 
+    def shards_of(self, sample_ids: Sequence[int]) -> list[int]:
+        """Shard ids the given samples read, in read order (repeats kept; for the cache's plan)."""
+        length = self.sequence_length
+        out: list[int] = []
+        for sample in sample_ids:
+            begin = int(sample) * length
+            first = int(np.searchsorted(self.range_offsets, begin, side="right")) - 1
+            last = int(np.searchsorted(self.range_offsets, begin + length + 1, side="left"))
+            out.extend(self.shard_ids[first:last].tolist())
+        return out
 
-class MixSampleStream(IterableDataset):
-    """Samples of a mix in a seeded per-epoch permutation, this rank's and this worker's share only."""
 
-    def __init__(self, data: MixedTokens, seed: int, rank: int, world_size: int, epoch: int = 0) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in [0, {world_size})")
-        self.data = data
+def pack_samples(data: MixedTokens, sample_ids: Sequence[int], mask_document_boundaries: bool = False) -> dict[str, Any]:
+    """One batch of samples with document-boundary fields for variable-length attention (all on the CPU)."""
+    length = data.sequence_length
+    count = len(sample_ids)
+    window = np.empty((count, length + 1), dtype=np.int64)
+    positions = np.empty((count, length), dtype=np.int64)
+    labels_mask = np.zeros((count, length), dtype=bool)
+    seq_bounds: list[np.ndarray] = []
+    steps = np.arange(length, dtype=np.int64)
+    for row, sample in enumerate(sample_ids):
+        doc_starts = data.read(int(sample) * length, window[row])
+        # Segment starts inside the inputs: the sample start and every document start before L.
+        inside = [start for start in doc_starts if start < length]
+        segment_start = np.zeros(length, dtype=np.int64)
+        segment_start[inside] = inside
+        np.maximum.accumulate(segment_start, out=segment_start)
+        positions[row] = steps - segment_start
+        # Label j is token j + 1: it crosses a boundary when a document starts at j + 1 (j + 1 <= L).
+        labels_mask[row, [start - 1 for start in doc_starts]] = True
+        seq_bounds.append(np.array([0, *inside], dtype=np.int64) + row * length)
+    bounds = np.concatenate([*seq_bounds, [count * length]]).astype(np.int32)
+    labels = window[:, 1:].copy()
+    if mask_document_boundaries:
+        labels[labels_mask] = IGNORE_INDEX
+    return {
+        "input_ids": torch.from_numpy(np.ascontiguousarray(window[:, :-1])),
+        "labels": torch.from_numpy(labels),
+        "position_ids": torch.from_numpy(positions),
+        "cu_seqlens": torch.from_numpy(bounds),
+        "max_seqlen": int(np.diff(bounds).max()) if count else 0,
+    }
+
+
+class GlobalOrder:
+    """The global stream of sample positions: position q -> (epoch q // N, sample perm_epoch(q % N))."""
+
+    def __init__(self, num_samples: int, seed: int, block_size: int = 1) -> None:
+        if num_samples <= 0:
+            raise ValueError("the mix has no complete sample (fewer than sequence_length + 1 tokens)")
+        self.num_samples = num_samples
         self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.epoch = epoch
+        self.block_size = block_size
+        self._perms: dict[int, EpochPermutation] = {}
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def permutation(self, epoch: int) -> EpochPermutation:
+        perm = self._perms.get(epoch)
+        if perm is None:
+            if len(self._perms) > 4:
+                self._perms.clear()
+            perm = self._perms[epoch] = EpochPermutation(self.num_samples, self.seed, epoch, self.block_size)
+        return perm
+
+    def samples(self, begin: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sample ids and epochs of stream positions [begin, begin + count)."""
+        positions = np.arange(begin, begin + count, dtype=np.int64)
+        epochs = positions // self.num_samples
+        ids = np.empty(count, dtype=np.int64)
+        for epoch in np.unique(epochs).tolist():
+            mask = epochs == epoch
+            ids[mask] = self.permutation(epoch)(positions[mask] - epoch * self.num_samples)
+        return ids, epochs
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What one rank reads from stream position `start` on (absolute position; see module docstring)."""
+
+    start: int
+    batch_size: int
+    rank: int
+    world_size: int
+    end: int | None  # stream position to stop at (the final partial global batch is dropped), None = endless
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    def batch_begin(self, k: int) -> int | None:
+        """Stream position of this rank's slice of global batch k, or None past the end."""
+        if self.end is not None and self.start + (k + 1) * self.global_batch > self.end:
+            return None
+        return self.start + k * self.global_batch + self.rank * self.batch_size
+
+
+class RankBatches(IterableDataset):
+    """This rank's batches as an iterable dataset; worker w of K builds local batches w, w + K, ... whole."""
+
+    def __init__(self, data: MixedTokens, order: GlobalOrder, plan: RankPlan, mask_document_boundaries: bool, lookahead_batches: int = 16) -> None:
+        self.data = data
+        self.order = order
+        self.plan = plan
+        self.mask_document_boundaries = mask_document_boundaries
+        self.lookahead_batches = lookahead_batches
+
+    def _samples(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        begin = self.plan.batch_begin(k)
+        return None if begin is None else self.order.samples(begin, self.plan.batch_size)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.data))
-        # Whole global batches go to ranks in turn; inside a rank, workers take turns too.
-        mine = order[self.rank :: self.world_size][worker_id::workers]
-        for index in mine:
-            inputs, labels = self.data.sample(int(index))
-            yield {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels)}
+        shards = self.data.shards()
+        ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
+        next_planned = worker_id
+        k = worker_id
+        while True:
+            current = self._samples(k)
+            if current is None:
+                return
+            if shards.remote:
+                while len(ahead) < self.lookahead_batches:
+                    planned = self._samples(next_planned)
+                    if planned is None:
+                        break
+                    ahead.append((next_planned, self.data.shards_of(planned[0])))
+                    next_planned += workers
+                while ahead and ahead[0][0] < k:
+                    ahead.popleft()
+                shards.plan([shard for _, batch_shards in ahead for shard in batch_shards])
+            ids, epochs = current
+            batch = pack_samples(self.data, ids.tolist(), self.mask_document_boundaries)
+            batch["sample_ids"] = torch.from_numpy(ids)
+            batch["epochs"] = torch.from_numpy(epochs)
+            yield batch
+            k += workers
 
 
-def batches(
-    data: MixedTokens,
-    batch_size: int,
-    seed: int,
-    rank: int = 0,
-    world_size: int = 1,
-    epoch: int = 0,
-    device: str | torch.device = "cpu",
-    num_workers: int = 0,
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Yield batches `{input_ids, labels}` of shape [batch_size, sequence_length] on `device`."""
-    device = torch.device(device)
-    stream = MixSampleStream(data, seed, rank, world_size, epoch)
-    loader = DataLoader(stream, batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda", drop_last=True)
-    for batch in loader:
-        yield {name: tensor.to(device, non_blocking=device.type == "cuda") for name, tensor in batch.items()}
+@dataclass
+class LoaderStats:
+    """Data-stall accounting: seconds the caller spent waiting for each batch."""
+
+    steps: int = 0
+    wait_seconds: float = 0.0
+    last_wait_seconds: float = 0.0
+
+    @property
+    def mean_wait_seconds(self) -> float:
+        return self.wait_seconds / self.steps if self.steps else 0.0
+
+    def stall_share(self, elapsed_seconds: float) -> float:
+        """Share of `elapsed_seconds` (the caller's wall time) spent waiting for data."""
+        return self.wait_seconds / elapsed_seconds if elapsed_seconds > 0 else 0.0
+
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _background(iterable, depth: int) -> Iterator[Any]:
+    """Run an iterator in a thread, `depth` items ahead; errors re-raise in the consumer."""
+    items: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in iterable:
+                while not stop.is_set():
+                    try:
+                        items.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(_END)
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer
+            items.put(_Failure(error))
+
+    thread = threading.Thread(target=produce, name="sluice-loader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+
+
+class TrainingLoader:
+    """Batches of one rank, on `device`, in the global order; `state_dict()` / `load_state_dict()` resume.
+
+    Iterating continues from the current state; breaking out and iterating again goes on where it left.
+    `stats` tells how long the caller waited for data.
+    """
+
+    def __init__(
+        self,
+        data: MixedTokens,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        num_workers: int = 0,
+        device: str | torch.device = "cpu",
+        block_size: int = 1,
+        mask_document_boundaries: bool = False,
+        num_epochs: int | None = None,
+        prefetch_batches: int = 4,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, {world_size})")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.data = data
+        self.batch_size = batch_size
+        self.rank = rank
+        self.world_size = world_size
+        self.num_workers = num_workers
+        self.device = torch.device(device)
+        self.mask_document_boundaries = mask_document_boundaries
+        self.num_epochs = num_epochs
+        self.prefetch_batches = prefetch_batches
+        self.order = GlobalOrder(len(data), seed, block_size)
+        self.stream_position = 0  # absolute: epoch * N + samples of that epoch consumed
+        self.stats = LoaderStats()
+
+    @property
+    def num_samples(self) -> int:
+        return self.order.num_samples
+
+    @property
+    def seed(self) -> int:
+        return self.order.seed
+
+    @property
+    def epoch(self) -> int:
+        return self.stream_position // self.num_samples
+
+    def state_dict(self) -> dict[str, int]:
+        return {
+            "version": STATE_VERSION,
+            "seed": self.order.seed,
+            "epoch": self.epoch,
+            "position": self.stream_position % self.num_samples,
+            "num_samples": self.num_samples,
+            "block_size": self.order.block_size,
+        }
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if int(state.get("version", STATE_VERSION)) != STATE_VERSION:
+            raise ValueError(f"loader state version {state.get('version')} is not {STATE_VERSION}")
+        if int(state["num_samples"]) != self.num_samples:
+            raise ValueError(
+                f"the saved loader state is for a mix of {state['num_samples']} samples but mix {self.data.mix!r} "
+                f"({self.data.split}) has {self.num_samples}: resume on the same mix"
+            )
+        position = int(state["position"])
+        if not 0 <= position < self.num_samples:
+            raise ValueError(f"loader state position {position} is outside [0, {self.num_samples})")
+        self.order = GlobalOrder(self.num_samples, int(state["seed"]), int(state.get("block_size", 1)))
+        self.stream_position = int(state["epoch"]) * self.num_samples + position
+
+    def set_epoch(self, epoch: int) -> None:
+        """Jump to the start of `epoch` (for loops that count epochs themselves)."""
+        self.stream_position = int(epoch) * self.num_samples
+
+    def _plan(self) -> RankPlan:
+        end = None if self.num_epochs is None else self.num_epochs * self.num_samples
+        return RankPlan(self.stream_position, self.batch_size, self.rank, self.world_size, end)
+
+    def _host_batches(self, plan: RankPlan) -> Iterator[dict[str, Any]]:
+        dataset = RankBatches(self.data, self.order, plan, self.mask_document_boundaries)
+        cuda = self.device.type == "cuda"
+        if self.num_workers > 0:
+            loader = DataLoader(
+                dataset,
+                batch_size=None,
+                num_workers=self.num_workers,
+                pin_memory=cuda,
+                prefetch_factor=max(1, self.prefetch_batches // self.num_workers) + 1,
+            )
+            yield from loader
+            return
+
+        def produced() -> Iterator[dict[str, Any]]:
+            for batch in dataset:
+                if cuda:
+                    batch = {name: value.pin_memory() if torch.is_tensor(value) else value for name, value in batch.items()}
+                yield batch
+
+        yield from _background(produced(), self.prefetch_batches)
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        if self.device.type == "cpu":
+            return batch
+        non_blocking = self.device.type == "cuda"
+        # cu_seqlens stays on the host too (varlen kernels want max_seqlen as a host int; the tensor goes along).
+        return {name: value.to(self.device, non_blocking=non_blocking) if torch.is_tensor(value) else value for name, value in batch.items()}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        plan = self._plan()
+        source = self._host_batches(plan)
+        cuda = self.device.type == "cuda"
+        consumed = 0
+
+        def fetch() -> tuple[dict[str, Any] | None, float]:
+            mark = time.perf_counter()
+            host = next(source, None)
+            return (None if host is None else self._to_device(host)), time.perf_counter() - mark
+
+        try:
+            ready, waited = fetch()
+            while ready is not None:
+                following = None
+                if cuda:  # issue the next batch's copy before handing out this one, so it overlaps the step
+                    following, more = fetch()
+                    waited += more
+                consumed += 1
+                self.stream_position = plan.start + consumed * plan.global_batch
+                self.stats.steps += 1
+                self.stats.wait_seconds += waited
+                self.stats.last_wait_seconds = waited
+                yield ready
+                ready, waited = (following, 0.0) if cuda else fetch()
+        finally:
+            source.close()
