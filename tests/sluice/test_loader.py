@@ -294,3 +294,68 @@ def test_stall_metric_counts_every_step(data):
     assert loader.stats.steps == 12
     assert loader.stats.wait_seconds >= 0 and loader.stats.last_wait_seconds >= 0
     assert loader.stats.mean_wait_seconds == pytest.approx(loader.stats.wait_seconds / 12)
+
+
+@pytest.fixture(scope="module")
+def s3_mix(mix_root):
+    """The test mix uploaded to a bucket on a real SeaweedFS server."""
+    from tests.s3_server import shared_server
+
+    with shared_server() as server:
+        bucket = server.create_bucket("sluice-loader")
+        client = server.client()
+        for folder, _, files in os.walk(mix_root):
+            for name in files:
+                path = os.path.join(folder, name)
+                client.upload_file(path, bucket, "data/" + os.path.relpath(path, mix_root))
+        yield server, bucket
+
+
+def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_path, monkeypatch):
+    import sluice.storage
+    from sluice.config import S3Settings
+    from tests.s3_server import use_credentials
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
+        limit = int(sum(shard_total_bytes(local)) * 0.45)
+        remote = MixedTokens(
+            open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit
+        )
+        assert remote.remote
+        steps = len(local) // 8
+        expected = take(TrainingLoader(local, 8, seed=6, mask_document_boundaries=True), steps)
+        got = take(TrainingLoader(remote, 8, seed=6, mask_document_boundaries=True), steps)
+        assert same_batches(got, expected)
+        stats = remote.shards().stats
+        assert stats.evictions > 0 and stats.peak_bytes <= limit and stats.prefetched > 0
+        on_disk = sum(entry.stat().st_size for entry in os.scandir(remote.shards().cache_dir))
+        assert on_disk <= limit
+    finally:
+        sluice.storage._CLIENTS.clear()
+
+
+def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
+    import sluice.storage
+    from sluice.config import S3Settings
+    from tests.s3_server import use_credentials
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        store = open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url))
+        data = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=1 << 30)
+        victim = data.refs[2]
+        original = store.read_bytes(victim.bin_key)
+        body = bytearray(original)
+        body[10] ^= 0xFF  # same size, different content: only the checksum can tell
+        store.write_bytes(victim.bin_key, bytes(body))
+        try:
+            with pytest.raises(ShardError, match=rf"{victim.name}\.bin: SHA-256 does not match"):
+                take(TrainingLoader(data, 4, seed=0), len(data))
+        finally:
+            store.write_bytes(victim.bin_key, original)
+    finally:
+        sluice.storage._CLIENTS.clear()
