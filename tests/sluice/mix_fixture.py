@@ -52,8 +52,8 @@ def build_test_mix(
 ) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     write_partition(store, "web", "2026-01", shards, docs_per_shard, rng)
-    write_partition(store, "books", "2026-01", shards, docs_per_shard, rng)
-    settings = MixSettings(weights={"web": 0.6, "books": 0.4}, token_budget=token_budget, sequence_length=sequence_length, seed=seed, max_epochs=4)
+    write_partition(store, "reference", "2026-01", shards, docs_per_shard, rng)
+    settings = MixSettings(weights={"web": 0.6, "reference": 0.4}, token_budget=token_budget, sequence_length=sequence_length, seed=seed, max_epochs=4)
 
     def idx_reader(key: str) -> np.ndarray:
         return np.fromfile(store.local_path(key), dtype="<u8")

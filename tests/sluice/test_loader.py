@@ -147,6 +147,7 @@ def test_elastic_resume_from_four_ranks_to_three_continues_the_global_order(data
     assert sorted(epoch0) == list(range(len(data)))
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_elastic_resume_from_two_workers_to_five(data):
     reference = take(TrainingLoader(data, 4, seed=2, rank=1, world_size=2), 23)
     two = TrainingLoader(data, 4, seed=2, rank=1, world_size=2, num_workers=2)
