@@ -105,7 +105,7 @@ class LocalShards:
             for key, path in ((ref.bin_key, bin_path), (ref.idx_key, idx_path)):
                 if path is None or not os.path.isfile(path):
                     raise ShardError(f"{self.store.uri(key)}: shard file is missing")
-            tokens = ShardView.open(bin_path, idx_path, self.dtype, name=self.store.uri(ref.bin_key)).tokens
+            tokens = ShardView.open(bin_path, idx_path, self.dtype, name=self.store.uri(ref.bin_key)).tokens.view(np.ndarray)
             self._views[shard_id] = tokens
         return tokens
 
@@ -254,7 +254,7 @@ class ShardCache:
                     raise ShardError(f"{self.store.uri(key)}: {actual} bytes, its manifest says {entry['bytes']}; the shard is truncated or corrupt")
                 if self.verify_checksums and sha256_path(path) != entry["sha256"]:
                     raise ShardError(f"{self.store.uri(key)}: SHA-256 does not match its manifest; the shard is corrupt")
-            tokens = ShardView.open(paths[0], paths[1], self.dtype, name=self.store.uri(ref.bin_key)).tokens
+            tokens = ShardView.open(paths[0], paths[1], self.dtype, name=self.store.uri(ref.bin_key)).tokens.view(np.ndarray)
         except BaseException:
             for path in paths:
                 Path(path).unlink(missing_ok=True)
@@ -429,30 +429,58 @@ class MixedTokens:
         return out
 
 
-def pack_samples(data: MixedTokens, sample_ids: Sequence[int], mask_document_boundaries: bool = False) -> dict[str, Any]:
-    """One batch of samples with document-boundary fields for variable-length attention (all on the CPU)."""
+def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool = False) -> dict[str, Any]:
+    """One batch of samples with document-boundary fields for variable-length attention (all on the CPU).
+
+    Vectorized over the batch: the segments (pieces of one range inside one sample's window) are computed
+    with a few numpy calls, then each is one slice copy out of its memory-mapped shard.
+    """
     length = data.sequence_length
-    count = len(sample_ids)
-    window = np.empty((count, length + 1), dtype=np.int64)
-    positions = np.empty((count, length), dtype=np.int64)
-    labels_mask = np.zeros((count, length), dtype=bool)
-    seq_bounds: list[np.ndarray] = []
-    steps = np.arange(length, dtype=np.int64)
-    for row, sample in enumerate(sample_ids):
-        doc_starts = data.read(int(sample) * length, window[row])
-        # Segment starts inside the inputs: the sample start and every document start before L.
-        inside = [start for start in doc_starts if start < length]
-        segment_start = np.zeros(length, dtype=np.int64)
-        segment_start[inside] = inside
-        np.maximum.accumulate(segment_start, out=segment_start)
-        positions[row] = steps - segment_start
-        # Label j is token j + 1: it crosses a boundary when a document starts at j + 1 (j + 1 <= L).
-        labels_mask[row, [start - 1 for start in doc_starts]] = True
-        seq_bounds.append(np.array([0, *inside], dtype=np.int64) + row * length)
-    bounds = np.concatenate([*seq_bounds, [count * length]]).astype(np.int32)
+    ids = np.asarray(sample_ids, dtype=np.int64)
+    count = len(ids)
+    width = length + 1
+    offsets = data.range_offsets
+    begins = ids * length
+    first = np.searchsorted(offsets, begins, side="right") - 1
+    last = np.searchsorted(offsets, begins + width, side="left")  # ranges first..last-1 cover the window
+    counts = last - first
+    row = np.repeat(np.arange(count), counts)
+    ranges = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    seg_begin = np.maximum(offsets[ranges] - begins[row], 0)  # inside the window
+    seg_end = np.minimum(offsets[ranges + 1] - begins[row], width)
+    source = data.starts[ranges] + begins[row] + seg_begin - offsets[ranges]  # token offset inside the shard
+    flat = row * width + seg_begin
+    window = np.empty(count * width, dtype=np.int64)
+    shards = data.shards()
+    views: dict[int, np.ndarray] = {}
+    for shard, src, dst, size in zip(
+        data.shard_ids[ranges].tolist(), source.tolist(), flat.tolist(), (seg_end - seg_begin).tolist(), strict=True
+    ):
+        tokens = views.get(shard)
+        if tokens is None:
+            tokens = views[shard] = shards.get(shard)
+        piece = tokens[src : src + size]
+        if len(piece) != size:
+            raise ShardError(
+                f"{data.store.uri(data.refs[shard].bin_key)}: the mix reads tokens [{src}, {src + size}) but the shard "
+                f"holds {len(tokens)}; the shard is truncated or does not belong to this mix"
+            )
+        window[dst : dst + size] = piece
+    window = window.reshape(count, width)
+    # A document starts at every segment start except each window's first (that one starts the sample).
+    new_doc = seg_begin > 0
+    doc_row, doc_at = row[new_doc], seg_begin[new_doc]
+    inside = doc_at < length
+    segment_start = np.zeros((count, length), dtype=np.int64)
+    segment_start[doc_row[inside], doc_at[inside]] = doc_at[inside]
+    np.maximum.accumulate(segment_start, axis=1, out=segment_start)
+    positions = np.arange(length, dtype=np.int64) - segment_start
+    # cu_seqlens over the flattened [count * length] inputs: each row's start and its document starts.
+    starts_in_inputs = seg_begin < length
+    bounds = np.append(row[starts_in_inputs] * length + seg_begin[starts_in_inputs], count * length).astype(np.int32)
     labels = window[:, 1:].copy()
     if mask_document_boundaries:
-        labels[labels_mask] = IGNORE_INDEX
+        labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
     return {
         "input_ids": torch.from_numpy(np.ascontiguousarray(window[:, :-1])),
         "labels": torch.from_numpy(labels),
@@ -483,7 +511,11 @@ class GlobalOrder:
 
     def samples(self, begin: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """Sample ids and epochs of stream positions [begin, begin + count)."""
-        positions = np.arange(begin, begin + count, dtype=np.int64)
+        return self.at(np.arange(begin, begin + count, dtype=np.int64))
+
+    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sample ids and epochs of the given stream positions."""
+        count = len(positions)
         epochs = positions // self.num_samples
         ids = np.empty(count, dtype=np.int64)
         for epoch in np.unique(epochs).tolist():
@@ -524,12 +556,26 @@ class RankBatches(IterableDataset):
         self.lookahead_batches = lookahead_batches
 
     def _samples(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        begin = self.plan.batch_begin(k)
-        return None if begin is None else self.order.samples(begin, self.plan.batch_size)
+        """Sample ids and epochs of this rank's local batch k (permutations evaluated many batches at a time)."""
+        cached = self._ids.get(k)
+        if cached is not None:
+            return cached
+        if self.plan.batch_begin(k) is None:
+            return None
+        # Evaluate the next `chunk` batches of this worker in one vectorized call (numpy per-call overhead).
+        wanted = [j for j in range(k, k + self._chunk * self._stride, self._stride) if self.plan.batch_begin(j) is not None]
+        begins = np.array([self.plan.batch_begin(j) for j in wanted], dtype=np.int64)
+        positions = (begins[:, None] + np.arange(self.plan.batch_size, dtype=np.int64)).reshape(-1)
+        ids, epochs = self.order.at(positions)
+        size = self.plan.batch_size
+        for index, j in enumerate(wanted):
+            self._ids[j] = (ids[index * size : (index + 1) * size], epochs[index * size : (index + 1) * size])
+        return self._ids[k]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
+        self._ids, self._stride, self._chunk = {}, workers, 64
         shards = self.data.shards()
         ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
         next_planned = worker_id
@@ -549,7 +595,8 @@ class RankBatches(IterableDataset):
                     ahead.popleft()
                 shards.plan([shard for _, batch_shards in ahead for shard in batch_shards])
             ids, epochs = current
-            batch = pack_samples(self.data, ids.tolist(), self.mask_document_boundaries)
+            self._ids.pop(k, None)  # consumed: the cache only holds batches still ahead
+            batch = pack_samples(self.data, ids, self.mask_document_boundaries)
             batch["sample_ids"] = torch.from_numpy(ids)
             batch["epochs"] = torch.from_numpy(epochs)
             yield batch
