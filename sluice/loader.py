@@ -429,6 +429,18 @@ class MixedTokens:
         return out
 
 
+_ARANGES: dict[int, np.ndarray] = {}
+
+
+def _flat_arange(size: int) -> np.ndarray:
+    """A cached, read-only np.arange(size) (batches have one shape, so this is built once)."""
+    values = _ARANGES.get(size)
+    if values is None:
+        values = _ARANGES[size] = np.arange(size, dtype=np.int64)
+        values.flags.writeable = False
+    return values
+
+
 def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool = False) -> dict[str, Any]:
     """One batch of samples with document-boundary fields for variable-length attention (all on the CPU).
 
@@ -451,33 +463,29 @@ def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask
     source = data.starts[ranges] + begins[row] + seg_begin - offsets[ranges]  # token offset inside the shard
     flat = row * width + seg_begin
     window = np.empty(count * width, dtype=np.int64)
-    shards = data.shards()
-    views: dict[int, np.ndarray] = {}
-    for shard, src, dst, size in zip(
-        data.shard_ids[ranges].tolist(), source.tolist(), flat.tolist(), (seg_end - seg_begin).tolist(), strict=True
-    ):
-        tokens = views.get(shard)
-        if tokens is None:
-            tokens = views[shard] = shards.get(shard)
-        piece = tokens[src : src + size]
-        if len(piece) != size:
-            raise ShardError(
-                f"{data.store.uri(data.refs[shard].bin_key)}: the mix reads tokens [{src}, {src + size}) but the shard "
-                f"holds {len(tokens)}; the shard is truncated or does not belong to this mix"
-            )
-        window[dst : dst + size] = piece
+    get = data.shards().get
+    shard = src = size = -1
+    try:
+        for shard, src, dst, size in zip(
+            data.shard_ids[ranges].tolist(), source.tolist(), flat.tolist(), (seg_end - seg_begin).tolist(), strict=True
+        ):
+            window[dst : dst + size] = get(shard)[src : src + size]
+    except ValueError as error:  # a slice shorter than the range: numpy cannot broadcast it into place
+        raise ShardError(
+            f"{data.store.uri(data.refs[shard].bin_key)}: the mix reads tokens [{src}, {src + size}) but the shard holds "
+            f"{len(get(shard))}; the shard is truncated or does not belong to this mix"
+        ) from error
     window = window.reshape(count, width)
     # A document starts at every segment start except each window's first (that one starts the sample).
     new_doc = seg_begin > 0
     doc_row, doc_at = row[new_doc], seg_begin[new_doc]
-    inside = doc_at < length
-    segment_start = np.zeros((count, length), dtype=np.int64)
-    segment_start[doc_row[inside], doc_at[inside]] = doc_at[inside]
-    np.maximum.accumulate(segment_start, axis=1, out=segment_start)
-    positions = np.arange(length, dtype=np.int64) - segment_start
-    # cu_seqlens over the flattened [count * length] inputs: each row's start and its document starts.
-    starts_in_inputs = seg_begin < length
-    bounds = np.append(row[starts_in_inputs] * length + seg_begin[starts_in_inputs], count * length).astype(np.int32)
+    # Segments of the inputs (the window without its last token): flat starts and lengths; position ids
+    # count up from 0 inside each, and cu_seqlens lists their starts over the flattened [count * length].
+    in_inputs = seg_begin < length
+    input_starts = row[in_inputs] * length + seg_begin[in_inputs]
+    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    positions = (_flat_arange(count * length) - np.repeat(input_starts, input_sizes)).reshape(count, length)
+    bounds = np.append(input_starts, count * length).astype(np.int32)
     labels = window[:, 1:].copy()
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
@@ -486,7 +494,7 @@ def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask
         "labels": torch.from_numpy(labels),
         "position_ids": torch.from_numpy(positions),
         "cu_seqlens": torch.from_numpy(bounds),
-        "max_seqlen": int(np.diff(bounds).max()) if count else 0,
+        "max_seqlen": int(input_sizes.max()) if count else 0,
     }
 
 
@@ -575,7 +583,8 @@ class RankBatches(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
-        self._ids, self._stride, self._chunk = {}, workers, 64
+        # Permutations cost a fixed numpy overhead per call (cycle walking): evaluate ~4096 positions at once.
+        self._ids, self._stride, self._chunk = {}, workers, max(16, 4096 // self.plan.batch_size)
         shards = self.data.shards()
         ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
         next_planned = worker_id
@@ -681,7 +690,7 @@ class TrainingLoader:
         block_size: int = 1,
         mask_document_boundaries: bool = False,
         num_epochs: int | None = None,
-        prefetch_batches: int = 4,
+        prefetch_batches: int = 4,  # 0 = build batches synchronously in the caller (no thread)
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, {world_size})")
@@ -764,7 +773,10 @@ class TrainingLoader:
                     batch = {name: value.pin_memory() if torch.is_tensor(value) else value for name, value in batch.items()}
                 yield batch
 
-        yield from _background(produced(), self.prefetch_batches)
+        if self.prefetch_batches <= 0:  # synchronous in the caller (CPU-bound loops gain nothing from a thread)
+            yield from produced()
+        else:
+            yield from _background(produced(), self.prefetch_batches)
 
     def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
         if self.device.type == "cpu":
