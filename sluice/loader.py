@@ -441,8 +441,8 @@ def _flat_arange(size: int) -> np.ndarray:
     return values
 
 
-def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool = False) -> dict[str, Any]:
-    """One batch of samples with document-boundary fields for variable-length attention (all on the CPU).
+def _pack_arrays(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool) -> dict[str, np.ndarray]:
+    """Rows of samples with their document-boundary fields, as numpy arrays (see `pack_samples`).
 
     Vectorized over the batch: the segments (pieces of one range inside one sample's window) are computed
     with a few numpy calls, then each is one slice copy out of its memory-mapped shard.
@@ -485,17 +485,45 @@ def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask
     input_starts = row[in_inputs] * length + seg_begin[in_inputs]
     input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
     positions = (_flat_arange(count * length) - np.repeat(input_starts, input_sizes)).reshape(count, length)
-    bounds = np.append(input_starts, count * length).astype(np.int32)
     labels = window[:, 1:].copy()
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
     return {
-        "input_ids": torch.from_numpy(np.ascontiguousarray(window[:, :-1])),
-        "labels": torch.from_numpy(labels),
-        "position_ids": torch.from_numpy(positions),
-        "cu_seqlens": torch.from_numpy(bounds),
-        "max_seqlen": int(input_sizes.max()) if count else 0,
+        "input_ids": np.ascontiguousarray(window[:, :-1]),
+        "labels": labels,
+        "position_ids": positions,
+        "segment_starts": input_starts,
+        "segment_sizes": input_sizes,
     }
+
+
+def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool = False) -> dict[str, Any]:
+    """One batch of samples with document-boundary fields for variable-length attention (all on the CPU)."""
+    return split_packed(_pack_arrays(data, sample_ids, mask_document_boundaries), 1)[0]
+
+
+def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, Any]]:
+    """Cut packed rows into `pieces` batches of equal size, each with its own cu_seqlens / max_seqlen."""
+    rows, length = packed["input_ids"].shape
+    size = rows // pieces
+    starts, sizes = packed["segment_starts"], packed["segment_sizes"]
+    # Every row begins a segment, so segments never straddle two pieces.
+    edges = np.searchsorted(starts, np.arange(pieces + 1, dtype=np.int64) * size * length).tolist()
+    out = []
+    for piece in range(pieces):
+        a, b = edges[piece], edges[piece + 1]
+        rows_slice = slice(piece * size, (piece + 1) * size)
+        bounds = np.append(starts[a:b] - piece * size * length, size * length).astype(np.int32)
+        out.append(
+            {
+                "input_ids": torch.from_numpy(packed["input_ids"][rows_slice]),
+                "labels": torch.from_numpy(packed["labels"][rows_slice]),
+                "position_ids": torch.from_numpy(packed["position_ids"][rows_slice]),
+                "cu_seqlens": torch.from_numpy(bounds),
+                "max_seqlen": int(sizes[a:b].max()) if b > a else 0,
+            }
+        )
+    return out
 
 
 class GlobalOrder:
@@ -585,16 +613,23 @@ class RankBatches(IterableDataset):
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
         # Permutations cost a fixed numpy overhead per call (cycle walking): evaluate ~4096 positions at once.
         self._ids, self._stride, self._chunk = {}, workers, max(16, 4096 // self.plan.batch_size)
+        # Likewise packing: build ~64k tokens per call, then cut them into batches.
+        group = max(1, min(16, (1 << 16) // (self.plan.batch_size * self.data.sequence_length)))
         shards = self.data.shards()
         ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
         next_planned = worker_id
         k = worker_id
         while True:
-            current = self._samples(k)
-            if current is None:
+            batches = []
+            while len(batches) < group:
+                current = self._samples(k + len(batches) * workers)
+                if current is None:
+                    break
+                batches.append(current)
+            if not batches:
                 return
             if shards.remote:
-                while len(ahead) < self.lookahead_batches:
+                while len(ahead) < self.lookahead_batches + group:
                     planned = self._samples(next_planned)
                     if planned is None:
                         break
@@ -603,13 +638,15 @@ class RankBatches(IterableDataset):
                 while ahead and ahead[0][0] < k:
                     ahead.popleft()
                 shards.plan([shard for _, batch_shards in ahead for shard in batch_shards])
-            ids, epochs = current
-            self._ids.pop(k, None)  # consumed: the cache only holds batches still ahead
-            batch = pack_samples(self.data, ids, self.mask_document_boundaries)
-            batch["sample_ids"] = torch.from_numpy(ids)
-            batch["epochs"] = torch.from_numpy(epochs)
-            yield batch
-            k += workers
+            for index in range(len(batches)):
+                self._ids.pop(k + index * workers, None)  # consumed: the cache only holds batches still ahead
+            ids = np.concatenate([batch_ids for batch_ids, _ in batches])
+            packed = _pack_arrays(self.data, ids, self.mask_document_boundaries)
+            for (batch_ids, epochs), batch in zip(batches, split_packed(packed, len(batches)), strict=True):
+                batch["sample_ids"] = torch.from_numpy(batch_ids)
+                batch["epochs"] = torch.from_numpy(epochs)
+                yield batch
+            k += len(batches) * workers
 
 
 @dataclass
