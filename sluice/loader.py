@@ -462,7 +462,7 @@ def _pack_arrays(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask
     seg_end = np.minimum(offsets[ranges + 1] - begins[row], width)
     source = data.starts[ranges] + begins[row] + seg_begin - offsets[ranges]  # token offset inside the shard
     flat = row * width + seg_begin
-    window = np.empty(count * width, dtype=np.int64)
+    window = np.empty(count * width, dtype=data.dtype)  # token dtype: the copies move 2 (or 4) bytes a token
     get = data.shards().get
     shard = src = size = -1
     try:
@@ -485,11 +485,11 @@ def _pack_arrays(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask
     input_starts = row[in_inputs] * length + seg_begin[in_inputs]
     input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
     positions = (_flat_arange(count * length) - np.repeat(input_starts, input_sizes)).reshape(count, length)
-    labels = window[:, 1:].copy()
+    labels = window[:, 1:].astype(np.int64)
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
     return {
-        "input_ids": np.ascontiguousarray(window[:, :-1]),
+        "input_ids": window[:, :-1].astype(np.int64),
         "labels": labels,
         "position_ids": positions,
         "segment_starts": input_starts,
