@@ -155,6 +155,7 @@ class ShardCache:
         self.cache_dir = cache_dir
         self.max_bytes = int(max_bytes)
         self.verify_checksums = verify_checksums
+        shutil.rmtree(cache_dir, ignore_errors=True)  # files a previous run left are not in this run's accounting
         os.makedirs(cache_dir, exist_ok=True)
         self.stats = CacheStats()
         self._lock = threading.Condition()
@@ -352,6 +353,7 @@ class MixedTokens:
             raise ShardError(f"{store.uri(ranges_key)}: refers to shard {int(self.shard_ids.max())} but the manifest lists {len(self.refs)} shards")
         # Remote stores always go through the byte-limited cache; local ones are memory-mapped in place.
         self.remote = store.local_path(manifest_key) is None if cache_shards is None else cache_shards
+        self.cache_slot = "rank0"  # TrainingLoader sets its rank here: ranks on one host get separate caches
         self._provider_pid: int | None = None
         self._provider: LocalShards | ShardCache | None = None
 
@@ -365,7 +367,8 @@ class MixedTokens:
         if self._provider is None or self._provider_pid != os.getpid():
             if self.remote:
                 worker = get_worker_info()
-                folder = os.path.join(self.cache_dir, f"mix-{self.mix}", f"pid-{os.getpid()}")
+                # One folder per (rank, worker): a restart reuses it (ShardCache clears what a dead run left).
+                folder = os.path.join(self.cache_dir, f"mix-{self.mix}", self.split, f"{self.cache_slot}-worker{worker.id if worker else 0}")
                 budget = self.cache_bytes // (worker.num_workers if worker else 1)
                 self._provider = ShardCache(
                     self.store, self.refs, self.dtype, folder, budget, self.prefetch_threads, self.verify_checksums
@@ -742,6 +745,7 @@ class TrainingLoader:
         self.mask_document_boundaries = mask_document_boundaries
         self.num_epochs = num_epochs
         self.prefetch_batches = prefetch_batches
+        data.cache_slot = f"rank{rank}"
         self.order = GlobalOrder(len(data), seed, block_size)
         self.stream_position = 0  # absolute: epoch * N + samples of that epoch consumed
         self.stats = LoaderStats()
