@@ -122,7 +122,7 @@ class CacheStats:
     bytes_fetched: int = 0
     peak_bytes: int = 0
     over_limit: int = 0  # times one sample's shards alone exceeded the byte limit
-    evicted: list[int] = field(default_factory=list)
+    evicted: deque[int] = field(default_factory=lambda: deque(maxlen=4096))  # the latest evicted shard ids
 
 
 class ShardCache:

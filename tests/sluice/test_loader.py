@@ -257,14 +257,14 @@ def test_cache_evicts_the_shard_needed_furthest_in_the_future(data, tmp_path):
     try:
         cache.plan([0, 1, 0, 2, 0, 1])  # prefetches 0 and 1; 2 must wait: both are needed before it
         cache.get(0), cache.get(1)
-        assert cache.stats.evicted == []
+        assert list(cache.stats.evicted) == []
         cache.plan([0, 2, 0, 1])  # 1 is needed after 2, 0 before: evict 1
         assert np.array_equal(cache.get(0)[:5], np.fromfile(data.store.local_path(data.refs[0].bin_key), "<u2")[:5])
         cache.get(2)
-        assert cache.stats.evicted == [1]
+        assert list(cache.stats.evicted) == [1]
         cache.plan([0, 1])  # 2 is never needed again: evict it for 1
         cache.get(0), cache.get(1)
-        assert cache.stats.evicted == [1, 2]
+        assert list(cache.stats.evicted) == [1, 2]
         assert cache.stats.peak_bytes <= limit and cache.used_bytes <= limit
         assert sorted(os.listdir(tmp_path / "c")) == sorted(
             name.replace("/", "__") for ref in (data.refs[0], data.refs[1]) for name in (ref.bin_key, ref.idx_key)
