@@ -30,7 +30,8 @@ class TinyGPT(nn.Module):
         self.heads = heads
         self.embed = nn.Embedding(vocab_size, width)
         self.position = nn.Embedding(max_len, width)
-        block = nn.TransformerEncoderLayer(width, heads, 4 * width, batch_first=True, norm_first=True)
+        # No dropout: a resumed run then reproduces the uninterrupted one exactly (the RNG is not checkpointed).
+        block = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.head = nn.Linear(width, vocab_size)
 
@@ -46,7 +47,7 @@ class TinyGPT(nn.Module):
         return self.head(self.blocks(hidden, mask=mask))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=os.environ.get("SLUICE_CONFIG", "sluice.yaml"))
     parser.add_argument("--mix", default="default")
@@ -56,7 +57,9 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--checkpoint", default=None, help="save here every --save-every steps; resume from it if it exists")
     parser.add_argument("--save-every", type=int, default=10)
-    args = parser.parse_args()
+    parser.add_argument("--seed", type=int, default=0, help="model initialization")
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
     if "RANK" in os.environ and not dist.is_initialized():
         dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
         if args.device == "cuda":
@@ -68,11 +71,15 @@ def main() -> None:
     )
     loader = resource.loader()  # rank / world size from torch.distributed when initialized
     model = TinyGPT(int(loader.data.manifest["vocab_size"])).to(args.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     step = 0
     if args.checkpoint and os.path.exists(args.checkpoint):
         saved = torch.load(args.checkpoint, map_location=args.device)
         model.load_state_dict(saved["model"])
+    core = model
+    if dist.is_initialized():  # gradients averaged across ranks; each rank reads its own slice of every global batch
+        model = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    if args.checkpoint and os.path.exists(args.checkpoint):
         optimizer.load_state_dict(saved["optimizer"])
         loader.load_state_dict(saved["loader"])  # same global order, whatever the world size now
         step = saved["step"]
@@ -93,7 +100,7 @@ def main() -> None:
         if rank0 and (step % 5 == 0 or step == args.steps):
             print(f"step {step}: loss {loss.item():.3f}  (epoch {loader.epoch}, samples {batch['sample_ids'][:3].tolist()}...)")
         if args.checkpoint and rank0 and (step % args.save_every == 0 or step == args.steps):
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "step": step}
+            state = {"model": core.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "step": step}
             torch.save(state, args.checkpoint + ".tmp")
             os.replace(args.checkpoint + ".tmp", args.checkpoint)  # a crash never leaves half a checkpoint
     total = time.perf_counter() - started
