@@ -94,9 +94,9 @@ def prepare(work: str, tokens: int) -> tuple[MixedTokens, str]:
 
 # -- sluice ----------------------------------------------------------------------------------------------
 
-def run_sluice(data: MixedTokens, seconds: float, threaded: bool) -> float:
+def run_sluice(data: MixedTokens, seconds: float, threaded: bool, workers: int = 0) -> float:
     # prefetch_batches=0: batches built synchronously in the caller, like the peers' in-process iteration.
-    iterator = iter(TrainingLoader(data, BATCH, seed=3, prefetch_batches=4 if threaded else 0))
+    iterator = iter(TrainingLoader(data, BATCH, seed=3, prefetch_batches=4 if threaded else 0, num_workers=workers))
     for _ in range(10):
         next(iterator)
     count, started = 0, time.perf_counter()
@@ -278,7 +278,9 @@ def main() -> None:
         ours = max(run_sluice(data, args.seconds / args.rounds, threaded=False) for _ in range(args.rounds))
         ours_thread = max(run_sluice(data, args.seconds / args.rounds, threaded=True) for _ in range(args.rounds))
         print(f"sluice TrainingLoader:           {ours / 1e6:8.2f} M tokens/s per rank (prefetch_batches=0, in the caller)")
+        ours_worker = run_sluice(data, args.seconds / args.rounds + 2, threaded=True, workers=1)
         print(f"sluice TrainingLoader, thread:   {ours_thread / 1e6:8.2f} M tokens/s per rank (prefetch_batches=4; GIL-bound when the caller only iterates)")
+        print(f"sluice TrainingLoader, 1 worker: {ours_worker / 1e6:8.2f} M tokens/s per rank (num_workers=1: one DataLoader process)")
         peers = {}
         if not args.skip_peers:
             for label, spec, kind in (("MosaicML Streaming 0.13", MOSAIC, "mosaic"), ("LitData 0.2.76 TokensLoader", LITDATA, "litdata")):

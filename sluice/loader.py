@@ -444,8 +444,13 @@ def _flat_arange(size: int) -> np.ndarray:
     return values
 
 
-def _pack_arrays(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool) -> dict[str, np.ndarray]:
+def _pack_arrays(
+    data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool, out: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Rows of samples with their document-boundary fields, as numpy arrays (see `pack_samples`).
+
+    `out`, an int64 array [3, rows, length], receives input_ids, labels and position_ids (one buffer, so a
+    DataLoader worker sends one tensor per group of batches).
 
     Vectorized over the batch: the segments (pieces of one range inside one sample's window) are computed
     with a few numpy calls, then each is one slice copy out of its memory-mapped shard.
@@ -487,12 +492,16 @@ def _pack_arrays(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask
     in_inputs = seg_begin < length
     input_starts = row[in_inputs] * length + seg_begin[in_inputs]
     input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
-    positions = (_flat_arange(count * length) - np.repeat(input_starts, input_sizes)).reshape(count, length)
-    labels = window[:, 1:].astype(np.int64)
+    if out is None:
+        out = np.empty((3, count, length), dtype=np.int64)
+    inputs, labels, positions = out[0], out[1], out[2]
+    np.subtract(_flat_arange(count * length), np.repeat(input_starts, input_sizes), out=positions.reshape(-1))
+    np.copyto(labels, window[:, 1:])
+    np.copyto(inputs, window[:, :-1])
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
     return {
-        "input_ids": window[:, :-1].astype(np.int64),
+        "input_ids": inputs,
         "labels": labels,
         "position_ids": positions,
         "segment_starts": input_starts,
@@ -587,7 +596,19 @@ class RankPlan:
 class RankBatches(IterableDataset):
     """This rank's batches as an iterable dataset; worker w of K builds local batches w, w + K, ... whole."""
 
-    def __init__(self, data: MixedTokens, order: GlobalOrder, plan: RankPlan, mask_document_boundaries: bool, lookahead_batches: int = 16) -> None:
+    def __init__(
+        self,
+        data: MixedTokens,
+        order: GlobalOrder,
+        plan: RankPlan,
+        mask_document_boundaries: bool,
+        lookahead_batches: int = 16,
+        transport: bool = False,
+    ) -> None:
+        # transport=True (DataLoader workers): yield one item per group of batches, its big arrays in one
+        # tensor, because every tensor crossing the process boundary costs a shared-memory segment;
+        # `unpack_group` turns it back into batches, `in_order` restores the batch order.
+        self.transport = transport
         self.data = data
         self.order = order
         self.plan = plan
@@ -617,7 +638,9 @@ class RankBatches(IterableDataset):
         # Permutations cost a fixed numpy overhead per call (cycle walking): evaluate ~4096 positions at once.
         self._ids, self._stride, self._chunk = {}, workers, max(16, 4096 // self.plan.batch_size)
         # Likewise packing: build ~64k tokens per call, then cut them into batches.
-        group = max(1, min(16, (1 << 16) // (self.plan.batch_size * self.data.sequence_length)))
+        # Workers send larger groups: each one crossing the process boundary has a fixed cost.
+        group_tokens = 1 << 18 if self.transport else 1 << 16
+        group = max(1, min(64, group_tokens // (self.plan.batch_size * self.data.sequence_length)))
         shards = self.data.shards()
         ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
         next_planned = worker_id
@@ -644,12 +667,59 @@ class RankBatches(IterableDataset):
             for index in range(len(batches)):
                 self._ids.pop(k + index * workers, None)  # consumed: the cache only holds batches still ahead
             ids = np.concatenate([batch_ids for batch_ids, _ in batches])
+            if self.transport:
+                buffer = torch.empty((3, len(ids), self.data.sequence_length), dtype=torch.int64).share_memory_()  # filled in place, sent without a copy
+                packed = _pack_arrays(self.data, ids, self.mask_document_boundaries, out=buffer.numpy())
+                yield {
+                    "group": buffer,
+                    "ks": [k + index * workers for index in range(len(batches))],
+                    "sample_ids": ids.tolist(),
+                    "epochs": np.concatenate([epochs for _, epochs in batches]).tolist(),
+                    "segment_starts": packed["segment_starts"].tolist(),
+                    "segment_sizes": packed["segment_sizes"].tolist(),
+                }
+                k += len(batches) * workers
+                continue
             packed = _pack_arrays(self.data, ids, self.mask_document_boundaries)
             for (batch_ids, epochs), batch in zip(batches, split_packed(packed, len(batches)), strict=True):
                 batch["sample_ids"] = torch.from_numpy(batch_ids)
                 batch["epochs"] = torch.from_numpy(epochs)
                 yield batch
             k += len(batches) * workers
+
+
+def unpack_group(item: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(k, batch) pairs of one transported group (see RankBatches.transport)."""
+    buffer = item["group"].numpy()
+    packed = {
+        "input_ids": buffer[0],
+        "labels": buffer[1],
+        "position_ids": buffer[2],
+        "segment_starts": np.asarray(item["segment_starts"], dtype=np.int64),
+        "segment_sizes": np.asarray(item["segment_sizes"], dtype=np.int64),
+    }
+    ks = item["ks"]
+    batches = split_packed(packed, len(ks))
+    ids = np.asarray(item["sample_ids"], dtype=np.int64).reshape(len(ks), -1)
+    epochs = np.asarray(item["epochs"], dtype=np.int64).reshape(len(ks), -1)
+    for index, batch in enumerate(batches):
+        batch["sample_ids"] = torch.from_numpy(ids[index])
+        batch["epochs"] = torch.from_numpy(epochs[index])
+    return list(zip(ks, batches, strict=True))
+
+
+def in_order(groups: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Batches of transported groups in batch order k = 0, 1, 2, ... (workers hand groups round-robin, so a
+    group of worker w holds batches w, w + K, ...: hold them until their turn)."""
+    waiting: dict[int, dict[str, Any]] = {}
+    expected = 0
+    for item in groups:
+        waiting.update(unpack_group(item))
+        while expected in waiting:
+            yield waiting.pop(expected)
+            expected += 1
+    for k in sorted(waiting):  # nothing is left when every worker ran to the same end; kept for safety
+        yield waiting[k]
 
 
 @dataclass
@@ -795,17 +865,11 @@ class TrainingLoader:
         return RankPlan(self.stream_position, self.batch_size, self.rank, self.world_size, end)
 
     def _host_batches(self, plan: RankPlan) -> Iterator[dict[str, Any]]:
-        dataset = RankBatches(self.data, self.order, plan, self.mask_document_boundaries)
+        dataset = RankBatches(self.data, self.order, plan, self.mask_document_boundaries, transport=self.num_workers > 0)
         cuda = self.device.type == "cuda"
         if self.num_workers > 0:
-            loader = DataLoader(
-                dataset,
-                batch_size=None,
-                num_workers=self.num_workers,
-                pin_memory=cuda,
-                prefetch_factor=max(1, self.prefetch_batches // self.num_workers) + 1,
-            )
-            yield from loader
+            loader = DataLoader(dataset, batch_size=None, num_workers=self.num_workers, pin_memory=cuda, prefetch_factor=2)
+            yield from in_order(iter(loader))
             return
 
         def produced() -> Iterator[dict[str, Any]]:
