@@ -63,6 +63,7 @@ from sluice.shards import ShardError, ShardView, sha256_path
 from sluice.storage import StorageError, Store
 
 IGNORE_INDEX = -100  # the label value torch's cross_entropy ignores
+_COPIED = "_copied_event"  # internal key: the CUDA event of a batch's host-to-device copy
 STATE_VERSION = 1
 
 
@@ -817,6 +818,7 @@ class TrainingLoader:
         self.prefetch_batches = prefetch_batches
         data.cache_slot = f"rank{rank}"
         self.order = GlobalOrder(len(data), seed, block_size)
+        self._copy_stream = None  # CUDA side stream for host-to-device copies
         self.stream_position = 0  # absolute: epoch * N + samples of that epoch consumed
         self.stats = LoaderStats()
 
@@ -884,11 +886,32 @@ class TrainingLoader:
             yield from _background(produced(), self.prefetch_batches)
 
     def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Start the batch's copy to the device. On CUDA: from pinned memory, non_blocking, on a side stream,
+        with an event the compute stream waits on (so the copy overlaps the previous step). Every tensor goes,
+        cu_seqlens included; max_seqlen stays a host int (no device-to-host sync)."""
         if self.device.type == "cpu":
             return batch
-        non_blocking = self.device.type == "cuda"
-        # cu_seqlens stays on the host too (varlen kernels want max_seqlen as a host int; the tensor goes along).
-        return {name: value.to(self.device, non_blocking=non_blocking) if torch.is_tensor(value) else value for name, value in batch.items()}
+        if self.device.type != "cuda":
+            return {name: value.to(self.device) if torch.is_tensor(value) else value for name, value in batch.items()}
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(device=self.device)
+        with torch.cuda.stream(self._copy_stream):
+            moved = {name: value.to(self.device, non_blocking=True) if torch.is_tensor(value) else value for name, value in batch.items()}
+            copied = torch.cuda.Event()
+            copied.record(self._copy_stream)
+        moved[_COPIED] = copied
+        return moved
+
+    def _hand_over(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """On CUDA: make the caller's stream wait for this batch's copy, and tell the allocator it uses it."""
+        copied = batch.pop(_COPIED, None)
+        if copied is not None:
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_event(copied)
+            for value in batch.values():
+                if torch.is_tensor(value):
+                    value.record_stream(compute)
+        return batch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         plan = self._plan()
@@ -905,7 +928,7 @@ class TrainingLoader:
             ready, waited = fetch()
             while ready is not None:
                 following = None
-                if cuda:  # issue the next batch's copy before handing out this one, so it overlaps the step
+                if cuda:  # start the next batch's copy before handing out this one, so it overlaps the step
                     following, more = fetch()
                     waited += more
                 consumed += 1
@@ -913,7 +936,7 @@ class TrainingLoader:
                 self.stats.steps += 1
                 self.stats.wait_seconds += waited
                 self.stats.last_wait_seconds = waited
-                yield ready
+                yield self._hand_over(ready)
                 ready, waited = (following, 0.0) if cuda else fetch()
         finally:
             source.close()

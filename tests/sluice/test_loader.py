@@ -360,3 +360,12 @@ def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
             store.write_bytes(victim.bin_key, original)
     finally:
         sluice.storage._CLIENTS.clear()
+
+
+def test_batches_are_placed_on_the_requested_device(data):
+    # No GPU here: the "meta" device exercises the device placement path (CUDA adds pinning and a copy stream).
+    batch = next(iter(TrainingLoader(data, 4, seed=1, device="meta")))
+    assert {name for name, value in batch.items() if torch.is_tensor(value) and value.device.type == "meta"} == {
+        "input_ids", "labels", "position_ids", "cu_seqlens", "sample_ids", "epochs"
+    }
+    assert isinstance(batch["max_seqlen"], int)  # a host int: varlen kernels take it without a device sync
