@@ -17,9 +17,10 @@ epoch edge: nothing is dropped except, with `num_epochs`, a final partial global
 State. `state_dict()` = {seed, epoch, position (samples of that epoch consumed by all ranks), block_size,
 num_samples}: a few integers, the same on every rank. Resuming from it with any world size, batch size
 or worker count continues the same global stream (elastic), because the order depends on the position
-only. DataLoader workers take whole local batches in turn (worker w builds batches k = w, w + K, ...),
-and the DataLoader hands them back round-robin, i.e. in k order, so the worker count never changes what
-a rank sees; the state counts only batches handed to the caller, never prefetched ones.
+only. DataLoader workers take whole local batches in turn (worker w builds batches k = w, w + K, ...,
+sent in groups, one shared-memory tensor per group) and the main process hands them out in k order, so
+the worker count never changes what a rank sees; the state counts only batches handed to the caller,
+never prefetched ones.
 
 Batches (`pack_samples`), all computed on the CPU from the range offsets:
     input_ids, labels   int64 [B, L]; labels = -100 where the label crosses a document boundary if
