@@ -1,7 +1,14 @@
 """A small GPT-style training loop fed by sluice's training loader, in plain PyTorch (no Dagster running).
 
-    .venv/bin/python examples/train.py --mix default --steps 20 --device cpu
+    .venv/bin/python examples/train.py --mix default --steps 20 --device cpu --checkpoint /tmp/ckpt.pt
+    .venv/bin/python examples/train.py --mix default --steps 40 --device cpu --checkpoint /tmp/ckpt.pt  # resumes at step 20
     torchrun --nproc-per-node 8 examples/train.py --device cuda   # ranks come from torch.distributed
+
+The loader's state (a few integers: seed, epoch, position) is saved with the model and optimizer; a restart
+continues with exactly the batches the uninterrupted run would have seen, also on another number of GPUs.
+Attention stays inside each document (the mask is built from `position_ids`, which restart at every
+document; a flash-attention model would pass `cu_seqlens` / `max_seqlen` to its varlen kernel instead).
+The script prints the share of wall time spent waiting for data (the loader's stall metric).
 """
 
 from __future__ import annotations
@@ -20,56 +27,89 @@ from resources import TrainingLoaderResource
 class TinyGPT(nn.Module):
     def __init__(self, vocab_size: int, width: int = 128, layers: int = 2, heads: int = 4, max_len: int = 4096) -> None:
         super().__init__()
+        self.heads = heads
         self.embed = nn.Embedding(vocab_size, width)
         self.position = nn.Embedding(max_len, width)
-        block = nn.TransformerEncoderLayer(width, heads, 4 * width, batch_first=True, norm_first=True)
-        self.blocks = nn.TransformerEncoder(block, layers)
+        # No dropout: a resumed run then reproduces the uninterrupted one exactly (the RNG is not checkpointed).
+        block = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
         self.head = nn.Linear(width, vocab_size)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         length = input_ids.shape[1]
-        positions = torch.arange(length, device=input_ids.device)
-        mask = nn.Transformer.generate_square_subsequent_mask(length, device=input_ids.device)
-        hidden = self.embed(input_ids) + self.position(positions)
-        return self.head(self.blocks(hidden, mask=mask, is_causal=True))
+        # Causal attention within each document: segment k starts where position_ids is 0.
+        segment = torch.cumsum((position_ids == 0).int(), dim=1)
+        same_document = segment[:, :, None] == segment[:, None, :]
+        causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
+        blocked = ~(same_document & causal)  # True = may not attend
+        mask = blocked.repeat_interleave(self.heads, dim=0)
+        hidden = self.embed(input_ids) + self.position(position_ids)
+        return self.head(self.blocks(hidden, mask=mask))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=os.environ.get("SLUICE_CONFIG", "sluice.yaml"))
     parser.add_argument("--mix", default="default")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=20, help="train until this global step")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args()
+    parser.add_argument("--num-workers", type=int, default=0)
+    parser.add_argument("--checkpoint", default=None, help="save here every --save-every steps; resume from it if it exists")
+    parser.add_argument("--save-every", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0, help="model initialization")
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
     if "RANK" in os.environ and not dist.is_initialized():
         dist.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
         if args.device == "cuda":
             args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    rank0 = not dist.is_initialized() or dist.get_rank() == 0
 
-    loader = TrainingLoaderResource.from_config_file(args.config, mix=args.mix, batch_size=args.batch_size, device=args.device)
-    vocab_size = int(loader.dataset().manifest["vocab_size"])
-    model = TinyGPT(vocab_size).to(args.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    waited = 0.0
-    started = time.perf_counter()
+    resource = TrainingLoaderResource.from_config_file(
+        args.config, mix=args.mix, batch_size=args.batch_size, device=args.device, num_workers=args.num_workers, mask_document_boundaries=True
+    )
+    loader = resource.loader()  # rank / world size from torch.distributed when initialized
+    model = TinyGPT(int(loader.data.manifest["vocab_size"])).to(args.device)
     step = 0
-    mark = time.perf_counter()
-    for batch in loader.batches():
-        waited += time.perf_counter() - mark
-        logits = model(batch["input_ids"])
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten())
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        saved = torch.load(args.checkpoint, map_location=args.device)
+        model.load_state_dict(saved["model"])
+    core = model
+    if dist.is_initialized():  # gradients averaged across ranks; each rank reads its own slice of every global batch
+        model = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        optimizer.load_state_dict(saved["optimizer"])
+        loader.load_state_dict(saved["loader"])  # same global order, whatever the world size now
+        step = saved["step"]
+        if rank0:
+            print(f"resumed at step {step}, loader state {saved['loader']}")
+
+    started = time.perf_counter()
+    first_step = step
+    for batch in loader:
+        if step >= args.steps:
+            break
+        logits = model(batch["input_ids"], batch["position_ids"])
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         step += 1
-        if step % 5 == 0 or step == args.steps:
-            print(f"step {step}: loss {loss.item():.3f}")
-        if step == args.steps:
-            break
-        mark = time.perf_counter()
+        if rank0 and (step % 5 == 0 or step == args.steps):
+            print(f"step {step}: loss {loss.item():.3f}  (epoch {loader.epoch}, samples {batch['sample_ids'][:3].tolist()}...)")
+        if args.checkpoint and rank0 and (step % args.save_every == 0 or step == args.steps):
+            state = {"model": core.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "step": step}
+            torch.save(state, args.checkpoint + ".tmp")
+            os.replace(args.checkpoint + ".tmp", args.checkpoint)  # a crash never leaves half a checkpoint
     total = time.perf_counter() - started
-    print(f"{step} steps in {total:.2f}s; waiting for data {waited:.3f}s ({100 * waited / total:.2f}% of the time)")
+    if rank0:
+        stats = loader.stats
+        print(
+            f"{step - first_step} steps in {total:.2f}s; waiting for data {stats.wait_seconds:.3f}s "
+            f"({100 * stats.stall_share(total):.2f}% of the time, {1000 * stats.mean_wait_seconds:.2f} ms per step)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
-"""Training-loader resource: stream a built mix onto a device as `[batch, seq_len]` torch batches.
+"""Training-loader resource: stream a built mix onto a device as packed `[batch, seq_len]` torch batches.
 
 Usable without Dagster running: `TrainingLoaderResource.from_config_file("sluice.yaml", mix="default")`
 (see `examples/train.py`). Rank and world size come from `torch.distributed` when it is initialized,
-else from the arguments.
+else from the arguments. `loader()` returns a `sluice.loader.TrainingLoader`: iterate it for batches
+(`input_ids`, `labels`, `position_ids`, `cu_seqlens`, `max_seqlen`, `sample_ids`, `epochs`), save its
+`state_dict()` with the checkpoint and `load_state_dict()` it on restart (any world size / worker count),
+read `stats` for the data-stall time.
 """
 
 from __future__ import annotations
@@ -15,14 +18,28 @@ from resources.settings import SluiceSettings
 from sluice.storage import open_store
 
 
+def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world size): from torch.distributed when initialized and not given, else the arguments."""
+    import torch.distributed as dist
+
+    if (rank is None or world_size is None) and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return rank or 0, world_size or 1
+
+
 class TrainingLoaderResource(ConfigurableResource):
     settings: SluiceSettings
     mix: str = "default"
-    batch_size: int = 8
+    split: str = "train"  # a split of the mix (train | validation when the mix has one)
+    batch_size: int = 8  # samples per rank per step
     device: str = "cpu"  # cpu | cuda | cuda:N
-    num_workers: int = 0  # DataLoader worker processes
+    num_workers: int = 0  # DataLoader worker processes (0 = one background thread)
     seed: int | None = None  # None = the mix's seed
-    cache_dir: str | None = None  # local copies of S3 shards
+    cache_dir: str | None = None  # local copies of S3 shards (None = ~/.cache/sluice)
+    cache_bytes: int = 8 << 30  # byte limit of that cache, per rank
+    block_size: int = 1  # >1 shuffles blocks of this many consecutive samples (fewer object-store reads)
+    mask_document_boundaries: bool = False  # labels = -100 where the next token starts another document
+    prefetch_batches: int = 4  # batches prepared ahead of the training step
 
     @classmethod
     def from_config_file(cls, config_path: str, **kwargs) -> TrainingLoaderResource:
@@ -34,27 +51,32 @@ class TrainingLoaderResource(ConfigurableResource):
         config = self.settings.config
         if self.mix not in config.mixes:
             raise KeyError(f"mix {self.mix!r} is not in the config; mixes are {sorted(config.mixes)}")
-        return MixedTokens(open_store(config.storage.root, config.s3), self.mix, cache_dir=self.cache_dir)
+        return MixedTokens(
+            open_store(config.storage.root, config.s3), self.mix, cache_dir=self.cache_dir, split=self.split, cache_bytes=self.cache_bytes
+        )
 
-    def batches(self, rank: int | None = None, world_size: int | None = None, epoch: int = 0) -> Iterator[dict]:
-        import torch.distributed as dist
+    def loader(self, rank: int | None = None, world_size: int | None = None, num_epochs: int | None = None):
+        """An endless (or `num_epochs`-long) resumable loader for this rank; see `sluice.loader.TrainingLoader`."""
+        from sluice.loader import TrainingLoader
 
-        from sluice.loader import batches
-
-        if rank is None or world_size is None:
-            if dist.is_available() and dist.is_initialized():
-                rank, world_size = dist.get_rank(), dist.get_world_size()
-            else:
-                rank, world_size = rank or 0, world_size or 1
+        rank, world_size = distributed_rank(rank, world_size)
         data = self.dataset()
-        seed = self.seed if self.seed is not None else int(data.manifest["seed"])
-        return batches(
+        return TrainingLoader(
             data,
             batch_size=self.batch_size,
-            seed=seed,
+            seed=self.seed if self.seed is not None else int(data.manifest["seed"]),
             rank=rank,
             world_size=world_size,
-            epoch=epoch,
-            device=self.device,
             num_workers=self.num_workers,
+            device=self.device,
+            block_size=self.block_size,
+            mask_document_boundaries=self.mask_document_boundaries,
+            num_epochs=num_epochs,
+            prefetch_batches=self.prefetch_batches,
         )
+
+    def batches(self, rank: int | None = None, world_size: int | None = None, epoch: int = 0) -> Iterator[dict]:
+        """The batches of one epoch for this rank (the last partial global batch of the epoch is dropped)."""
+        loader = self.loader(rank, world_size, num_epochs=epoch + 1)
+        loader.set_epoch(epoch)
+        return iter(loader)

@@ -1,0 +1,310 @@
+"""Training-loader benchmarks: tokens/s per rank against MosaicML Streaming and LitData, start/resume time,
+and (on CUDA machines) the data-stall share of a small GPT's step time.
+
+    SLUICE_BENCH_ENVS=/work/wt/bench_envs .venv/bin/python benchmarks/loader.py [--tokens 40e6] [--seconds 6]
+
+1. Throughput (CPU, local, warm page cache). One synthetic tokenized source (random uint16 tokens, documents of
+   log-normal length, written with `sluice.shards.ShardWriter`) is mixed by `sluice.mix.build_mix`; the mix's
+   token stream is then written as MDS shards (MosaicML Streaming 0.13, `StreamingDataset`, shuffled) and as
+   LitData chunks (`optimize` + `TokensLoader(block_size=L+1)`, `StreamingDataset` shuffled), each in its own
+   virtual environment (`benchmarks/peers.py`). Each loader delivers [batch, L] int64 `input_ids` + `labels`
+   (sluice also builds position_ids / cu_seqlens) in a single rank with no DataLoader worker processes
+   (sluice: its one background thread; the peers: their in-process iteration); a pass over the data warms
+   the page cache first. Reported: tokens/s per rank and sluice's ratio to each peer.
+2. Start/resume time: a synthetic index of ~1.05e9 samples (1,000 ranges over one 4 GiB sparse shard); the
+   time from opening the mix to holding the first batch after `load_state_dict` at positions 1e3, 1e6, 1e9.
+3. CUDA stall share: examples/train.py's TinyGPT fed by the loader on the GPU; skipped without CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.peers import ROOT, figure, peer_python  # noqa: E402
+from sluice.config import MixSettings  # noqa: E402
+from sluice.layout import sha256_file  # noqa: E402
+from sluice.loader import MixedTokens, TrainingLoader  # noqa: E402
+from sluice.mix import build_mix  # noqa: E402
+from sluice.shards import ShardWriter  # noqa: E402
+from sluice.storage import open_store  # noqa: E402
+
+SEQ = 2048
+BATCH = 8
+VOCAB = 50_000
+MOSAIC = ("mosaicml-streaming", ["mosaicml-streaming==0.13.0", "torch==2.13.0"], ["torchvision"])
+LITDATA = ("litdata", ["litdata==0.2.76", "torch==2.13.0"], [])
+
+
+# -- data ------------------------------------------------------------------------------------------------
+
+def write_source(root: str, tokens: int, shards: int = 8, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    prefix = "tokenized_shards/source=synthetic/snapshot=2026-01"
+    folder = os.path.join(root, prefix)
+    os.makedirs(folder, exist_ok=True)
+    files, entries = [], []
+    per_shard = tokens // shards
+    for number in range(shards):
+        writer = ShardWriter(folder, f"shard-{number:05d}", VOCAB)
+        body = rng.integers(1, VOCAB, size=per_shard, dtype=np.uint16)
+        lengths = np.clip(rng.lognormal(6.0, 1.0, size=per_shard // 100 + 10).astype(np.int64), 8, 20_000)
+        cuts = np.cumsum(lengths)
+        cuts = cuts[cuts < per_shard]
+        for begin, end in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [per_shard]]), strict=True):
+            doc = body[begin:end].copy()
+            doc[-1] = 0  # EOS
+            writer.add(doc)
+        writer.close()
+        for path in (writer.bin_path, writer.idx_path):
+            files.append({"key": os.path.basename(path), "rows": None, "bytes": os.path.getsize(path), "sha256": sha256_file(path)})
+        entries.append({"name": writer.name, "documents": writer.documents, "tokens": writer.tokens})
+    manifest = {
+        "format": "sluice-tokens", "version": 1, "dtype": "uint16", "vocab_size": VOCAB, "eos_id": 0, "tokenizer_sha256": "synthetic",
+        "documents": sum(e["documents"] for e in entries), "tokens": sum(e["tokens"] for e in entries), "files": files, "shards": entries,
+    }
+    Path(folder, "_manifest.json").write_text(json.dumps(manifest))
+
+
+def prepare(work: str, tokens: int) -> tuple[MixedTokens, str]:
+    root = os.path.join(work, "store")
+    write_source(root, tokens)
+    store = open_store(root)
+    budget = tokens - 1000
+    settings = MixSettings(weights={"synthetic": 1.0}, token_budget=budget, sequence_length=SEQ, seed=1, max_epochs=1.0)
+    build_mix(store, "bench", settings, lambda key: np.fromfile(store.local_path(key), dtype="<u8"))
+    data = MixedTokens(store, "bench", cache_dir=os.path.join(work, "cache"))
+    stream_path = os.path.join(work, "stream.u16")
+    data.tokens(0, len(data) * SEQ + 1).astype(np.uint16).tofile(stream_path)  # the same tokens for the peers
+    return data, stream_path
+
+
+# -- sluice ----------------------------------------------------------------------------------------------
+
+def run_sluice(data: MixedTokens, seconds: float, threaded: bool, workers: int = 0) -> float:
+    # prefetch_batches=0: batches built synchronously in the caller, like the peers' in-process iteration.
+    iterator = iter(TrainingLoader(data, BATCH, seed=3, prefetch_batches=4 if threaded else 0, num_workers=workers))
+    for _ in range(10):
+        next(iterator)
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        batch = next(iterator)
+        count += batch["input_ids"].shape[0]
+    return count * SEQ / (time.perf_counter() - started)
+
+
+# -- peers (run in their own environments) ---------------------------------------------------------------
+
+PEER_SCRIPT = r'''
+import json, os, sys, time
+import numpy as np
+import torch
+
+def chunk(item):
+    path, seq, begin, end = item
+    return torch.from_numpy(np.array(np.memmap(path, np.uint16, "r")[begin * seq : end * seq], dtype=np.int32))
+
+def main():
+    kind, stream_path, work, seq, batch, seconds, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
+    tokens = np.fromfile(stream_path, dtype=np.uint16)
+    samples = (len(tokens) - 1) // seq
+    if kind == "mosaic":
+        from streaming import MDSWriter, StreamingDataset
+        out = os.path.join(work, "mds")
+        with MDSWriter(out=out, columns={"tokens": "bytes"}, size_limit=1 << 26) as writer:
+            for i in range(samples):
+                writer.write({"tokens": tokens[i * seq : i * seq + seq + 1].tobytes()})
+
+        class Tokens(StreamingDataset):
+            def __getitem__(self, index):
+                window = torch.from_numpy(np.frombuffer(super().__getitem__(index)["tokens"], np.uint16).astype(np.int64))
+                return {"input_ids": window[:-1], "labels": window[1:]}
+
+        dataset = Tokens(local=out, shuffle=True, shuffle_seed=3, batch_size=batch)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=0)
+    else:
+        from litdata import StreamingDataLoader, StreamingDataset, TokensLoader, optimize
+        out = os.path.join(work, "litdata")
+        per_chunk = 64
+        inputs = [(stream_path, seq, i * per_chunk, min(samples, (i + 1) * per_chunk)) for i in range((samples + per_chunk - 1) // per_chunk)]
+        optimize(fn=chunk, inputs=inputs, output_dir=out,
+                 chunk_size=per_chunk * seq * 4, item_loader=TokensLoader(), num_workers=1, verbose=False)
+        class Tokens(StreamingDataset):
+            def __getitem__(self, index):
+                window = super().__getitem__(index).to(torch.int64)
+                return {"input_ids": window[:-1], "labels": window[1:]}
+        dataset = Tokens(input_dir=out, item_loader=TokensLoader(block_size=seq + 1), shuffle=True, seed=3)
+        loader = StreamingDataLoader(dataset, batch_size=batch, num_workers=0)
+
+    def endless():
+        while True:
+            yield from loader
+
+    it = endless()
+    warm = 0
+    for b in it:  # one pass warms the page cache
+        warm += b["input_ids"].shape[0]
+        if warm >= samples:
+            break
+    best = 0.0
+    for _ in range(rounds):  # best of `rounds`, as for sluice
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds / rounds:
+            b = next(it)
+            count += b["input_ids"].shape[0]
+        best = max(best, count * seq / (time.perf_counter() - started))
+    assert tuple(b["input_ids"].shape) == (batch, seq), b["input_ids"].shape
+    print(json.dumps({"tokens_per_s": best}))
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def run_peer(spec: tuple[str, list[str], list[str]], kind: str, stream_path: str, work: str, seconds: float, rounds: int) -> float:
+    name, requirements, uninstall = spec
+    python = peer_python(name, requirements, uninstall)
+    script = Path(work, "peer_loader.py")
+    script.write_text(PEER_SCRIPT)
+    env = dict(os.environ)
+    if kind == "mosaic":
+        # streaming imports torchvision, whose PyPI build needs CUDA libraries: an empty stand-in lets it import.
+        stub = Path(work, "stub", "torchvision")
+        (stub / "transforms").mkdir(parents=True, exist_ok=True)
+        (stub / "__init__.py").write_text("")
+        (stub / "datasets.py").write_text("class VisionDataset:  # stand-in, never used for tokens\n    pass\n")
+        (stub / "transforms" / "__init__.py").write_text("")
+        (stub / "transforms" / "functional.py").write_text("def to_tensor(*args):\n    raise NotImplementedError\n")
+        env["PYTHONPATH"] = str(stub.parent)
+    peer_work = Path(work, kind)
+    peer_work.mkdir(exist_ok=True)
+    done = subprocess.run(
+        [str(python), str(script), kind, stream_path, str(peer_work), str(SEQ), str(BATCH), str(seconds), str(rounds)],
+        capture_output=True, text=True, env=env, cwd=str(peer_work), check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} peer failed:\n{done.stderr[-3000:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
+
+
+# -- start / resume --------------------------------------------------------------------------------------
+
+def synthetic_index(work: str, ranges: int = 1000) -> str:
+    """A mix of ~1.05e9 samples: `ranges` ranges over one sparse 4 GiB shard (no real disk use)."""
+    root = os.path.join(work, "huge")
+    prefix = "tokenized_shards/source=synthetic/snapshot=2026-01"
+    folder = Path(root, prefix)
+    folder.mkdir(parents=True, exist_ok=True)
+    shard_tokens = 1 << 31
+    with open(folder / "shard-00000.bin", "wb") as handle:
+        handle.truncate(shard_tokens * 2)
+    np.array([0, shard_tokens], dtype="<u8").tofile(folder / "shard-00000.idx")
+    mix = Path(root, "mixed_dataset", "huge")
+    mix.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"shard": np.zeros(ranges, np.int32), "start": np.zeros(ranges, np.int64), "length": np.full(ranges, shard_tokens, np.int64)})
+    pq.write_table(table, mix / "ranges.parquet")
+    manifest = {"format": "sluice-mix", "version": 1, "mix": "huge", "seed": 1, "sequence_length": SEQ, "dtype": "uint16",
+                "vocab_size": VOCAB, "shards": [{"id": 0, "prefix": prefix, "name": "shard-00000"}]}
+    (mix / "_manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def resume_seconds(root: str, position: int) -> float:
+    started = time.perf_counter()
+    data = MixedTokens(open_store(root), "huge", cache_dir=os.path.join(root, "cache"))
+    loader = TrainingLoader(data, BATCH, seed=1)
+    loader.load_state_dict({"version": 1, "seed": 1, "epoch": 0, "position": position, "num_samples": len(data), "block_size": 1})
+    batch = next(iter(loader))
+    elapsed = time.perf_counter() - started
+    assert batch["input_ids"].shape == (BATCH, SEQ)
+    return elapsed
+
+
+# -- CUDA stall share ------------------------------------------------------------------------------------
+
+def cuda_stall_share(data: MixedTokens, steps: int = 200) -> float | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    spec = importlib.util.spec_from_file_location("train_example", ROOT / "examples" / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.TinyGPT(VOCAB, width=512, layers=8, heads=8).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    loader = TrainingLoader(data, BATCH, seed=5, device="cuda", mask_document_boundaries=True)
+    started = None
+    for step, batch in enumerate(loader):
+        if step == 10:  # after warm-up (CUDA context, allocator)
+            torch.cuda.synchronize()
+            loader.stats.wait_seconds, started = 0.0, time.perf_counter()
+        logits = model(batch["input_ids"], batch["position_ids"])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step == steps + 10:
+            break
+    torch.cuda.synchronize()
+    return loader.stats.wait_seconds / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=float, default=40e6, help="tokens in the synthetic mix")
+    parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per loader")
+    parser.add_argument("--rounds", type=int, default=3, help="measurements per loader; the best is reported")
+    parser.add_argument("--skip-peers", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-loader-") as work:
+        started = time.perf_counter()
+        data, stream_path = prepare(work, int(args.tokens))
+        print(f"mix: {data.total_tokens:,} tokens, {len(data):,} samples of {SEQ}, {len(data.lengths):,} documents ({time.perf_counter() - started:.1f}s to build)")
+        run_sluice(data, 1.0, threaded=False)  # warm the page cache
+        # Best of `rounds` short runs for every loader: the machine is shared, so the best run is the least disturbed.
+        ours = max(run_sluice(data, args.seconds / args.rounds, threaded=False) for _ in range(args.rounds))
+        ours_thread = max(run_sluice(data, args.seconds / args.rounds, threaded=True) for _ in range(args.rounds))
+        print(f"sluice TrainingLoader:           {ours / 1e6:8.2f} M tokens/s per rank (prefetch_batches=0, in the caller)")
+        ours_worker = run_sluice(data, args.seconds / args.rounds + 2, threaded=True, workers=1)
+        print(f"sluice TrainingLoader, thread:   {ours_thread / 1e6:8.2f} M tokens/s per rank (prefetch_batches=4; GIL-bound when the caller only iterates)")
+        print(f"sluice TrainingLoader, 1 worker: {ours_worker / 1e6:8.2f} M tokens/s per rank (num_workers=1: one DataLoader process)")
+        peers = {}
+        if not args.skip_peers:
+            for label, spec, kind in (("MosaicML Streaming 0.13", MOSAIC, "mosaic"), ("LitData 0.2.76 TokensLoader", LITDATA, "litdata")):
+                peers[kind] = run_peer(spec, kind, stream_path, work, args.seconds, args.rounds)
+                print(f"{label + ':':32} {peers[kind] / 1e6:8.2f} M tokens/s per rank  (sluice x{ours / peers[kind]:.2f})")
+
+        huge = synthetic_index(work)
+        resume = {}
+        for position in (10**3, 10**6, 10**9):
+            resume[position] = min(resume_seconds(huge, position) for _ in range(3))
+            print(f"start + resume at sample {position:>13,}: {resume[position] * 1000:7.1f} ms")
+
+        stall = cuda_stall_share(data)
+        if stall is None:
+            print("CUDA stall share: skipped (no CUDA device)")
+
+    figure("loader_tokens_per_s_per_rank", ours, ">= 5e6 on CPU")
+    if peers:
+        figure("loader_vs_mosaic_streaming", ours / peers["mosaic"], ">= 2")
+        figure("loader_vs_litdata_tokensloader", ours / peers["litdata"], ">= 2")
+    for position, seconds in resume.items():
+        figure(f"resume_seconds_at_1e{len(str(position)) - 1}", seconds, "< 1, flat")
+    figure("cuda_data_stall_share", "skipped (no CUDA)" if stall is None else stall, "< 0.01")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Build a real mix (sluice.mix.build_mix over shards written by sluice.shards.ShardWriter) for loader tests.
+
+Documents hold distinct, recognizable tokens; `stream_oracle` rebuilds the mix's token stream by plain
+concatenation of the ranges (independent of the loader), and `range_offsets_oracle` the document boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from sluice.config import MixSettings
+from sluice.layout import PartitionRef, partition_prefix, sha256_file
+from sluice.mix import build_mix
+from sluice.shards import ShardWriter
+from sluice.storage import Store
+
+EOS = 0
+VOCAB = 50_000
+
+
+def write_partition(store: Store, source: str, snapshot: str, shards: int, docs_per_shard: int, rng: np.random.Generator) -> None:
+    prefix = partition_prefix("tokenized_shards", PartitionRef(source, snapshot))
+    folder = store.local_path(prefix)
+    assert folder is not None, "mix fixtures are built on a local store (upload them for S3 tests)"
+    os.makedirs(folder, exist_ok=True)
+    files, shard_entries = [], []
+    for number in range(shards):
+        writer = ShardWriter(folder, f"shard-{number:05d}", VOCAB)
+        for _ in range(docs_per_shard):
+            length = int(rng.integers(3, 200))
+            body = rng.integers(1, VOCAB, size=length - 1)
+            writer.add(np.append(body, EOS))
+        writer.close()
+        for path in (writer.bin_path, writer.idx_path):
+            files.append({"key": os.path.basename(path), "rows": None, "bytes": os.path.getsize(path), "sha256": sha256_file(path)})
+        shard_entries.append({"name": writer.name, "documents": writer.documents, "tokens": writer.tokens})
+    manifest = {
+        "format": "sluice-tokens", "version": 1, "dtype": "uint16", "vocab_size": VOCAB, "eos_id": EOS,
+        "tokenizer_sha256": "test", "documents": sum(s["documents"] for s in shard_entries),
+        "tokens": sum(s["tokens"] for s in shard_entries), "files": files, "shards": shard_entries,
+    }
+    store.write_bytes(f"{prefix}/_manifest.json", json.dumps(manifest).encode())
+
+
+def build_test_mix(
+    store: Store, mix: str = "test", sequence_length: int = 64, token_budget: int = 40_000, shards: int = 3, docs_per_shard: int = 60, seed: int = 11
+) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    write_partition(store, "web", "2026-01", shards, docs_per_shard, rng)
+    write_partition(store, "reference", "2026-01", shards, docs_per_shard, rng)
+    settings = MixSettings(weights={"web": 0.6, "reference": 0.4}, token_budget=token_budget, sequence_length=sequence_length, seed=seed, max_epochs=4)
+
+    def idx_reader(key: str) -> np.ndarray:
+        return np.fromfile(store.local_path(key), dtype="<u8")
+
+    return build_mix(store, mix, settings, idx_reader)
+
+
+def read_ranges(store: Store, mix: str = "test", name: str = "ranges.parquet"):
+    table = pq.read_table(store.local_path(f"mixed_dataset/{mix}/{name}"))
+    return (table.column(c).to_numpy() for c in ("shard", "start", "length"))
+
+
+def stream_oracle(store: Store, mix: str = "test", name: str = "ranges.parquet") -> np.ndarray:
+    """The mix's token stream: its ranges' tokens concatenated."""
+    manifest = json.loads(store.read_bytes(f"mixed_dataset/{mix}/_manifest.json"))
+    shard_tokens = [np.fromfile(store.local_path(f"{s['prefix']}/{s['name']}.bin"), dtype="<u2") for s in manifest["shards"]]
+    shard_ids, starts, lengths = read_ranges(store, mix, name)
+    pieces = [shard_tokens[s][b : b + n] for s, b, n in zip(shard_ids.tolist(), starts.tolist(), lengths.tolist(), strict=True)]
+    return np.concatenate(pieces).astype(np.int64)
+
+
+def range_offsets_oracle(store: Store, mix: str = "test") -> np.ndarray:
+    """Stream offsets where each range (document) starts, plus the end."""
+    _, _, lengths = read_ranges(store, mix)
+    return np.concatenate([[0], np.cumsum(lengths)])

@@ -1,0 +1,371 @@
+"""Training loader: samples equal the mix's stream, exact and elastic resume, exactly-once delivery, packing
+fields consistent with the document index, byte-limited shard cache with furthest-next-use eviction, and
+clear errors for truncated or missing shards."""
+
+from __future__ import annotations
+
+import json
+import os
+from itertools import islice
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
+from sluice.shards import ShardError
+from sluice.storage import open_store
+from tests.sluice.mix_fixture import build_test_mix, range_offsets_oracle, stream_oracle
+
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def mix_root(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("mix_store"))
+    build_test_mix(open_store(root), sequence_length=SEQ)
+    return root
+
+
+@pytest.fixture
+def data(mix_root, tmp_path) -> MixedTokens:
+    return MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "cache"))
+
+
+def take(loader: TrainingLoader, steps: int) -> list[dict]:
+    return list(islice(iter(loader), steps))
+
+
+def same_batches(left: list[dict], right: list[dict]) -> bool:
+    if len(left) != len(right):
+        return False
+    for a, b in zip(left, right, strict=True):
+        if a.keys() != b.keys():
+            return False
+        for name in a:
+            if torch.is_tensor(a[name]):
+                if not torch.equal(a[name], b[name]):
+                    return False
+            elif a[name] != b[name]:
+                return False
+    return True
+
+
+def test_samples_are_the_concatenated_ranges(data, mix_root):
+    stream = stream_oracle(open_store(mix_root))
+    assert len(data) == (len(stream) - 1) // SEQ > 100
+    for index in range(len(data)):
+        inputs, labels = data.sample(index)
+        assert np.array_equal(inputs, stream[index * SEQ : index * SEQ + SEQ])
+        assert np.array_equal(labels, stream[index * SEQ + 1 : index * SEQ + SEQ + 1])
+
+
+def test_exactly_once_across_four_ranks_without_overlap(data):
+    world, batch = 4, 3
+    steps = -(-len(data) // (world * batch)) + 2  # past the end of epoch 0
+    per_rank = [take(TrainingLoader(data, batch, seed=5, rank=r, world_size=world), steps) for r in range(world)]
+    seen_epoch0 = []
+    for step in range(steps):
+        ids = [set(zip(per_rank[r][step]["epochs"].tolist(), per_rank[r][step]["sample_ids"].tolist(), strict=True)) for r in range(world)]
+        assert sum(len(s) for s in ids) == world * batch and len(set().union(*ids)) == world * batch  # no overlap
+        for rank_ids in ids:
+            seen_epoch0 += [sample for epoch, sample in rank_ids if epoch == 0]
+    assert sorted(seen_epoch0) == list(range(len(data)))  # every sample of the epoch exactly once
+    # The batch content is the sample the ids name.
+    first = per_rank[2][0]
+    for row, sample in enumerate(first["sample_ids"].tolist()):
+        assert torch.equal(first["input_ids"][row], torch.from_numpy(data.sample(sample)[0]))
+
+
+def test_epochs_are_shuffled_differently(data):
+    loader = TrainingLoader(data, 4, seed=5)
+    batches = take(loader, 2 * len(data) // 4)
+    ids = torch.cat([b["sample_ids"] for b in batches])
+    epochs = torch.cat([b["epochs"] for b in batches])
+    first, second = ids[epochs == 0], ids[epochs == 1][: len(data) // 2]
+    assert not torch.equal(first[: len(second)], second)
+
+
+@pytest.mark.parametrize("stop_after", [1, 7, "before_edge", "straddle"])
+def test_resume_yields_exactly_the_uninterrupted_batches(data, stop_after):
+    batch = 4
+    per_epoch = len(data) // batch
+    stop = {"before_edge": per_epoch - 1, "straddle": per_epoch + 1}.get(stop_after, stop_after)
+    total = per_epoch + 6
+    reference = take(TrainingLoader(data, batch, seed=9, mask_document_boundaries=True), total)
+    first = TrainingLoader(data, batch, seed=9, mask_document_boundaries=True)
+    head = take(first, stop)
+    state = first.state_dict()
+    assert set(state) == {"version", "seed", "epoch", "position", "num_samples", "block_size"}
+    assert all(isinstance(value, int) for value in state.values())
+    resumed = TrainingLoader(data, batch, seed=0, mask_document_boundaries=True)  # the seed comes from the state
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    tail = take(resumed, total - stop)
+    assert same_batches(head + tail, reference)
+
+
+def test_resume_exactly_at_an_epoch_edge(data):
+    # One sample per step: after N steps the state is exactly (epoch 1, position 0).
+    n = len(data)
+    reference = take(TrainingLoader(data, 1, seed=3), n + 5)
+    first = TrainingLoader(data, 1, seed=3)
+    head = take(first, n)
+    assert first.state_dict()["epoch"] == 1 and first.state_dict()["position"] == 0
+    resumed = TrainingLoader(data, 1, seed=3)
+    resumed.load_state_dict(first.state_dict())
+    assert same_batches(head + take(resumed, 5), reference)
+    # Iterating the same loader again also continues where it stopped.
+    assert same_batches(take(first, 5), reference[n:])
+
+
+def global_stream(per_rank: list[list[dict]]) -> list[tuple[int, int]]:
+    """(epoch, sample) in global order: step-major, rank-minor."""
+    out = []
+    for step in range(len(per_rank[0])):
+        for rank_batches in per_rank:
+            out += list(zip(rank_batches[step]["epochs"].tolist(), rank_batches[step]["sample_ids"].tolist(), strict=True))
+    return out
+
+
+def test_elastic_resume_from_four_ranks_to_three_continues_the_global_order(data):
+    batch = 5
+    four = [TrainingLoader(data, batch, seed=1, rank=r, world_size=4) for r in range(4)]
+    before = [take(loader, 3) for loader in four]
+    states = [loader.state_dict() for loader in four]
+    assert all(state == states[0] for state in states)  # every rank saves the same few integers
+    three = [TrainingLoader(data, batch, seed=1, rank=r, world_size=3) for r in range(3)]
+    for loader in three:
+        loader.load_state_dict(states[0])
+    steps_after = -(-len(data) // (3 * batch))
+    after = [take(loader, steps_after) for loader in three]
+    combined = global_stream(before) + global_stream(after)
+    single = take(TrainingLoader(data, 1, seed=1), len(combined))
+    assert combined == [(b["epochs"].item(), b["sample_ids"].item()) for b in single]
+    epoch0 = [sample for epoch, sample in combined if epoch == 0]
+    assert sorted(epoch0) == list(range(len(data)))
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_elastic_resume_from_two_workers_to_five(data):
+    reference = take(TrainingLoader(data, 4, seed=2, rank=1, world_size=2), 23)
+    two = TrainingLoader(data, 4, seed=2, rank=1, world_size=2, num_workers=2)
+    head = take(two, 9)  # prefetched batches beyond these must not count as consumed
+    five = TrainingLoader(data, 4, seed=2, rank=1, world_size=2, num_workers=5)
+    five.load_state_dict(two.state_dict())
+    tail = take(five, 14)
+    assert same_batches(head + tail, reference)
+
+
+def test_packing_fields_match_the_document_index(mix_root, data):
+    offsets = range_offsets_oracle(open_store(mix_root))
+    stream = stream_oracle(open_store(mix_root))
+    batch = 6
+    for masked in (False, True):
+        loader = TrainingLoader(data, batch, seed=4, mask_document_boundaries=masked)
+        for packed in take(loader, 10):
+            cu = packed["cu_seqlens"]
+            assert cu.dtype == torch.int32 and cu[0] == 0 and cu[-1] == batch * SEQ
+            bounds = []
+            for row, sample in enumerate(packed["sample_ids"].tolist()):
+                begin = sample * SEQ
+                doc_starts = offsets[(offsets > begin) & (offsets <= begin + SEQ)] - begin
+                # position ids: distance to the latest document start (or the sample start)
+                absolute = np.arange(begin, begin + SEQ)
+                doc_begin = offsets[np.searchsorted(offsets, absolute, side="right") - 1]
+                expected_positions = absolute - np.maximum(doc_begin, begin)
+                assert np.array_equal(packed["position_ids"][row].numpy(), expected_positions)
+                bounds += [row * SEQ] + [row * SEQ + int(s) for s in doc_starts if s < SEQ]
+                labels = stream[begin + 1 : begin + SEQ + 1].copy()
+                if masked:
+                    labels[doc_starts - 1] = IGNORE_INDEX  # label j crosses into the document starting at j + 1
+                assert np.array_equal(packed["labels"][row].numpy(), labels)
+                assert np.array_equal(packed["input_ids"][row].numpy(), stream[begin : begin + SEQ])
+            assert cu.tolist() == sorted(set(bounds)) + [batch * SEQ]
+            assert packed["max_seqlen"] == int(torch.diff(cu).max())
+        if masked:
+            assert any((b["labels"] == IGNORE_INDEX).any() for b in take(TrainingLoader(data, batch, seed=4, mask_document_boundaries=True), 3))
+
+
+def test_block_locality_keeps_runs_of_consecutive_samples(data):
+    loader = TrainingLoader(data, 8, seed=4, block_size=8)
+    runs = [b["sample_ids"] for b in take(loader, 5)]
+    assert sum(bool(torch.all(torch.diff(ids) == 1)) for ids in runs) >= 4
+    state = loader.state_dict()
+    assert state["block_size"] == 8
+
+
+def test_load_state_dict_rejects_a_state_of_another_mix(data):
+    loader = TrainingLoader(data, 2, seed=1)
+    state = loader.state_dict() | {"num_samples": len(data) + 1}
+    with pytest.raises(ValueError, match="resume on the same mix"):
+        loader.load_state_dict(state)
+
+
+def test_truncated_shard_raises_an_error_naming_it(tmp_path):
+    root = str(tmp_path / "store")
+    manifest = build_test_mix(open_store(root), sequence_length=SEQ)
+    victim = manifest["shards"][1]
+    path = os.path.join(root, victim["prefix"], victim["name"] + ".bin")
+    with open(path, "r+b") as handle:
+        handle.truncate(os.path.getsize(path) - 10)
+    data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ShardError, match=rf"{victim['name']}\.bin.*truncated or corrupt"):
+        for _ in islice(iter(TrainingLoader(data, 4, seed=0)), len(data)):
+            pass
+
+
+def test_missing_shard_raises_an_error_naming_it(tmp_path):
+    root = str(tmp_path / "store")
+    manifest = build_test_mix(open_store(root), sequence_length=SEQ)
+    victim = manifest["shards"][0]
+    os.remove(os.path.join(root, victim["prefix"], victim["name"] + ".idx"))
+    data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ShardError, match=rf"{victim['name']}\.idx.*missing"):
+        take(TrainingLoader(data, 4, seed=0, num_workers=1), len(data))
+
+
+def test_split_selection_reads_the_named_ranges_file(tmp_path):
+    root = str(tmp_path / "store")
+    store = open_store(root)
+    build_test_mix(store, sequence_length=SEQ)
+    with pytest.raises(KeyError, match=r"no split 'validation'.*\['train'\]"):
+        MixedTokens(store, "test", split="validation")
+    prefix = "mixed_dataset/test"
+    table = pq.read_table(store.local_path(f"{prefix}/ranges.parquet"))
+    pq.write_table(table.slice(0, 40), store.local_path(f"{prefix}/validation_ranges.parquet"))
+    manifest = json.loads(store.read_bytes(f"{prefix}/_manifest.json"))
+    manifest["splits"] = {"train": {"ranges": "ranges.parquet"}, "validation": {"ranges": "validation_ranges.parquet"}}
+    store.write_bytes(f"{prefix}/_manifest.json", json.dumps(manifest).encode())
+    validation = MixedTokens(store, "test", split="validation")
+    assert validation.total_tokens == int(pa.compute.sum(table.slice(0, 40).column("length")).as_py())
+    assert np.array_equal(validation.tokens(0, 100), stream_oracle(store)[:100])
+    assert MixedTokens(store, "test").total_tokens == int(pa.compute.sum(table.column("length")).as_py())
+    with pytest.raises(KeyError, match=r"no split 'test'.*\['train', 'validation'\]"):
+        MixedTokens(store, "test", split="test")
+
+
+def shard_total_bytes(data: MixedTokens) -> list[int]:
+    return [os.path.getsize(data.store.local_path(ref.bin_key)) + os.path.getsize(data.store.local_path(ref.idx_key)) for ref in data.refs]
+
+
+def test_cache_evicts_the_shard_needed_furthest_in_the_future(data, tmp_path):
+    sizes = shard_total_bytes(data)
+    limit = sorted(sizes)[-1] + sorted(sizes)[-2]  # room for any two shards, never three
+    cache = ShardCache(data.store, data.refs, data.dtype, str(tmp_path / "c"), limit, prefetch_threads=1)
+    try:
+        cache.plan([0, 1, 0, 2, 0, 1])  # prefetches 0 and 1; 2 must wait: both are needed before it
+        cache.get(0), cache.get(1)
+        assert list(cache.stats.evicted) == []
+        cache.plan([0, 2, 0, 1])  # 1 is needed after 2, 0 before: evict 1
+        assert np.array_equal(cache.get(0)[:5], np.fromfile(data.store.local_path(data.refs[0].bin_key), "<u2")[:5])
+        cache.get(2)
+        assert list(cache.stats.evicted) == [1]
+        cache.plan([0, 1])  # 2 is never needed again: evict it for 1
+        cache.get(0), cache.get(1)
+        assert list(cache.stats.evicted) == [1, 2]
+        assert cache.stats.peak_bytes <= limit and cache.used_bytes <= limit
+        assert sorted(os.listdir(tmp_path / "c")) == sorted(
+            name.replace("/", "__") for ref in (data.refs[0], data.refs[1]) for name in (ref.bin_key, ref.idx_key)
+        )
+    finally:
+        cache.close()
+
+
+def test_loader_through_a_cache_smaller_than_the_dataset_matches_memory_maps(mix_root, tmp_path):
+    store = open_store(mix_root)
+    mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
+    sizes = shard_total_bytes(mapped)
+    limit = int(sum(sizes) * 0.45)
+    cached = MixedTokens(store, "test", cache_dir=str(tmp_path / "b"), cache_bytes=limit, cache_shards=True)
+    steps = len(mapped) // 4
+    expected = take(TrainingLoader(mapped, 4, seed=8), steps)
+    got = take(TrainingLoader(cached, 4, seed=8), steps)
+    assert same_batches(got, expected)
+    stats = cached.shards().stats
+    assert stats.evictions > 0 and stats.peak_bytes <= limit
+    assert stats.bytes_fetched > sum(sizes)  # evicted shards came back when needed again
+    assert stats.prefetched > 0
+
+
+def test_stall_metric_counts_every_step(data):
+    loader = TrainingLoader(data, 4, seed=1)
+    take(loader, 12)
+    assert loader.stats.steps == 12
+    assert loader.stats.wait_seconds >= 0 and loader.stats.last_wait_seconds >= 0
+    assert loader.stats.mean_wait_seconds == pytest.approx(loader.stats.wait_seconds / 12)
+
+
+@pytest.fixture(scope="module")
+def s3_mix(mix_root):
+    """The test mix uploaded to a bucket on a real SeaweedFS server."""
+    from tests.s3_server import shared_server
+
+    with shared_server() as server:
+        bucket = server.create_bucket("sluice-loader")
+        client = server.client()
+        for folder, _, files in os.walk(mix_root):
+            for name in files:
+                path = os.path.join(folder, name)
+                client.upload_file(path, bucket, "data/" + os.path.relpath(path, mix_root))
+        yield server, bucket
+
+
+def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_path, monkeypatch):
+    import sluice.storage
+    from sluice.config import S3Settings
+    from tests.s3_server import use_credentials
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
+        limit = int(sum(shard_total_bytes(local)) * 0.45)
+        remote = MixedTokens(
+            open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit
+        )
+        assert remote.remote
+        steps = len(local) // 8
+        expected = take(TrainingLoader(local, 8, seed=6, mask_document_boundaries=True), steps)
+        got = take(TrainingLoader(remote, 8, seed=6, mask_document_boundaries=True), steps)
+        assert same_batches(got, expected)
+        stats = remote.shards().stats
+        assert stats.evictions > 0 and stats.peak_bytes <= limit and stats.prefetched > 0
+        on_disk = sum(entry.stat().st_size for entry in os.scandir(remote.shards().cache_dir))
+        assert on_disk <= limit
+    finally:
+        sluice.storage._CLIENTS.clear()
+
+
+def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
+    import sluice.storage
+    from sluice.config import S3Settings
+    from tests.s3_server import use_credentials
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        store = open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url))
+        data = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=1 << 30)
+        victim = data.refs[2]
+        original = store.read_bytes(victim.bin_key)
+        body = bytearray(original)
+        body[10] ^= 0xFF  # same size, different content: only the checksum can tell
+        store.write_bytes(victim.bin_key, bytes(body))
+        try:
+            with pytest.raises(ShardError, match=rf"{victim.name}\.bin: SHA-256 does not match"):
+                take(TrainingLoader(data, 4, seed=0), len(data))
+        finally:
+            store.write_bytes(victim.bin_key, original)
+    finally:
+        sluice.storage._CLIENTS.clear()
+
+
+def test_batches_are_placed_on_the_requested_device(data):
+    # No GPU here: the "meta" device exercises the device placement path (CUDA adds pinning and a copy stream).
+    batch = next(iter(TrainingLoader(data, 4, seed=1, device="meta")))
+    assert {name for name, value in batch.items() if torch.is_tensor(value) and value.device.type == "meta"} == {
+        "input_ids", "labels", "position_ids", "cu_seqlens", "sample_ids", "epochs"
+    }
+    assert isinstance(batch["max_seqlen"], int)  # a host int: varlen kernels take it without a device sync
