@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.config import MixSettings
@@ -36,7 +37,10 @@ def write_partition(store: Store, source: str, snapshot: str, shards: int, docs_
             body = rng.integers(1, VOCAB, size=length - 1)
             writer.add(np.append(body, EOS))
         writer.close()
-        for path in (writer.bin_path, writer.idx_path):
+        docs_path = os.path.join(folder, f"{writer.name}.docs.parquet")
+        doc_ids = [f"{source}/{snapshot}/{writer.name}#{i}" for i in range(writer.documents)]
+        pq.write_table(pa.table({"doc_id": doc_ids}), docs_path)  # doc_hash and language are derived by the mix
+        for path in (writer.bin_path, writer.idx_path, docs_path):
             files.append({"key": os.path.basename(path), "rows": None, "bytes": os.path.getsize(path), "sha256": sha256_file(path)})
         shard_entries.append({"name": writer.name, "documents": writer.documents, "tokens": writer.tokens})
     manifest = {
@@ -55,10 +59,7 @@ def build_test_mix(
     write_partition(store, "reference", "2026-01", shards, docs_per_shard, rng)
     settings = MixSettings(weights={"web": 0.6, "reference": 0.4}, token_budget=token_budget, sequence_length=sequence_length, seed=seed, max_epochs=4)
 
-    def idx_reader(key: str) -> np.ndarray:
-        return np.fromfile(store.local_path(key), dtype="<u8")
-
-    return build_mix(store, mix, settings, idx_reader)
+    return build_mix(store, mix, settings, store.local_path)
 
 
 def read_ranges(store: Store, mix: str = "test", name: str = "ranges.parquet"):

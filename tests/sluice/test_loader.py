@@ -230,8 +230,8 @@ def test_split_selection_reads_the_named_ranges_file(tmp_path):
     root = str(tmp_path / "store")
     store = open_store(root)
     build_test_mix(store, sequence_length=SEQ)
-    with pytest.raises(KeyError, match=r"no split 'validation'.*\['train'\]"):
-        MixedTokens(store, "test", split="validation")
+    with pytest.raises(KeyError, match=r"no split 'holdout'.*\['train', 'validation'\]"):
+        MixedTokens(store, "test", split="holdout")
     prefix = "mixed_dataset/test"
     table = pq.read_table(store.local_path(f"{prefix}/ranges.parquet"))
     pq.write_table(table.slice(0, 40), store.local_path(f"{prefix}/validation_ranges.parquet"))
