@@ -2,13 +2,14 @@
 
 Pipeline for one document (defaults as datatrove's `MinhashDedupSignature`):
 
-1. **Normalize**, as datatrove's `simplify_text` with its default `TextNormConfig`: lowercase; every run
-   of digits (any script), with an optional decimal part (`3.14`, `1,5`), becomes `0`; datatrove's
-   punctuation characters (`PUNCTUATION`, copied from datatrove) and ASCII/C1 control characters are
-   word separators, like whitespace; diacritics are removed (canonical decomposition NFD, then combining
-   marks, category Mn, dropped). One difference in order: sluice decomposes before it maps punctuation,
-   so the few characters whose canonical decomposition IS punctuation (U+037E GREEK QUESTION MARK ->
-   `;`) separate words here but not in datatrove.
+1. **Normalize**, datatrove's `simplify_text` steps with its default `TextNormConfig`: lowercase;
+   diacritics removed (canonical decomposition NFD, then combining marks, category Mn, dropped); every
+   run of digits (any script), with an optional decimal part (`3.14`, `1,5`), becomes `0`
+   (`_NUMBERS`, same pattern); datatrove's punctuation characters (`PUNCTUATION`, copied from
+   datatrove) and ASCII/C1 control characters separate words, like whitespace. The order differs
+   from datatrove's (which maps numbers and punctuation before removing diacritics) only for text
+   where a combining mark sits inside a number or a character decomposes into punctuation
+   (U+037E GREEK QUESTION MARK -> `;`).
 2. **Split into words** (`words`): runs of word characters between separators, except that every
    character of a script written without spaces between words (Han ideographs, Hiragana, Katakana,
    Bopomofo, Thai, Lao, Khmer, Myanmar, Tibetan, Yi; `_NO_SPACE_SCRIPTS`) is a word on its own. Chinese
@@ -81,9 +82,9 @@ _WORD_P_INVERSE = np.uint64(pow(0x100000001B3, -1, 1 << 64))  # its inverse modu
 _SHINGLE_K = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the word-hash polynomial (golden ratio)
 _BAND_K = np.uint64(0xC2B2AE3D27D4EB4F)  # odd multiplier folding a band's rows (xxhash prime 2)
 # Code points per vectorized tokenizer batch, and shingles per signature block
-# ((block x num_perm) uint32 values: ~7 MB at 112 permutations). Both bound memory per worker.
+# ((block x num_perm) uint32 values: ~0.9 MB at 112 permutations, sized for the CPU cache).
 _BATCH_CHARS = 1 << 21
-_BLOCK_SHINGLES = 16384
+_BLOCK_SHINGLES = 2048
 
 # Character classes of the tokenizer, one byte per Unicode code point.
 WORD_CHAR, SEPARATOR, DROPPED, STANDALONE = 0, 1, 2, 3
@@ -107,17 +108,29 @@ def _char_classes() -> np.ndarray:
 
 
 def _prenormalize(text: str) -> str:
-    """The string steps: lowercase, numbers -> 0, canonical decomposition (NFD, so accents become marks)."""
-    text = _NUMBERS.sub("0", text.lower())
+    """The string steps: lowercase, canonical decomposition (NFD: accented letters become letter + mark)."""
+    text = text.lower()
     return text if text.isascii() else unicodedata.normalize("NFD", text)
+
+
+@lru_cache(maxsize=1)
+def _numeric_table() -> np.ndarray:
+    """1 for decimal digits (category Nd, what `\\d` matches), 2 for the decimal separators of `_NUMBERS`."""
+    table = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
+    table[[cp for cp in range(sys.maxunicode + 1) if unicodedata.category(chr(cp)) == "Nd"]] = 1
+    table[[ord(c) for c in ".,،٫⎖⎗⎘"]] = 2
+    table.flags.writeable = False
+    return table
 
 
 def words(text: str) -> list[str]:
     """Normalized words of `text`, one character at a time (reference for the vectorized tokenizer)."""
     table = _char_classes()
+    text = "".join(char for char in _prenormalize(text) if table[ord(char)] != DROPPED)
+    text = _NUMBERS.sub("0", text)
     out: list[str] = []
     current: list[str] = []
-    for char in _prenormalize(text):
+    for char in text:
         kind = table[ord(char)]
         if kind == WORD_CHAR:
             current.append(char)
@@ -186,8 +199,10 @@ def _word_hashes(codepoints: np.ndarray, starts: np.ndarray, ends: np.ndarray) -
 
     Prefix sums of cp[i] * P^-i give every word's polynomial in O(1), for all words at once."""
     forward, backward = _powers(len(codepoints) + 1)
-    weighted = codepoints.astype(np.uint64) * backward[: len(codepoints)]
-    prefix = np.zeros(len(codepoints) + 1, dtype=np.uint64)
+    weighted = codepoints.astype(np.uint64)
+    weighted *= backward[: len(codepoints)]
+    prefix = np.empty(len(codepoints) + 1, dtype=np.uint64)
+    prefix[0] = 0
     np.cumsum(weighted, out=prefix[1:])
     poly = (prefix[ends] - prefix[starts]) * forward[ends - 1]
     poly += (ends - starts).astype(np.uint64) * _SHINGLE_K
@@ -240,6 +255,39 @@ def sha1_hash32(shingle: bytes) -> int:
     return int.from_bytes(hashlib.sha1(shingle).digest()[:4], "little")
 
 
+def _remap(positions: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Where `positions` land once the code points where `kept` is False are removed."""
+    kept_before = np.zeros(len(kept) + 1, dtype=np.int64)  # one past the end too: an empty last document
+    np.cumsum(kept, out=kept_before[1:])
+    return kept_before[positions]
+
+
+def _collapse_numbers(codepoints: np.ndarray, kinds: np.ndarray, doc_starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_NUMBERS.sub("0", text)` on code points: each match (a digit run, optionally one decimal
+    separator and the next digit run) becomes one `0`. Matches are found left to right, so in a chain
+    `1.2.3` the first link is absorbed and the second is not (`0.0`): a run is the second half of a
+    match exactly when its position in its chain of linked runs is odd."""
+    numeric = _numeric_table()[codepoints]
+    digit = numeric == 1
+    if not digit.any():
+        return codepoints, kinds, doc_starts
+    run_first = np.flatnonzero(digit & ~np.concatenate([[False], digit[:-1]]))
+    before = np.maximum(run_first - 1, 0)
+    before2 = np.maximum(run_first - 2, 0)
+    linked = (run_first >= 2) & (numeric[before] == 2) & digit[before2]
+    runs = np.arange(len(run_first))
+    chain_position = runs - np.maximum.accumulate(np.where(linked, 0, runs))
+    second_half = chain_position % 2 == 1
+    keep = ~digit
+    keep[run_first[~second_half]] = True  # a match's first digit becomes its "0"
+    keep[run_first[second_half] - 1] = False  # the decimal separator inside a match
+    codepoints = codepoints.copy()
+    kinds = kinds.copy()
+    codepoints[run_first[~second_half]] = ord("0")
+    kinds[run_first[~second_half]] = WORD_CHAR
+    return codepoints[keep], kinds[keep], _remap(doc_starts, keep)
+
+
 def batch_shingle_hashes(texts: Sequence[str], ngram_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Shingle hashes of many documents at once: (uint32 hashes in document order, shingles per document).
 
@@ -250,21 +298,24 @@ def batch_shingle_hashes(texts: Sequence[str], ngram_size: int) -> tuple[np.ndar
     table = _char_classes()
     prepared = [_prenormalize(text) for text in texts]
     count = len(prepared)
-    lengths = np.fromiter((len(t) for t in prepared), dtype=np.int64, count=count)
-    codepoints = np.frombuffer("".join(prepared).encode("utf-32-le"), dtype=np.uint32)
-    doc_of_char = np.repeat(np.arange(count, dtype=np.int64), lengths)
+    # Documents joined by a separator, so no word spans two documents.
+    codepoints = np.frombuffer("\n".join(prepared).encode("utf-32-le"), dtype=np.uint32)
+    doc_starts = np.zeros(count, dtype=np.int64)
+    if count > 1:
+        np.cumsum(np.fromiter((len(t) + 1 for t in prepared[:-1]), dtype=np.int64, count=count - 1), out=doc_starts[1:])
     kinds = table[codepoints]
     kept = kinds != DROPPED
     if not kept.all():
-        codepoints, kinds, doc_of_char = codepoints[kept], kinds[kept], doc_of_char[kept]
+        codepoints, kinds, doc_starts = codepoints[kept], kinds[kept], _remap(doc_starts, kept)
+    codepoints, kinds, doc_starts = _collapse_numbers(codepoints, kinds, doc_starts)
     is_word_char = kinds == WORD_CHAR
     in_word = is_word_char | (kinds == STANDALONE)
-    # Two neighbours belong to one word when both are word characters of the same document.
-    joins_next = is_word_char[:-1] & is_word_char[1:] & (doc_of_char[:-1] == doc_of_char[1:])
+    # Two neighbours belong to one word when both are word characters.
+    joins_next = is_word_char[:-1] & is_word_char[1:]
     starts = np.flatnonzero(in_word & ~np.concatenate([[False], joins_next]))
     ends = np.flatnonzero(in_word & ~np.concatenate([joins_next, [False]])) + 1
     hashes = _word_hashes(codepoints, starts, ends)
-    words_per_doc = np.bincount(doc_of_char[starts], minlength=count)
+    words_per_doc = np.diff(np.searchsorted(starts, doc_starts), append=len(starts))
 
     # Windows of ngram_size consecutive words inside one document; fewer words make one window.
     shingles_per_doc = np.where(words_per_doc >= ngram_size, words_per_doc - ngram_size + 1, np.minimum(words_per_doc, 1))
@@ -331,10 +382,12 @@ class MinHasher:
         a, b = permutations(self.num_perm, self.seed)
         mixed = _fmix32(hashes)
         doc_of_shingle = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        buffer = np.empty((_BLOCK_SHINGLES, self.num_perm), dtype=np.uint32)  # stays in cache, reused
         for start in range(0, len(mixed), _BLOCK_SHINGLES):
             block = mixed[start : start + _BLOCK_SHINGLES]
             docs = doc_of_shingle[start : start + _BLOCK_SHINGLES]
-            values = block[:, None] * a[None, :]
+            values = buffer[: len(block)]
+            np.multiply(block[:, None], a[None, :], out=values)
             values += b[None, :]
             # Segments of one document inside this block; a document may continue from the last block.
             segment_starts = np.flatnonzero(np.concatenate([[True], docs[1:] != docs[:-1]]))
