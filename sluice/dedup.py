@@ -35,11 +35,18 @@ connected components by iterative min-label propagation with pointer jumping (jo
 Python dict of documents). Node ids are `partition ordinal << 40 | doc`, so a component's minimum is its
 first document in the global order: the keeper. `cluster_id` is the keeper's doc_id, `cluster_size` the
 component's size (P's documents plus the earlier keepers they reach).
+
+**Verification** (`dedup.verify_min_jaccard`, off by default as in datatrove): candidate pairs (all
+pairs of a bucket with at most MAX_VERIFIED_BUCKET members, else each member with the bucket's first)
+are linked only if the Jaccard similarity of their shingle-hash sets, computed from the texts, reaches
+the bound. An earlier document enters as its cluster's keeper, so a new document is compared with the
+kept document. Only the candidates' cleaned part files are read.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +130,7 @@ def minhash_identity(settings: DedupSettings) -> dict[str, Any]:
         "rows_per_band": settings.rows_per_band,
         "seed": settings.seed,
         "hash_function": settings.hash_function,
+        "verify_min_jaccard": settings.verify_min_jaccard,  # changes the clusters' keepers
     }
 
 
@@ -247,12 +255,24 @@ def connected_components(nodes: pl.Series, edges: pl.DataFrame) -> pl.DataFrame:
     raise RuntimeError(f"connected components did not converge in {MAX_COMPONENT_ITERATIONS} rounds")
 
 
+PairFilter = Callable[[pl.DataFrame], np.ndarray]
+# Buckets with more members than this are linked to their first member only when pairs are verified
+# (all pairs of a huge bucket would be quadratic).
+MAX_VERIFIED_BUCKET = 64
+
+
 def cluster_partition(
-    ref: PartitionRef, current_bands: pl.DataFrame, doc_ids: pl.DataFrame, matches: pl.DataFrame
+    ref: PartitionRef,
+    current_bands: pl.DataFrame,
+    doc_ids: pl.DataFrame,
+    matches: pl.DataFrame,
+    pair_filter: PairFilter | None = None,
 ) -> pl.DataFrame:
     """Keeper and cluster size of every indexed document of `ref` (see the module docstring).
 
-    current_bands: band, hash, doc; doc_ids: doc, doc_id; matches: MATCH_SCHEMA rows of earlier partitions."""
+    current_bands: band, hash, doc; doc_ids: doc, doc_id; matches: MATCH_SCHEMA rows of earlier partitions.
+    pair_filter (optional): given candidate pairs (u_partition, u_doc, v_partition, v_doc), which to link;
+    without it every member of a bucket is linked (to the bucket's first member)."""
     keeper_partitions = sorted(set(matches["keeper_partition"].unique().to_list()), key=lambda key: PartitionRef(*key.split("/")).sort_key())
     for key in keeper_partitions:
         if PartitionRef(*key.split("/")).sort_key() >= ref.sort_key():
@@ -264,8 +284,11 @@ def cluster_partition(
     )
     current = current_bands.with_columns(node=pl.lit(current_ordinal * PARTITION_UNIT, pl.Int64) + pl.col("doc"))
     members = pl.concat([current.select("band", "hash", "node"), earlier.select("band", "hash", "node")]).unique()
-    group_min = members.group_by("band", "hash").agg(pl.col("node").min().alias("first"))
-    edges = members.join(group_min, on=["band", "hash"]).filter(pl.col("node") != pl.col("first")).select(u="node", v="first").unique()
+    group_min = members.group_by("band", "hash").agg(pl.col("node").min().alias("first"), pl.len().alias("members"))
+    if pair_filter is None:
+        edges = members.join(group_min, on=["band", "hash"]).filter(pl.col("node") != pl.col("first")).select(u="node", v="first").unique()
+    else:
+        edges = _verified_edges(members, group_min, current_ordinal, keeper_partitions + [ref.key], pair_filter)
     components = connected_components(members["node"], edges)
     sizes = components.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
 
@@ -286,6 +309,86 @@ def cluster_partition(
         .select("doc", "keeper_partition", "keeper_doc", "keeper_id", "cluster_size")
         .sort("doc")
     )
+
+
+def _verified_edges(
+    members: pl.DataFrame, group_min: pl.DataFrame, current_ordinal: int, partitions: list[str], pair_filter: PairFilter
+) -> pl.DataFrame:
+    """Candidate pairs (at least one document of the current partition), kept where `pair_filter` says."""
+    small = group_min.filter(pl.col("members") <= MAX_VERIFIED_BUCKET).select("band", "hash")
+    in_small = members.join(small, on=["band", "hash"], how="semi")
+    all_pairs = in_small.join(in_small, on=["band", "hash"], suffix="_b").select(u="node", v="node_b")
+    star = members.join(group_min.filter(pl.col("members") > MAX_VERIFIED_BUCKET), on=["band", "hash"]).select(u="node", v="first")
+    current_floor = current_ordinal * PARTITION_UNIT
+    pairs = (
+        pl.concat([all_pairs, star])
+        .filter((pl.col("u") < pl.col("v")) & (pl.col("v") >= current_floor))
+        .unique()
+        .sort("u", "v")
+    )
+    names = pl.DataFrame({"ordinal": list(range(len(partitions))), "partition": partitions}, schema={"ordinal": pl.Int64, "partition": pl.String})
+    located = pairs.with_columns(
+        u_ordinal=pl.col("u") // PARTITION_UNIT, u_doc=pl.col("u") % PARTITION_UNIT,
+        v_ordinal=pl.col("v") // PARTITION_UNIT, v_doc=pl.col("v") % PARTITION_UNIT,
+    )
+    located = located.join(names.rename({"ordinal": "u_ordinal", "partition": "u_partition"}), on="u_ordinal").join(
+        names.rename({"ordinal": "v_ordinal", "partition": "v_partition"}), on="v_ordinal"
+    ).sort("u", "v")
+    keep = pair_filter(located.select("u_partition", "u_doc", "v_partition", "v_doc")) if located.height else np.zeros(0, bool)
+    return located.filter(pl.Series(keep, dtype=pl.Boolean)).select("u", "v")
+
+
+def shingle_sets(texts: list[str], settings: DedupSettings) -> list[np.ndarray]:
+    """Each document's set of shingle hashes (sorted unique uint32; the MinHash input)."""
+    hashes, counts = MinHasher.from_settings(settings).shingle_hashes(texts)
+    return [np.unique(chunk) for chunk in np.split(hashes, np.cumsum(counts)[:-1])] if len(texts) else []
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    if not len(a) and not len(b):
+        return 1.0
+    common = len(np.intersect1d(a, b, assume_unique=True))
+    return common / (len(a) + len(b) - common)
+
+
+class ExactJaccardFilter:
+    """Links a candidate pair only if the Jaccard similarity of the two documents' shingle sets (32-bit
+    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. Texts of the pair's documents
+    are read from the cleaned partitions (only the candidates' part files)."""
+
+    def __init__(self, store: Store, settings: DedupSettings, min_jaccard: float) -> None:
+        self.store = store
+        self.settings = settings
+        self.min_jaccard = min_jaccard
+
+    def _texts(self, wanted: pl.DataFrame) -> dict[tuple[str, int], str]:
+        found: dict[tuple[str, int], str] = {}  # candidates only
+        wanted = wanted.with_columns(part=pl.col("doc") // (1 << ROW_BITS), row=pl.col("doc") % (1 << ROW_BITS))
+        for (partition, part), group in wanted.group_by(["partition", "part"], maintain_order=True):
+            source, snapshot = partition.split("/", 1)
+            prefix = partition_prefix(CLEANED, PartitionRef(source, snapshot))
+            manifest = read_manifest(self.store, prefix)
+            if manifest is None:
+                raise FileNotFoundError(f"{self.store.uri(prefix)} has no manifest: its texts are needed to verify near duplicates")
+            texts = read_parquet_file(self.store, f"{prefix}/{manifest['files'][part]['key']}", columns=["text"]).column("text")
+            for doc, row in zip(group["doc"].to_list(), group["row"].to_list(), strict=True):
+                found[(partition, doc)] = texts[row].as_py()
+        return found
+
+    def __call__(self, pairs: pl.DataFrame) -> np.ndarray:
+        wanted = pl.concat(
+            [pairs.select(partition="u_partition", doc="u_doc"), pairs.select(partition="v_partition", doc="v_doc")]
+        ).unique().sort("partition", "doc")
+        texts = self._texts(wanted)
+        keys = list(texts)
+        sets = dict(zip(keys, shingle_sets([texts[k] for k in keys], self.settings), strict=True))
+        return np.array(
+            [
+                jaccard(sets[(up, ud)], sets[(vp, vd)]) >= self.min_jaccard
+                for up, ud, vp, vd in pairs.iter_rows()
+            ],
+            dtype=bool,
+        )
 
 
 # --- one partition ----------------------------------------------------------------------------
@@ -392,7 +495,8 @@ def deduplicate_partition(
             [pl.from_arrow(read_parquet_file(store, f"{output_prefix}/{key}")) for key in band_keys]
             or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})]
         )
-        labels = cluster_partition(ref, current_bands, doc_ids, matches_frame.cast(MATCH_SCHEMA))
+        pair_filter = None if settings.verify_min_jaccard is None else ExactJaccardFilter(store, settings, settings.verify_min_jaccard)
+        labels = cluster_partition(ref, current_bands, doc_ids, matches_frame.cast(MATCH_SCHEMA), pair_filter)
         clusters = labels.join(doc_ids, on="doc").select("doc", "doc_id", "keeper_partition", "keeper_doc", "keeper_id").sort("doc")
         clusters_entry = write_parquet(store, f"{output_prefix}/{CLUSTERS_FILE}", clusters.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=1 << 16)
         side_files.extend([*band_entries, clusters_entry])

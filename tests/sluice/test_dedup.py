@@ -225,6 +225,35 @@ def test_index_built_with_other_settings_is_recomputed_with_the_same_result(plan
     assert len(kept_default ^ kept_other) <= 2  # another seed: the same planted duplicates, up to LSH chance
 
 
+def cleaned_texts(store: Store) -> dict[str, str]:
+    texts = {}
+    for ref in list_partitions(store, "cleaned_documents"):
+        prefix = partition_prefix("cleaned_documents", ref)
+        for entry in read_manifest(store, prefix)["files"]:
+            table = read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc_id", "text"])
+            texts.update(zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist(), strict=True))
+    return texts
+
+
+def test_exact_verification_links_only_pairs_above_the_bound(planted):
+    texts = cleaned_texts(planted)
+
+    def similarity(a: str, b: str) -> float:
+        sa, sb = dedup.shingle_sets([texts[a], texts[b]], DedupSettings())
+        return dedup.jaccard(sa, sb)
+
+    run_incremental(planted)
+    _, unverified = deduped_view(planted)
+    run_incremental(planted, DedupSettings(verify_min_jaccard=0.8))
+    kept, verified = deduped_view(planted)
+    fuzzy = {doc: target for doc, (kind, target) in verified.items() if kind == "fuzzy"}
+    assert fuzzy and all(similarity(doc, target) >= 0.8 for doc, target in fuzzy.items())
+    # LSH-only removals whose similarity to the kept document is below the bound stay now.
+    below = [doc for doc, (kind, target) in unverified.items() if kind == "fuzzy" and similarity(doc, target) < 0.8]
+    assert below and all(doc in kept for doc in below)
+    assert {"w1-near-r1-0", "w1-near-w1-10", "r2-near-w1-11", "w2-near-r1-2"} <= set(fuzzy)
+
+
 def test_fuzzy_off_is_exact_only(planted):
     results = run_incremental(planted, DedupSettings(fuzzy=False))
     assert sum(r.removed_fuzzy for r in results.values()) == 0
