@@ -74,6 +74,8 @@ ROW_BITS = 24  # doc = part << ROW_BITS | row
 PARTITION_SHIFT = 40  # node = partition ordinal << PARTITION_SHIFT | doc
 PARTITION_UNIT = 1 << PARTITION_SHIFT
 MAX_COMPONENT_ITERATIONS = 64
+# Earlier band indexes smaller than this in total are matched in the driver process, not in executor tasks.
+INLINE_MATCH_BELOW_BYTES = 32 << 20
 
 REMOVED_SCHEMA = pa.schema(
     [
@@ -423,6 +425,16 @@ def _exact_decisions(store: Store, ref: PartitionRef, earlier: list[PartitionRef
     return decisions
 
 
+def _index_bytes(store: Store, other: PartitionRef) -> int:
+    manifest = read_manifest(store, partition_prefix(DEDUPED, other)) or {}
+    index = set(manifest.get("band_index", {}).get("files", []))
+    # A missing index is re-signed from the texts: count those, the real work then.
+    if not index:
+        cleaned = read_manifest(store, partition_prefix(CLEANED, other)) or {}
+        return sum(entry["bytes"] for entry in cleaned.get("files", []))
+    return sum(entry["bytes"] for entry in manifest.get("side_files", []) if entry["key"] in index)
+
+
 def _usable_band_index(store: Store, other: PartitionRef, settings: DedupSettings) -> tuple[str, ...]:
     manifest = read_manifest(store, partition_prefix(DEDUPED, other))
     index = (manifest or {}).get("band_index")
@@ -489,7 +501,10 @@ def deduplicate_partition(
                     store.uri(partition_prefix(CLEANED, other)), tuple(e["key"] for e in other_manifest["files"]), settings, s3,
                 )
             )
-        matches = [pl.from_arrow(table) for table in executor.map(match_earlier, match_tasks)]
+        # Matching a small index costs less than starting worker processes: such runs stay in this process.
+        index_bytes = sum(_index_bytes(store, other) for other in earlier)
+        match_executor = executor if index_bytes >= INLINE_MATCH_BELOW_BYTES else Executor()
+        matches = [pl.from_arrow(table) for table in match_executor.map(match_earlier, match_tasks)]
         matches_frame = pl.concat(matches) if matches else pl.DataFrame(schema=MATCH_SCHEMA)
         current_bands = pl.concat(
             [pl.from_arrow(read_parquet_file(store, f"{output_prefix}/{key}")) for key in band_keys]

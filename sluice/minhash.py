@@ -91,18 +91,25 @@ WORD_CHAR, SEPARATOR, DROPPED, STANDALONE = 0, 1, 2, 3
 
 
 @lru_cache(maxsize=1)
+def _unicode_masks() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(combining mark Mn, decimal digit Nd, whitespace) for every code point, in one pass (~0.3 s)."""
+    every_char = "".join(map(chr, range(sys.maxunicode + 1)))
+    categories = np.array(list(map(unicodedata.category, every_char)))
+    whitespace = np.zeros(sys.maxunicode + 1, dtype=bool)
+    whitespace[[match.start() for match in re.finditer(r"\s", every_char)]] = True
+    return categories == "Mn", categories == "Nd", whitespace
+
+
+@lru_cache(maxsize=1)
 def _char_classes() -> np.ndarray:
+    combining, _, whitespace = _unicode_masks()
     table = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
-    categories = [unicodedata.category(chr(cp)) for cp in range(sys.maxunicode + 1)]
     for low, high in re.findall(r"(.)-(.)", _NO_SPACE_SCRIPTS):
         table[ord(low) : ord(high) + 1] = STANDALONE
-    for cp in range(sys.maxunicode + 1):
-        if chr(cp).isspace():
-            table[cp] = SEPARATOR
-    for char in PUNCTUATION:
-        table[ord(char)] = SEPARATOR
+    table[whitespace] = SEPARATOR
+    table[[ord(char) for char in PUNCTUATION]] = SEPARATOR
     # Combining marks last: the kana voicing marks U+3099/U+309A lie inside the Katakana range.
-    table[np.array([c == "Mn" for c in categories])] = DROPPED
+    table[combining] = DROPPED
     table.flags.writeable = False
     return table
 
@@ -117,7 +124,7 @@ def _prenormalize(text: str) -> str:
 def _numeric_table() -> np.ndarray:
     """1 for decimal digits (category Nd, what `\\d` matches), 2 for the decimal separators of `_NUMBERS`."""
     table = np.zeros(sys.maxunicode + 1, dtype=np.uint8)
-    table[[cp for cp in range(sys.maxunicode + 1) if unicodedata.category(chr(cp)) == "Nd"]] = 1
+    table[_unicode_masks()[1]] = 1
     table[[ord(c) for c in ".,،٫⎖⎗⎘"]] = 2
     table.flags.writeable = False
     return table

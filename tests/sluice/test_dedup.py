@@ -74,11 +74,11 @@ def planted(tmp_path_factory):
     return store
 
 
-def run_incremental(store: Store, settings: DedupSettings | None = None) -> dict[str, dedup.DedupResult]:
+def run_incremental(store: Store, settings: DedupSettings | None = None, executor=None) -> dict[str, dedup.DedupResult]:
     results = {}
     for ref in list_partitions(store, "cleaned_documents"):
         prefix = partition_prefix("deduped_documents", ref)
-        result = dedup.deduplicate_partition(store, ref, prefix, settings=settings or DedupSettings())
+        result = dedup.deduplicate_partition(store, ref, prefix, settings=settings or DedupSettings(), executor=executor)
         write_manifest(
             store,
             prefix,
@@ -252,6 +252,21 @@ def test_exact_verification_links_only_pairs_above_the_bound(planted):
     below = [doc for doc, (kind, target) in unverified.items() if kind == "fuzzy" and similarity(doc, target) < 0.8]
     assert below and all(doc in kept for doc in below)
     assert {"w1-near-r1-0", "w1-near-w1-10", "r2-near-w1-11", "w2-near-r1-2"} <= set(fuzzy)
+
+
+def test_process_pool_gives_byte_identical_outputs(planted, monkeypatch):
+    from sluice.compute import LocalPoolExecutor
+    from tests.conftest import tree_digest
+
+    run_incremental(planted)
+    inline = tree_digest(planted.uri("deduped_documents"))
+    monkeypatch.setattr(dedup, "INLINE_MATCH_BELOW_BYTES", 0)  # index matching in worker processes too
+    last = ORDER[3]  # two cleaned parts (two signature tasks), three earlier indexes (three match tasks)
+    prefix = partition_prefix("deduped_documents", last)
+    result = dedup.deduplicate_partition(planted, last, prefix, executor=LocalPoolExecutor(2))
+    write_manifest(planted, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
+    assert tree_digest(planted.uri("deduped_documents")) == inline
+    assert any(name.endswith("bands-00001.parquet") for name in inline)
 
 
 def test_fuzzy_off_is_exact_only(planted):
