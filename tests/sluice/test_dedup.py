@@ -302,3 +302,15 @@ def test_band_rows_skip_documents_without_words():
     docs = np.unique(table.column("doc").to_numpy())
     assert docs.tolist() == [(3 << dedup.ROW_BITS) | 1]
     assert table.num_rows == 14
+
+
+def test_dedup_config_errors_name_key_and_allowed_values(make_config):
+    from sluice.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as error:
+        load_config(make_config(dedup={"hash_function": "md5"}))
+    assert "dedup.hash_function" in str(error.value) and "'poly' or 'sha1'" in str(error.value)
+    with pytest.raises(ConfigError) as error:
+        load_config(make_config(dedup={"bandz": 4}))
+    assert "dedup.bandz" in str(error.value)
+    assert load_config(make_config()).dedup == DedupSettings()  # sluice.yaml states the defaults
