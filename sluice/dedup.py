@@ -211,6 +211,8 @@ def match_earlier(task: MatchTask) -> pa.Table:
             rows = pl.from_arrow(read_parquet_file(earlier, key))
             matched.append(rows.join(keys, on=["band", "hash"], how="semi"))
         rows = pl.concat(matched) if matched else pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})
+        if rows.height == 0:  # nothing in common: the cluster file need not be read
+            return pl.DataFrame(schema=MATCH_SCHEMA).to_arrow()
         labels = pl.from_arrow(read_parquet_file(earlier, CLUSTERS_FILE, columns=["doc", "keeper_partition", "keeper_doc", "keeper_id"]))
         out = rows.join(labels, on="doc", how="left")
         missing = out.filter(pl.col("keeper_id").is_null())
