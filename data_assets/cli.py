@@ -129,19 +129,20 @@ def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) ->
                 drops,
                 deduped.get("documents_out", 0),
                 deduped.get("removed_exact", 0),
+                deduped.get("removed_fuzzy", 0),
                 tokenized.get("tokens", 0),
             )
         )
-    header = ("partition", "raw docs", "quarantined", "cleaned", "cleaning drops", "deduped", "dup removed", "tokens")
+    header = ("partition", "raw docs", "quarantined", "cleaned", "cleaning drops", "deduped", "exact dups", "near dups", "tokens")
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
     out("")
     out("Per-stage summary (documents in -> out at each stage)")
     for row in [header, *rows]:
         out("  " + "  ".join(str(value).ljust(width) for value, width in zip(row, widths, strict=True)))
-    totals = [sum(row[i] for row in rows) for i in (1, 2, 3, 5, 6, 7)]
+    totals = [sum(row[i] for row in rows) for i in (1, 2, 3, 5, 6, 7, 8)]
     out(
         f"  total: raw {totals[0]}, quarantined {totals[1]}, cleaned {totals[2]}, deduped {totals[3]} "
-        f"({totals[4]} exact duplicates removed), {totals[5]} tokens"
+        f"({totals[4]} exact and {totals[5]} near duplicates removed), {totals[6]} tokens"
     )
     tok = report["tokenizer"]
     out(f"\nTokenizer: vocab {tok.get('vocab_size')}, sha256 {str(tok.get('sha256'))[:16]}..., {tok.get('origin')}")

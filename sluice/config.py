@@ -143,6 +143,25 @@ class ComputeSettings(_Model):
     ray_address: str | None = None  # None with backend=ray starts a local Ray; "auto" or ray://host:10001 joins one
 
 
+class DedupSettings(_Model):
+    """Near-duplicate detection (MinHash LSH, see sluice.minhash); defaults as datatrove's."""
+
+    fuzzy: bool = True  # False: exact dedup only
+    ngram_size: int = Field(5, ge=1, le=64)  # words per shingle
+    bands: int = Field(14, ge=1, le=255)  # LSH bands; candidates share at least one band
+    rows_per_band: int = Field(8, ge=1, le=64)  # signature values per band (num_perm = bands * rows)
+    seed: int = Field(1, ge=0, lt=1 << 32)  # seed of the permutations (datasketch's default is 1)
+    hash_function: Literal["poly", "sha1"] = "poly"  # shingle hash; sha1 = datasketch's default (slow)
+    # None: documents sharing an LSH bucket are near duplicates (datatrove's rule). A number: a candidate
+    # pair counts only if the Jaccard similarity of the two shingle sets, computed from their texts, is at
+    # least this (higher precision; reads the candidates' texts).
+    verify_min_jaccard: float | None = Field(None, ge=0.0, le=1.0)
+    # Share of a partition's documents removed (exact + fuzzy) outside these bounds makes the
+    # `removed_share_within_bounds` check warn.
+    min_removed_share: float = Field(0.0, ge=0.0, le=1.0)
+    max_removed_share: float = Field(0.8, ge=0.0, le=1.0)
+
+
 class CheckSettings(_Model):
     max_quarantined_file_share: float = Field(0.25, ge=0.0, le=1.0)
     min_cleaned_drop_rate: float = Field(0.0, ge=0.0, le=1.0)
@@ -214,6 +233,7 @@ class SluiceConfig(_Model):
     cleaning: CleaningSettings = CleaningSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
     compute: ComputeSettings = ComputeSettings()
+    dedup: DedupSettings = DedupSettings()
     checks: CheckSettings = CheckSettings()
     mixes: dict[str, MixSettings]
 

@@ -1,29 +1,81 @@
-"""Exact deduplication, global across all source x snapshot partitions.
+"""Deduplication, global across all source x snapshot partitions: exact, then near duplicates (MinHash LSH).
 
-Rule (deterministic, independent of the order in which partitions were materialized):
-partitions are totally ordered by (snapshot, source); inside a partition documents keep their order
-(part file, then row). A document is kept only if no document with the same `text_hash` (see
-`sluice.clean.normalize_for_hash`) comes before it in that order. So partition P is deduplicated
-against the *cleaned* output of every partition ordered before P, plus itself; the result depends on
-which earlier partitions exist, which is recorded in P's manifest (`deduplicated_against`). When an
-earlier partition lands late, the later partitions must be re-materialized; the `deduped_documents`
-check `dedup_against_all_earlier_partitions` reports exactly that.
+**Order and keeper rule** (deterministic, independent of worker count and engine): partitions are totally
+ordered by (snapshot, source); inside a partition documents keep their order (cleaned part file, then
+row). A document's position is `doc = part << 24 | row` inside its partition.
 
-Memory holds the current partition's hashes only; earlier partitions are streamed file by file,
-reading two columns, and matched with Arrow's `is_in` (no dict of every document).
+**Exact**: a document is removed (kind `exact`) when a document with the same `text_hash`
+(`sluice.clean.normalize_for_hash`: NFKC, case-folded, whitespace collapsed) comes before it in that
+order; `duplicate_of` is that first copy. Earlier partitions' cleaned outputs are streamed file by file,
+two columns, matched with Arrow's `is_in`.
+
+**Near duplicates** (`dedup.fuzzy`): every document gets LSH band hashes (`sluice.minhash`). The
+candidate graph joins documents sharing any (band, hash). Partition P is deduplicated against the graph
+of all documents of P and of every partition ordered before it: a document of P is removed (kind
+`fuzzy`) when its connected component holds a document ordered before it. Documents kept by an earlier
+partition are never removed later; a later document that bridges two earlier clusters is itself removed
+and changes nothing before it. The one-batch result (all partitions' documents clustered at once, the
+first of each component kept) is the same whenever no later document bridges earlier ones; tests check
+this on the sample with planted near duplicates.
+
+**Incremental band index** (files of the deduped partition, listed in its manifest under `band_index`):
+- `bands-NNNNN.parquet`, one per cleaned part: `band uint8, hash uint64, doc int64`, sorted by
+  (band, hash, doc); documents without any word have no rows (they never match).
+- `clusters.parquet`: `doc int64, doc_id string, keeper_partition string, keeper_doc int64, keeper_id
+  string`: for each indexed document the kept document of its cluster (itself when kept).
+Deduplicating P reads only these files of earlier partitions (each file in its own executor task, a
+semi-join on P's (band, hash) keys), never their texts. An earlier partition whose index is missing or
+was built with other MinHash settings is re-signed from its cleaned texts in the task (its documents then
+count as their own keepers) and named in `recomputed_band_indexes`.
+
+**Clustering** runs on Polars frames: P's band rows plus the matched earlier rows, each earlier
+document replaced by its cluster's keeper (a kept document, so `duplicate_of` always names a document
+that is in the deduped output). Each (band, hash) group links its members to its smallest node;
+connected components by iterative min-label propagation with pointer jumping (joins and group-bys, no
+Python dict of documents). Node ids are `partition ordinal << 40 | doc`, so a component's minimum is its
+first document in the global order: the keeper. `cluster_id` is the keeper's doc_id, `cluster_size` the
+component's size (P's documents plus the earlier keepers they reach).
+
+**Verification** (`dedup.verify_min_jaccard`, off by default as in datatrove): candidate pairs (all
+pairs of a bucket with at most MAX_VERIFIED_BUCKET members, else each member with the bucket's first)
+are linked only if the Jaccard similarity of their shingle-hash sets, computed from the texts, reaches
+the bound. An earlier document enters as its cluster's keeper, so a new document is compared with the
+kept document. Only the candidates' cleaned part files are read.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.config import S3Settings
-from sluice.layout import PartitionRef, partition_prefix, read_manifest, read_parquet_file, write_parquet
-from sluice.storage import Store
+from sluice.compute import Executor
+from sluice.config import DedupSettings, S3Settings
+from sluice.layout import (
+    PartitionRef,
+    list_partitions,
+    partition_prefix,
+    read_manifest,
+    read_parquet_file,
+    write_parquet,
+)
+from sluice.minhash import MAX_HASH32, MinHasher
+from sluice.storage import Store, StoreSpec
+
+CLEANED = "cleaned_documents"
+DEDUPED = "deduped_documents"
+ROW_BITS = 24  # doc = part << ROW_BITS | row
+PARTITION_SHIFT = 40  # node = partition ordinal << PARTITION_SHIFT | doc
+PARTITION_UNIT = 1 << PARTITION_SHIFT
+MAX_COMPONENT_ITERATIONS = 64
+# Earlier band indexes smaller than this in total are matched in the driver process, not in executor tasks.
+INLINE_MATCH_BELOW_BYTES = 32 << 20
 
 REMOVED_SCHEMA = pa.schema(
     [
@@ -31,50 +83,326 @@ REMOVED_SCHEMA = pa.schema(
         pa.field("source", pa.string(), nullable=False),
         pa.field("snapshot", pa.string(), nullable=False),
         pa.field("text_hash", pa.string(), nullable=False),
-        pa.field("duplicate_of", pa.string(), nullable=False),  # the kept (first) document's id
+        pa.field("kind", pa.string(), nullable=False),  # exact | fuzzy
+        pa.field("duplicate_of", pa.string(), nullable=False),  # exact: first copy; fuzzy: the cluster's kept document
         pa.field("duplicate_of_partition", pa.string(), nullable=False),  # source/snapshot of that document
+        pa.field("cluster_id", pa.string(), nullable=False),  # doc_id of the cluster's kept document
+        pa.field("cluster_size", pa.int64()),  # null when the document has no band hashes (no words / fuzzy off)
     ]
 )
-
-CLEANED = "cleaned_documents"
+BANDS_SCHEMA = pa.schema([pa.field("band", pa.uint8(), nullable=False), pa.field("hash", pa.uint64(), nullable=False), pa.field("doc", pa.int64(), nullable=False)])
+CLUSTERS_SCHEMA = pa.schema(
+    [
+        pa.field("doc", pa.int64(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("keeper_partition", pa.string(), nullable=False),
+        pa.field("keeper_doc", pa.int64(), nullable=False),
+        pa.field("keeper_id", pa.string(), nullable=False),
+    ]
+)
+CLUSTERS_FILE = "clusters.parquet"
 
 
 @dataclass
 class DedupResult:
     files: list[dict[str, Any]]
-    removed_entry: dict[str, Any]
+    side_files: list[dict[str, Any]]
+    band_index: dict[str, Any] | None
     documents_in: int
     documents_out: int
+    removed_exact: int
+    removed_fuzzy: int
     removed_within_partition: int
     removed_against: dict[str, int] = field(default_factory=dict)  # earlier partition -> removed count
+    removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
+    cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
     deduplicated_against: list[str] = field(default_factory=list)
+    recomputed_band_indexes: list[str] = field(default_factory=list)
 
 
 def earlier_partitions(store: Store, ref: PartitionRef) -> list[PartitionRef]:
-    from sluice.layout import list_partitions
-
     return [other for other in list_partitions(store, CLEANED) if other.sort_key() < ref.sort_key()]
 
 
-def deduplicate_partition(store: Store, ref: PartitionRef, output_prefix: str, s3: S3Settings | None = None) -> DedupResult:
-    cleaned_prefix = partition_prefix(CLEANED, ref)
-    manifest = read_manifest(store, cleaned_prefix)
-    if manifest is None:
-        raise FileNotFoundError(f"{store.uri(cleaned_prefix)} has no manifest: materialize cleaned_documents for {ref.key} first")
-    parts = [entry["key"] for entry in manifest["files"]]
-    # Only ids and hashes are held for the whole partition; texts are streamed part by part below.
-    tables = [read_parquet_file(store, f"{cleaned_prefix}/{key}", columns=["doc_id", "text_hash"]) for key in parts]
-    documents_in = sum(t.num_rows for t in tables)
+def minhash_identity(settings: DedupSettings) -> dict[str, Any]:
+    """The settings that make band hashes comparable; an index built with others is not reused."""
+    return {
+        "ngram_size": settings.ngram_size,
+        "bands": settings.bands,
+        "rows_per_band": settings.rows_per_band,
+        "seed": settings.seed,
+        "hash_function": settings.hash_function,
+        "verify_min_jaccard": settings.verify_min_jaccard,  # changes the clusters' keepers
+    }
 
-    # Hashes of this partition, in document order; first occurrence wins inside the partition.
+
+# --- per-file work (runs in executor tasks) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignatureTask:
+    cleaned_url: str  # cleaned partition folder
+    cleaned_key: str  # part file
+    part: int
+    output_url: str  # deduped partition folder: bands-NNNNN.parquet goes here
+    settings: DedupSettings
+    s3: S3Settings = field(default_factory=S3Settings)
+
+
+def band_table(texts: list[str], part: int, settings: DedupSettings) -> pa.Table:
+    """Band rows of one part's documents, sorted by (band, hash, doc)."""
+    if len(texts) >= 1 << ROW_BITS:
+        raise ValueError(f"a cleaned part holds {len(texts)} documents; at most {(1 << ROW_BITS) - 1} are supported")
+    hasher = MinHasher.from_settings(settings)
+    signatures = hasher.signatures(texts)
+    has_words = (signatures != MAX_HASH32).any(axis=1)
+    rows = np.flatnonzero(has_words)
+    bands = hasher.band_hashes(signatures[rows])
+    docs = (np.int64(part) << ROW_BITS) | rows.astype(np.int64)
+    frame = pl.DataFrame(
+        {
+            "band": np.tile(np.arange(settings.bands, dtype=np.uint8), len(rows)),
+            "hash": bands.reshape(-1),
+            "doc": np.repeat(docs, settings.bands),
+        },
+        schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64},
+    ).sort(["band", "hash", "doc"])
+    return frame.to_arrow().cast(BANDS_SCHEMA)
+
+
+def signature_part(task: SignatureTask) -> dict[str, Any]:
+    """Sign one cleaned part file and publish its `bands-NNNNN.parquet`; returns the manifest entry."""
+    cleaned = StoreSpec(task.cleaned_url, task.s3).open()
+    texts = read_parquet_file(cleaned, task.cleaned_key, columns=["text"]).column("text").to_pylist()
+    table = band_table(texts, task.part, task.settings)
+    output = StoreSpec(task.output_url, task.s3).open()
+    return write_parquet(output, f"bands-{task.part:05d}.parquet", table, row_group_size=1 << 16)
+
+
+@dataclass(frozen=True)
+class MatchTask:
+    """Find the band rows of one earlier partition that share a (band, hash) with the current one."""
+
+    current_url: str  # deduped folder of the partition being deduplicated
+    current_band_keys: tuple[str, ...]
+    earlier: str  # source/snapshot
+    earlier_url: str  # deduped folder of the earlier partition (its band index), if usable
+    earlier_band_keys: tuple[str, ...]  # empty: no usable index, sign `cleaned_keys` instead
+    cleaned_url: str
+    cleaned_keys: tuple[str, ...]
+    settings: DedupSettings
+    s3: S3Settings = field(default_factory=S3Settings)
+
+
+MATCH_SCHEMA = {"band": pl.UInt8, "hash": pl.UInt64, "keeper_partition": pl.String, "keeper_doc": pl.Int64, "keeper_id": pl.String}
+
+
+def match_earlier(task: MatchTask) -> pa.Table:
+    """(band, hash, keeper_partition, keeper_doc, keeper_id) of the earlier partition's matching rows."""
+    current = StoreSpec(task.current_url, task.s3).open()
+    keys = pl.concat(
+        [pl.from_arrow(read_parquet_file(current, key, columns=["band", "hash"])) for key in task.current_band_keys]
+        or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64})]
+    ).unique()
+    matched: list[pl.DataFrame] = []
+    if task.earlier_band_keys:
+        earlier = StoreSpec(task.earlier_url, task.s3).open()
+        for key in task.earlier_band_keys:  # one index file at a time: memory holds the matches only
+            rows = pl.from_arrow(read_parquet_file(earlier, key))
+            matched.append(rows.join(keys, on=["band", "hash"], how="semi"))
+        rows = pl.concat(matched) if matched else pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})
+        if rows.height == 0:  # nothing in common: the cluster file need not be read
+            return pl.DataFrame(schema=MATCH_SCHEMA).to_arrow()
+        labels = pl.from_arrow(read_parquet_file(earlier, CLUSTERS_FILE, columns=["doc", "keeper_partition", "keeper_doc", "keeper_id"]))
+        out = rows.join(labels, on="doc", how="left")
+        missing = out.filter(pl.col("keeper_id").is_null())
+        if missing.height:
+            raise ValueError(f"{earlier.uri(CLUSTERS_FILE)} lacks documents of its band index (e.g. doc {missing['doc'][0]})")
+    else:
+        cleaned = StoreSpec(task.cleaned_url, task.s3).open()
+        for part, key in enumerate(task.cleaned_keys):
+            table = read_parquet_file(cleaned, key, columns=["doc_id", "text"])
+            rows = pl.from_arrow(band_table(table.column("text").to_pylist(), part, task.settings))
+            rows = rows.join(keys, on=["band", "hash"], how="semi")
+            ids = pl.DataFrame({"doc": (np.int64(part) << ROW_BITS) | np.arange(table.num_rows, dtype=np.int64), "keeper_id": table.column("doc_id").to_pylist()}, schema={"doc": pl.Int64, "keeper_id": pl.String})
+            matched.append(rows.join(ids, on="doc", how="left"))
+        out = pl.concat(matched) if matched else pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64, "keeper_id": pl.String})
+        # Without a cluster file every document is its own keeper (still ordered before the current partition).
+        out = out.with_columns(keeper_partition=pl.lit(task.earlier), keeper_doc=pl.col("doc"))
+    return out.select(list(MATCH_SCHEMA)).cast(MATCH_SCHEMA).unique().sort(["band", "hash", "keeper_partition", "keeper_doc"]).to_arrow()
+
+
+# --- clustering (columnar) ---------------------------------------------------------------------
+
+
+def connected_components(nodes: pl.Series, edges: pl.DataFrame) -> pl.DataFrame:
+    """(node, label) with label = the smallest node of the node's component.
+
+    Iterative min-label propagation over both edge directions, each round followed by pointer
+    jumping (label := label of label), as joins and group-bys."""
+    labels = pl.DataFrame({"node": nodes}).unique().with_columns(label=pl.col("node"))
+    links = pl.concat([edges.select(src="u", dst="v"), edges.select(src="v", dst="u")]).unique()
+    for _ in range(MAX_COMPONENT_ITERATIONS):
+        proposed = (
+            links.join(labels, left_on="dst", right_on="node").group_by("src").agg(pl.col("label").min().alias("proposal"))
+        )
+        updated = labels.join(proposed, left_on="node", right_on="src", how="left").with_columns(
+            label=pl.min_horizontal("label", "proposal")
+        ).select("node", "label")
+        jumped = updated.join(updated.rename({"node": "label", "label": "label_of_label"}), on="label", how="left").with_columns(
+            label=pl.min_horizontal("label", "label_of_label")
+        ).select("node", "label")
+        changed = jumped.join(labels, on="node", suffix="_before").filter(pl.col("label") != pl.col("label_before")).height
+        labels = jumped
+        if changed == 0:
+            return labels.sort("node")
+    raise RuntimeError(f"connected components did not converge in {MAX_COMPONENT_ITERATIONS} rounds")
+
+
+PairFilter = Callable[[pl.DataFrame], np.ndarray]
+# Buckets with more members than this are linked to their first member only when pairs are verified
+# (all pairs of a huge bucket would be quadratic).
+MAX_VERIFIED_BUCKET = 64
+
+
+def cluster_partition(
+    ref: PartitionRef,
+    current_bands: pl.DataFrame,
+    doc_ids: pl.DataFrame,
+    matches: pl.DataFrame,
+    pair_filter: PairFilter | None = None,
+) -> pl.DataFrame:
+    """Keeper and cluster size of every indexed document of `ref` (see the module docstring).
+
+    current_bands: band, hash, doc; doc_ids: doc, doc_id; matches: MATCH_SCHEMA rows of earlier partitions.
+    pair_filter (optional): given candidate pairs (u_partition, u_doc, v_partition, v_doc), which to link;
+    without it every member of a bucket is linked (to the bucket's first member)."""
+    keeper_partitions = sorted(set(matches["keeper_partition"].unique().to_list()), key=lambda key: PartitionRef(*key.split("/")).sort_key())
+    for key in keeper_partitions:
+        if PartitionRef(*key.split("/")).sort_key() >= ref.sort_key():
+            raise ValueError(f"band index names keeper partition {key}, which is not before {ref.key}")
+    current_ordinal = len(keeper_partitions)
+    ordinal_frame = pl.DataFrame({"keeper_partition": keeper_partitions, "ordinal": list(range(current_ordinal))}, schema={"keeper_partition": pl.String, "ordinal": pl.Int64})
+    earlier = matches.join(ordinal_frame, on="keeper_partition").with_columns(
+        node=pl.col("ordinal") * PARTITION_UNIT + pl.col("keeper_doc")
+    )
+    current = current_bands.with_columns(node=pl.lit(current_ordinal * PARTITION_UNIT, pl.Int64) + pl.col("doc"))
+    members = pl.concat([current.select("band", "hash", "node"), earlier.select("band", "hash", "node")]).unique()
+    group_min = members.group_by("band", "hash").agg(pl.col("node").min().alias("first"), pl.len().alias("members"))
+    if pair_filter is None:
+        edges = members.join(group_min, on=["band", "hash"]).filter(pl.col("node") != pl.col("first")).select(u="node", v="first").unique()
+    else:
+        edges = _verified_edges(members, group_min, current_ordinal, keeper_partitions + [ref.key], pair_filter)
+    components = connected_components(members["node"], edges)
+    sizes = components.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
+
+    earlier_keepers = earlier.select("node", "keeper_partition", "keeper_doc", "keeper_id").unique()
+    current_keepers = doc_ids.select(
+        node=pl.lit(current_ordinal * PARTITION_UNIT, pl.Int64) + pl.col("doc"),
+        keeper_partition=pl.lit(ref.key),
+        keeper_doc=pl.col("doc"),
+        keeper_id=pl.col("doc_id"),
+    )
+    keepers = pl.concat([earlier_keepers, current_keepers]).rename({"node": "label"})
+    indexed = current.select("doc").unique()
+    return (
+        indexed.with_columns(node=pl.lit(current_ordinal * PARTITION_UNIT, pl.Int64) + pl.col("doc"))
+        .join(components, on="node")
+        .join(keepers, on="label", how="left")
+        .join(sizes, on="label")
+        .select("doc", "keeper_partition", "keeper_doc", "keeper_id", "cluster_size")
+        .sort("doc")
+    )
+
+
+def _verified_edges(
+    members: pl.DataFrame, group_min: pl.DataFrame, current_ordinal: int, partitions: list[str], pair_filter: PairFilter
+) -> pl.DataFrame:
+    """Candidate pairs (at least one document of the current partition), kept where `pair_filter` says."""
+    small = group_min.filter(pl.col("members") <= MAX_VERIFIED_BUCKET).select("band", "hash")
+    in_small = members.join(small, on=["band", "hash"], how="semi")
+    all_pairs = in_small.join(in_small, on=["band", "hash"], suffix="_b").select(u="node", v="node_b")
+    star = members.join(group_min.filter(pl.col("members") > MAX_VERIFIED_BUCKET), on=["band", "hash"]).select(u="node", v="first")
+    current_floor = current_ordinal * PARTITION_UNIT
+    pairs = (
+        pl.concat([all_pairs, star])
+        .filter((pl.col("u") < pl.col("v")) & (pl.col("v") >= current_floor))
+        .unique()
+        .sort("u", "v")
+    )
+    names = pl.DataFrame({"ordinal": list(range(len(partitions))), "partition": partitions}, schema={"ordinal": pl.Int64, "partition": pl.String})
+    located = pairs.with_columns(
+        u_ordinal=pl.col("u") // PARTITION_UNIT, u_doc=pl.col("u") % PARTITION_UNIT,
+        v_ordinal=pl.col("v") // PARTITION_UNIT, v_doc=pl.col("v") % PARTITION_UNIT,
+    )
+    located = located.join(names.rename({"ordinal": "u_ordinal", "partition": "u_partition"}), on="u_ordinal").join(
+        names.rename({"ordinal": "v_ordinal", "partition": "v_partition"}), on="v_ordinal"
+    ).sort("u", "v")
+    keep = pair_filter(located.select("u_partition", "u_doc", "v_partition", "v_doc")) if located.height else np.zeros(0, bool)
+    return located.filter(pl.Series(keep, dtype=pl.Boolean)).select("u", "v")
+
+
+def shingle_sets(texts: list[str], settings: DedupSettings) -> list[np.ndarray]:
+    """Each document's set of shingle hashes (sorted unique uint32; the MinHash input)."""
+    hashes, counts = MinHasher.from_settings(settings).shingle_hashes(texts)
+    return [np.unique(chunk) for chunk in np.split(hashes, np.cumsum(counts)[:-1])] if len(texts) else []
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    if not len(a) and not len(b):
+        return 1.0
+    common = len(np.intersect1d(a, b, assume_unique=True))
+    return common / (len(a) + len(b) - common)
+
+
+class ExactJaccardFilter:
+    """Links a candidate pair only if the Jaccard similarity of the two documents' shingle sets (32-bit
+    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. Texts of the pair's documents
+    are read from the cleaned partitions (only the candidates' part files)."""
+
+    def __init__(self, store: Store, settings: DedupSettings, min_jaccard: float) -> None:
+        self.store = store
+        self.settings = settings
+        self.min_jaccard = min_jaccard
+
+    def _texts(self, wanted: pl.DataFrame) -> dict[tuple[str, int], str]:
+        found: dict[tuple[str, int], str] = {}  # candidates only
+        wanted = wanted.with_columns(part=pl.col("doc") // (1 << ROW_BITS), row=pl.col("doc") % (1 << ROW_BITS))
+        for (partition, part), group in wanted.group_by(["partition", "part"], maintain_order=True):
+            source, snapshot = partition.split("/", 1)
+            prefix = partition_prefix(CLEANED, PartitionRef(source, snapshot))
+            manifest = read_manifest(self.store, prefix)
+            if manifest is None:
+                raise FileNotFoundError(f"{self.store.uri(prefix)} has no manifest: its texts are needed to verify near duplicates")
+            texts = read_parquet_file(self.store, f"{prefix}/{manifest['files'][part]['key']}", columns=["text"]).column("text")
+            for doc, row in zip(group["doc"].to_list(), group["row"].to_list(), strict=True):
+                found[(partition, doc)] = texts[row].as_py()
+        return found
+
+    def __call__(self, pairs: pl.DataFrame) -> np.ndarray:
+        wanted = pl.concat(
+            [pairs.select(partition="u_partition", doc="u_doc"), pairs.select(partition="v_partition", doc="v_doc")]
+        ).unique().sort("partition", "doc")
+        texts = self._texts(wanted)
+        keys = list(texts)
+        sets = dict(zip(keys, shingle_sets([texts[k] for k in keys], self.settings), strict=True))
+        return np.array(
+            [
+                jaccard(sets[(up, ud)], sets[(vp, vd)]) >= self.min_jaccard
+                for up, ud, vp, vd in pairs.iter_rows()
+            ],
+            dtype=bool,
+        )
+
+
+# --- one partition ----------------------------------------------------------------------------
+
+
+def _exact_decisions(store: Store, ref: PartitionRef, earlier: list[PartitionRef], tables: list[pa.Table]) -> list[tuple[str, str] | None]:
+    """For each document of the partition in order: (first copy's doc_id, its partition) or None if first."""
     all_hashes = pa.concat_arrays([t.column("text_hash").combine_chunks() for t in tables]) if tables else pa.array([], pa.string())
-    all_ids = pa.concat_arrays([t.column("doc_id").combine_chunks() for t in tables]) if tables else pa.array([], pa.string())
     unique_hashes = pc.unique(all_hashes)
-
-    # Which hashes occur in earlier partitions, and the first document that holds each.
-    first_earlier: dict[str, tuple[str, str]] = {}
-    removed_against: dict[str, int] = {}
-    earlier = earlier_partitions(store, ref)
+    first_earlier: dict[str, tuple[str, str]] = {}  # only hashes of this partition: bounded by it
     for other in earlier:
         other_prefix = partition_prefix(CLEANED, other)
         other_manifest = read_manifest(store, other_prefix)
@@ -82,40 +410,165 @@ def deduplicate_partition(store: Store, ref: PartitionRef, output_prefix: str, s
             continue
         for entry in other_manifest["files"]:
             table = read_parquet_file(store, f"{other_prefix}/{entry['key']}", columns=["doc_id", "text_hash"])
-            mask = pc.is_in(table.column("text_hash"), value_set=unique_hashes)
-            matches = table.filter(mask)
+            matches = table.filter(pc.is_in(table.column("text_hash"), value_set=unique_hashes))
             for doc_id, digest in zip(matches.column("doc_id").to_pylist(), matches.column("text_hash").to_pylist(), strict=True):
-                first_earlier.setdefault(digest, (doc_id, other.key))  # matches only: bounded by this partition
-
+                first_earlier.setdefault(digest, (doc_id, other.key))
     seen_here: dict[str, str] = {}
-    removed_rows: list[dict[str, Any]] = []
-    keep_masks: list[list[bool]] = []
-    index = 0
-    removed_within = 0
+    decisions: list[tuple[str, str] | None] = []
     for table in tables:
-        mask = []
-        for digest in table.column("text_hash").to_pylist():
-            doc_id = all_ids[index].as_py()
-            index += 1
+        for doc_id, digest in zip(table.column("doc_id").to_pylist(), table.column("text_hash").to_pylist(), strict=True):
             if digest in first_earlier:
-                keeper_id, keeper_partition = first_earlier[digest]
-                removed_against[keeper_partition] = removed_against.get(keeper_partition, 0) + 1
+                decisions.append(first_earlier[digest])
             elif digest in seen_here:
-                keeper_id, keeper_partition = seen_here[digest], ref.key
-                removed_within += 1
+                decisions.append((seen_here[digest], ref.key))
             else:
                 seen_here[digest] = doc_id
+                decisions.append(None)
+    return decisions
+
+
+def _index_bytes(store: Store, other: PartitionRef) -> int:
+    manifest = read_manifest(store, partition_prefix(DEDUPED, other)) or {}
+    index = set(manifest.get("band_index", {}).get("files", []))
+    # A missing index is re-signed from the texts: count those, the real work then.
+    if not index:
+        cleaned = read_manifest(store, partition_prefix(CLEANED, other)) or {}
+        return sum(entry["bytes"] for entry in cleaned.get("files", []))
+    return sum(entry["bytes"] for entry in manifest.get("side_files", []) if entry["key"] in index)
+
+
+def _usable_band_index(store: Store, other: PartitionRef, settings: DedupSettings) -> tuple[str, ...]:
+    manifest = read_manifest(store, partition_prefix(DEDUPED, other))
+    index = (manifest or {}).get("band_index")
+    if not index or index.get("minhash") != minhash_identity(settings):
+        return ()
+    return tuple(index["files"])
+
+
+def deduplicate_partition(
+    store: Store,
+    ref: PartitionRef,
+    output_prefix: str,
+    s3: S3Settings | None = None,
+    settings: DedupSettings | None = None,
+    executor: Executor | None = None,
+) -> DedupResult:
+    settings = settings or DedupSettings()
+    executor = executor or Executor()
+    s3 = s3 or S3Settings()
+    cleaned_prefix = partition_prefix(CLEANED, ref)
+    manifest = read_manifest(store, cleaned_prefix)
+    if manifest is None:
+        raise FileNotFoundError(f"{store.uri(cleaned_prefix)} has no manifest: materialize cleaned_documents for {ref.key} first")
+    parts = [entry["key"] for entry in manifest["files"]]
+    if len(parts) >= 1 << (PARTITION_SHIFT - ROW_BITS):
+        raise ValueError(f"{ref.key} has {len(parts)} cleaned parts; at most {(1 << (PARTITION_SHIFT - ROW_BITS)) - 1} are supported")
+    # Ids and hashes are held for the whole partition; texts are streamed part by part.
+    tables = [read_parquet_file(store, f"{cleaned_prefix}/{key}", columns=["doc_id", "text_hash"]) for key in parts]
+    documents_in = sum(t.num_rows for t in tables)
+    earlier = earlier_partitions(store, ref)
+    exact = _exact_decisions(store, ref, earlier, tables)
+
+    doc_positions = np.concatenate(
+        [(np.int64(part) << ROW_BITS) | np.arange(t.num_rows, dtype=np.int64) for part, t in enumerate(tables)]
+    ) if tables else np.empty(0, np.int64)
+    doc_ids = pl.DataFrame(
+        {"doc": doc_positions, "doc_id": [d for t in tables for d in t.column("doc_id").to_pylist()]},
+        schema={"doc": pl.Int64, "doc_id": pl.String},
+    )
+
+    side_files: list[dict[str, Any]] = []
+    band_index = None
+    recomputed: list[str] = []
+    fuzzy: dict[int, tuple[str, int, str, int]] = {}  # doc -> keeper; only this partition's removed docs
+    sizes_by_doc: dict[int, int] = {}
+    if settings.fuzzy:
+        output_url = store.uri(output_prefix)
+        band_entries = executor.map(
+            signature_part,
+            [SignatureTask(store.uri(cleaned_prefix), key, index, output_url, settings, s3) for index, key in enumerate(parts)],
+        )
+        band_keys = tuple(entry["key"] for entry in band_entries)
+        match_tasks = []
+        for other in earlier:
+            other_manifest = read_manifest(store, partition_prefix(CLEANED, other))
+            if other_manifest is None:
+                continue
+            index_keys = _usable_band_index(store, other, settings)
+            if not index_keys:
+                recomputed.append(other.key)
+            match_tasks.append(
+                MatchTask(
+                    output_url, band_keys, other.key, store.uri(partition_prefix(DEDUPED, other)), index_keys,
+                    store.uri(partition_prefix(CLEANED, other)), tuple(e["key"] for e in other_manifest["files"]), settings, s3,
+                )
+            )
+        # Matching a small index costs less than starting worker processes: such runs stay in this process.
+        index_bytes = sum(_index_bytes(store, other) for other in earlier)
+        match_executor = executor if index_bytes >= INLINE_MATCH_BELOW_BYTES else Executor()
+        matches = [pl.from_arrow(table) for table in match_executor.map(match_earlier, match_tasks)]
+        matches_frame = pl.concat(matches) if matches else pl.DataFrame(schema=MATCH_SCHEMA)
+        current_bands = pl.concat(
+            [pl.from_arrow(read_parquet_file(store, f"{output_prefix}/{key}")) for key in band_keys]
+            or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})]
+        )
+        pair_filter = None if settings.verify_min_jaccard is None else ExactJaccardFilter(store, settings, settings.verify_min_jaccard)
+        labels = cluster_partition(ref, current_bands, doc_ids, matches_frame.cast(MATCH_SCHEMA), pair_filter)
+        clusters = labels.join(doc_ids, on="doc").select("doc", "doc_id", "keeper_partition", "keeper_doc", "keeper_id").sort("doc")
+        clusters_entry = write_parquet(store, f"{output_prefix}/{CLUSTERS_FILE}", clusters.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=1 << 16)
+        side_files.extend([*band_entries, clusters_entry])
+        band_index = {"files": list(band_keys), "labels": CLUSTERS_FILE, "minhash": minhash_identity(settings)}
+        for doc, keeper_partition, keeper_doc, keeper_id, size in labels.iter_rows():
+            sizes_by_doc[doc] = size
+            if not (keeper_partition == ref.key and keeper_doc == doc):
+                fuzzy[doc] = (keeper_partition, keeper_doc, keeper_id, size)
+
+    removed_rows: list[dict[str, Any]] = []
+    keep_masks: list[list[bool]] = []
+    removed_against: Counter[str] = Counter()
+    removed_against_snapshot: Counter[str] = Counter()
+    cluster_sizes: Counter[int] = Counter()
+    clusters_counted: set[str] = set()
+    removed_exact = removed_fuzzy = removed_within = 0
+    index = 0
+    for part, table in enumerate(tables):
+        mask = []
+        for row, (doc_id, digest) in enumerate(zip(table.column("doc_id").to_pylist(), table.column("text_hash").to_pylist(), strict=True)):
+            doc = (part << ROW_BITS) | row
+            exact_of = exact[index]
+            index += 1
+            size = sizes_by_doc.get(doc)
+            if exact_of is not None:
+                kind, (keeper_id, keeper_partition) = "exact", exact_of
+                cluster_id = fuzzy[doc][2] if doc in fuzzy else keeper_id
+                removed_exact += 1
+            elif doc in fuzzy:
+                keeper_partition, _, keeper_id, size = fuzzy[doc]
+                kind, cluster_id = "fuzzy", keeper_id
+                removed_fuzzy += 1
+            else:
                 mask.append(True)
                 continue
             mask.append(False)
+            if keeper_partition == ref.key:
+                removed_within += 1
+            else:
+                removed_against[keeper_partition] += 1
+            removed_against_snapshot[keeper_partition.split("/", 1)[1]] += 1
+            if size is not None and cluster_id not in clusters_counted:
+                clusters_counted.add(cluster_id)
+                cluster_sizes[size] += 1
             removed_rows.append(
                 {
                     "doc_id": doc_id,
                     "source": ref.source,
                     "snapshot": ref.snapshot,
                     "text_hash": digest,
+                    "kind": kind,
                     "duplicate_of": keeper_id,
                     "duplicate_of_partition": keeper_partition,
+                    "cluster_id": cluster_id,
+                    "cluster_size": size,
                 }
             )
         keep_masks.append(mask)
@@ -130,10 +583,16 @@ def deduplicate_partition(store: Store, ref: PartitionRef, output_prefix: str, s
     removed_entry = write_parquet(store, f"{output_prefix}/removed.parquet", pa.Table.from_pylist(removed_rows, schema=REMOVED_SCHEMA))
     return DedupResult(
         files=files,
-        removed_entry=removed_entry,
+        side_files=[removed_entry, *side_files],
+        band_index=band_index,
         documents_in=documents_in,
         documents_out=documents_out,
+        removed_exact=removed_exact,
+        removed_fuzzy=removed_fuzzy,
         removed_within_partition=removed_within,
-        removed_against=removed_against,
+        removed_against=dict(sorted(removed_against.items())),
+        removed_against_snapshot=dict(sorted(removed_against_snapshot.items())),
+        cluster_sizes=dict(sorted(cluster_sizes.items())),
         deduplicated_against=[other.key for other in earlier],
+        recomputed_band_indexes=recomputed,
     )

@@ -49,7 +49,7 @@ GROUPS = {
 CHECKS: dict[str, dict[str, bool]] = {
     "raw_documents": {"quarantined_file_share_below_bound": True},
     "cleaned_documents": {"drop_rate_within_bounds": False},
-    "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False},
+    "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False, "removed_share_within_bounds": False},
     "tokenizer": {},
     "tokenized_shards": {
         "token_ids_below_vocab_size": True,

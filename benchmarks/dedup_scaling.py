@@ -1,0 +1,135 @@
+"""Cost growth of deduplication: time and peak memory at 1x, 4x, 16x the input.
+
+Input: `--base` pages of ../shared/corpus; scale s holds s copies of them (copy 0 the originals, the
+others each page with its own controlled word edits at rate 0.02, so every copy is a near duplicate
+of the original), cut into cleaned partitions of `--partition-docs` documents: the partition size
+stays fixed and a larger input means more partitions, as more snapshots would. Every partition is
+deduplicated in order with `sluice.dedup.deduplicate_partition` (exact + near duplicates, against all
+earlier partitions' hashes and band indexes), single process. Each scale runs in a fresh process
+(generation in another one), which reports its CPU time and peak resident memory (ru_maxrss).
+
+Goals (issue 4): time ~linear in the input; peak memory flat (<= 1.2x from 1x to 16x).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/dedup_scaling.py [--base 480 --partition-docs 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.peers import figure  # noqa: E402
+
+SCALES = (1, 4, 16)
+
+
+def generate(folder: str, scale: int, base: int, partition_docs: int) -> None:
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from benchmarks.minhash_corpus import corpus_texts, edit_words
+    from sluice.clean import CLEANED_SCHEMA, text_hash
+    from sluice.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
+    from sluice.storage import open_store
+
+    texts = corpus_texts()[:base]
+    store = open_store(folder)
+    docs = []
+    for copy in range(scale):
+        rng = random.Random(copy)
+        docs.extend((f"c{copy}-{i}", text if copy == 0 else edit_words(text, 0.02, rng)) for i, text in enumerate(texts))
+    for index in range(0, len(docs), partition_docs):
+        ref = PartitionRef("web", f"s{index // partition_docs:05d}")
+        rows = [
+            {
+                "doc_id": doc_id, "source": ref.source, "snapshot": ref.snapshot, "url": None,
+                "fetch_date": datetime(2026, 1, 1, tzinfo=UTC), "text": text, "language": "en",
+                "language_score": 1.0, "n_chars": len(text), "text_hash": text_hash(text),
+            }
+            for doc_id, text in docs[index : index + partition_docs]
+        ]
+        prefix = partition_prefix("cleaned_documents", ref)
+        entry = write_parquet(store, f"{prefix}/part-00000.parquet", pa.Table.from_pylist(rows, schema=CLEANED_SCHEMA))
+        write_manifest(store, prefix, {"asset": "cleaned_documents", "files": [entry]})
+
+
+def run(folder: str) -> dict:
+    from sluice.dedup import deduplicate_partition
+    from sluice.layout import list_partitions, partition_prefix, write_manifest
+    from sluice.storage import open_store
+
+    store = open_store(folder)
+    refs = list_partitions(store, "cleaned_documents")
+    cpu, wall = time.process_time(), time.perf_counter()
+    documents = removed_exact = removed_fuzzy = 0
+    last = 0.0
+    for ref in refs:
+        started = time.process_time()
+        prefix = partition_prefix("deduped_documents", ref)
+        result = deduplicate_partition(store, ref, prefix)
+        write_manifest(store, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
+        documents += result.documents_in
+        removed_exact += result.removed_exact
+        removed_fuzzy += result.removed_fuzzy
+        last = time.process_time() - started
+    return {
+        "partitions": len(refs),
+        "documents": documents,
+        "removed_exact": removed_exact,
+        "removed_fuzzy": removed_fuzzy,
+        "cpu_s": time.process_time() - cpu,
+        "wall_s": time.perf_counter() - wall,
+        "last_partition_cpu_s": last,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", type=int, default=480)
+    parser.add_argument("--partition-docs", type=int, default=120)
+    parser.add_argument("--generate", nargs=2, metavar=("FOLDER", "SCALE"), help=argparse.SUPPRESS)
+    parser.add_argument("--run", metavar="FOLDER", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.generate:
+        generate(args.generate[0], int(args.generate[1]), args.base, args.partition_docs)
+        return
+    if args.run:
+        print(json.dumps(run(args.run)))
+        return
+
+    results = {}
+    env_python = sys.executable
+    for scale in SCALES:
+        with tempfile.TemporaryDirectory(prefix="sluice-dedup-scale-") as folder:
+            common = ["--base", str(args.base), "--partition-docs", str(args.partition_docs)]
+            subprocess.run([env_python, __file__, *common, "--generate", folder, str(scale)], check=True)
+            out = subprocess.run([env_python, __file__, "--run", folder], check=True, capture_output=True, text=True)
+            results[scale] = json.loads(out.stdout.strip().splitlines()[-1])
+        r = results[scale]
+        print(
+            f"  {scale:>2}x: {r['documents']:>6} documents in {r['partitions']:>3} partitions, removed {r['removed_exact']} exact + "
+            f"{r['removed_fuzzy']} near; {r['cpu_s']:.1f} s CPU ({r['wall_s']:.1f} s wall, last partition {r['last_partition_cpu_s']:.2f} s), "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB",
+            flush=True,
+        )
+    base, top = results[SCALES[0]], results[SCALES[-1]]
+    per_doc = [results[s]["cpu_s"] / results[s]["documents"] for s in SCALES]
+    print("  CPU ms per document: " + ", ".join(f"{s}x {1000 * p:.2f}" for s, p in zip(SCALES, per_doc, strict=True)))
+    figure("dedup_time_ratio_16x_over_1x", top["cpu_s"] / base["cpu_s"], "~16 (linear)")
+    figure("dedup_peak_memory_ratio_16x_over_1x", top["peak_rss_mb"] / base["peak_rss_mb"], "<= 1.2")
+
+
+if __name__ == "__main__":
+    main()
