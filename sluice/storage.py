@@ -32,6 +32,22 @@ def is_s3(url: str) -> bool:
     return url.startswith("s3://")
 
 
+def check_key(key: str) -> str:
+    """Refuse a relative key that could leave the store's root or break an S3 key: an absolute path, a
+    `..` or `.` part, a backslash or a control character. The empty key is the root itself."""
+    if not key:
+        return key
+    bad = (
+        key.startswith("/")
+        or "\\" in key
+        or any(ord(ch) < 32 or ord(ch) == 127 for ch in key)
+        or any(part in (".", "..") for part in key.split("/"))
+    )
+    if bad:
+        raise StorageError(f"refusing storage key {key!r}: keys are relative, without '.', '..', '\\' or control characters")
+    return key
+
+
 def join_key(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 
@@ -109,8 +125,7 @@ class LocalStore(Store):
         self.root = Path(url)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key) if key else self.root
-        return path
+        return (self.root / check_key(key)) if key else self.root
 
     def list_files(self, prefix: str = "") -> list[str]:
         base = self._path(prefix)
@@ -196,12 +211,14 @@ class LocalStore(Store):
             raise StorageError(f"{self.url} is not readable")
 
 
-_CLIENTS: dict[tuple[str | None, str, int, str, str], object] = {}
+_CLIENTS: dict[S3Settings, object] = {}
 
 
 def s3_client(settings: S3Settings):  # -> botocore client
-    """One boto3 client per settings and process; botocore retries with the configured mode/attempts."""
-    key = (settings.endpoint_url, settings.region, settings.max_attempts, settings.retry_mode, settings.addressing_style)
+    """One boto3 client per settings and process. Faults are handled by botocore alone: its retry mode
+    (standard: throttling such as 503 SlowDown, 5xx, connection resets and timeouts, with exponential
+    backoff and jitter) and attempt count come from the config's `s3` section; sluice has no retry loop."""
+    key = settings
     client = _CLIENTS.get(key)
     if client is None:
         import boto3
@@ -214,8 +231,8 @@ def s3_client(settings: S3Settings):  # -> botocore client
             config=Config(
                 retries={"max_attempts": settings.max_attempts, "mode": settings.retry_mode},
                 s3={"addressing_style": settings.addressing_style},
-                connect_timeout=10,
-                read_timeout=60,
+                connect_timeout=settings.connect_timeout_s,
+                read_timeout=settings.read_timeout_s,
             ),
         )
         _CLIENTS[key] = client
@@ -253,7 +270,7 @@ class S3Store(Store):
         return s3_client(self.spec.s3)
 
     def _key(self, key: str) -> str:
-        return join_key(self.prefix, key)
+        return join_key(self.prefix, check_key(key))
 
     def _call(self, what: str, key: str, fn, *args, **kwargs):
         from boto3.exceptions import Boto3Error
