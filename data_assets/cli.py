@@ -3,6 +3,8 @@
     sluice register   add every snapshot found under the source locations as a dynamic partition
     sluice demo       register, materialize every asset for every partition and mix, print a summary
                       and one decoded training batch
+    sluice cleanup    remove what crashed runs left behind (temp files, scratch folders, stale
+                      multipart uploads); never anything a reader can see
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage), so `dagster dev` shows them afterwards.
@@ -165,7 +167,7 @@ def print_batch(resources: dict[str, Any], mix: str, out: Callable[[str], None] 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["register", "demo"])
+    parser.add_argument("command", choices=["register", "demo", "cleanup"])
     args = parser.parse_args(argv)
     home = ensure_dagster_home()
     from dagster import DagsterInstance
@@ -180,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
+    if args.command == "cleanup":
+        from sluice.maintenance import cleanup
+
+        for what, items in cleanup(resources["settings"].config).items():
+            print(f"{what}: {len(items)} removed" + "".join(f"\n  {item}" for item in items))
+        return 0
     with DagsterInstance.get() as instance:
         pairs = register_snapshots(instance, resources)
         print(f"Config {CONFIG_PATH}; Dagster instance {home}")
