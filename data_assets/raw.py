@@ -3,7 +3,6 @@
 
 from collections import Counter
 
-import pyarrow as pa
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -17,8 +16,8 @@ from dagster import (
 from data_assets.metadata import counts_table, markdown_table, prefixed_counts
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.ingest import QUARANTINE_SCHEMA, ingest_file, plan_ingest
-from sluice.layout import partition_prefix, write_manifest, write_parquet
+from sluice.ingest import ingest_file, merge_quarantine, plan_ingest
+from sluice.layout import partition_prefix, write_manifest
 
 ASSET = "raw_documents"
 QUARANTINE_CHECK = "quarantined_file_share_below_bound"
@@ -60,8 +59,7 @@ def raw_documents(
     context.log.info(f"{ref.key}: {len(tasks)} input files on {executor.describe()}")
     results = executor.map(ingest_file, tasks)
 
-    quarantine_rows = [row for result in results for row in result["quarantined_rows"]]
-    quarantine_entry = write_parquet(store, f"{prefix}/quarantine.parquet", pa.Table.from_pylist(quarantine_rows, schema=QUARANTINE_SCHEMA))
+    quarantine_entry = merge_quarantine(store, prefix, results)
     files = [result["part"] for result in results]
     records = sum(result["records"] for result in results)
     reasons: Counter[str] = Counter()
