@@ -26,7 +26,7 @@ import xxhash
 
 from sluice.config import FORMAT_OPTIONS, S3Settings
 from sluice.layout import ParquetStreamWriter, PartitionRef
-from sluice.readers import Quarantined, RawRecord, read_records, supported_format
+from sluice.readers import MAX_QUARANTINED_PAYLOAD, Quarantined, RawRecord, read_records, supported_format
 from sluice.storage import StorageError, StoreSpec, local_temp_dir
 
 RAW_SCHEMA = pa.schema(
@@ -59,6 +59,7 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
+UNVERIFIABLE_STREAM_REASONS = ("corrupt_compression", "truncated_gzip", "truncated_zstd")
 PREFETCH_MAX_ITEMS = 64
 PREFETCH_MAX_BYTES = 16 << 20  # a single record larger than this still passes, alone
 
@@ -166,6 +167,13 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
     content_bytes = 0
     scratch = None
 
+    # A gzip/zstd stream's checksum is checked only at the end of its member/frame: records decoded before
+    # a failed check may hold altered bytes that still parse, and a corrupted deflate stream can also
+    # look truncated (it "ends" early). Records of a stream that could not be verified to its end are
+    # moved to quarantine (reason unverified_compressed_data, with their bytes), never kept.
+    compressed_text = task.fmt == "jsonl" and task.file_key.lower().endswith((".gz", ".zst"))
+    checksum_failed = False
+
     def quarantine(item: Quarantined) -> None:
         nonlocal file_level_damage
         quarantine_writer.append(_quarantine_row(task, item), size_hint=len(item.payload))
@@ -205,6 +213,7 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
                     for item in prefetch:
                         if isinstance(item, Quarantined):
                             quarantine(item)
+                            checksum_failed |= compressed_text and item.reason in UNVERIFIABLE_STREAM_REASONS
                             continue
                         writer.append(_raw_row(task, item), size_hint=len(item.content))
                         records += 1
@@ -214,6 +223,9 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
         finally:
             if stream is not None:
                 stream.close()
+        if checksum_failed and records:
+            writer = _quarantine_unverified(writer, quarantine)
+            records = content_bytes = 0
         part_key = f"part-{task.part:05d}.parquet"
         entry = writer.publish(output_store, part_key)
         quarantine_entry = quarantine_writer.publish(output_store, quarantine_part_key(task.part))
@@ -236,6 +248,26 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
         "skipped": counters,
         "file_quarantined": records == 0 and file_level_damage,
     }
+
+
+def _quarantine_unverified(writer: ParquetStreamWriter, quarantine: Any) -> ParquetStreamWriter:
+    """Move every record written so far to quarantine (batch by batch); returns a fresh, empty writer."""
+    import pyarrow.parquet as pq
+
+    writer.flush()
+    writer.writer.close()
+    for batch in pq.ParquetFile(writer.path).iter_batches(batch_size=64, columns=["ordinal", "content"]):
+        for row in batch.to_pylist():
+            quarantine(
+                Quarantined(
+                    f"line {row['ordinal'] + 1}",
+                    "unverified_compressed_data",
+                    "decoded before the stream's checksum failed: the bytes may have been altered",
+                    row["content"][:MAX_QUARANTINED_PAYLOAD],
+                )
+            )
+    writer.abort()
+    return ParquetStreamWriter(RAW_SCHEMA)
 
 
 def merge_quarantine(store: Any, prefix: str, results: list[dict[str, Any]], key: str = "quarantine.parquet") -> dict[str, Any]:
