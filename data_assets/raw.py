@@ -77,6 +77,9 @@ def raw_documents(
             "partition": {"source": ref.source, "snapshot": ref.snapshot},
             "files": files,
             "side_files": [quarantine_entry],
+            # The per-task quarantine files stay listed: a concurrent run of this partition may still be
+            # merging them when this run publishes (they hold the same bytes in both runs).
+            "extra_keys": [result["quarantine_part"]["key"] for result in results],
             "documents": records,
             "input_files": [result["file"] for result in results],
             "quarantined_files": quarantined_files,

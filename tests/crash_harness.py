@@ -1,6 +1,6 @@
 """Child process of the crash tests: materialize one stage for one partition, so the parent can SIGKILL it.
 
-    python -m tests.crash_harness CONFIG STAGE PARTITION
+    python -m tests.crash_harness CONFIG STAGE[,STAGE...] PARTITION
 
 PARTITION is `source|snapshot`, a mix name, or `-` for the unpartitioned tokenizer. The child prints
 `READY` once Dagster is imported and the snapshots are registered (an ephemeral instance), right before
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
         print("READY", flush=True)
         result = materialize(
             ASSETS,
-            selection=[stage],
+            selection=stage.split(","),
             partition_key=key,
             instance=instance,
             resources=resources,

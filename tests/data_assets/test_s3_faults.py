@@ -70,7 +70,7 @@ def bucket(s3_credentials):
 
 def test_partition_under_injected_faults_equals_fault_free_run(s3_credentials, bucket, tmp_path):
     server = s3_credentials
-    partitions = [("web", "2026-01"), ("reference", "2026-01")]
+    partitions = [("web", "2026-01")]
     run_partition(config_for(tmp_path, server.endpoint_url, bucket, "clean", "clean.yaml"), tmp_path / "h1", partitions)
     with FaultProxy(server.endpoint_url, fault_rate=0.10, seed=7) as proxy:
         faulty = config_for(tmp_path, proxy.endpoint_url, bucket, "faulty", "faulty.yaml", max_attempts=12)
@@ -78,11 +78,11 @@ def test_partition_under_injected_faults_equals_fault_free_run(s3_credentials, b
     assert all(result.success for result in results)
     counts = proxy.counts
     print(f"fault proxy: {dict(counts)}")
-    assert counts["requests"] > 50
+    assert counts["requests"] > 40
     assert counts["slowdown"] + counts["reset"] >= 3  # faults were really injected (and survived)
     client = server.client()
     clean, faulted = s3_digest(client, bucket, "clean"), s3_digest(client, bucket, "faulty")
-    assert len(clean) >= 12
+    assert len(clean) >= 8
     assert faulted == clean
 
 
