@@ -4,7 +4,8 @@
 
 PARTITION is `source|snapshot`, a mix name, or `-` for the unpartitioned tokenizer. The child prints
 `READY` once Dagster is imported and the snapshots are registered (an ephemeral instance), right before
-the materialization starts, and `DONE` when it succeeded.
+the materialization starts, and `DONE` when it succeeded. With SLUICE_HARNESS_INSTANCE=1 it uses the
+instance at $DAGSTER_HOME instead (the Postgres tests).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 
 def main(argv: list[str]) -> int:
     config, stage, partition = argv
+    import os
+
     from dagster import DagsterInstance, materialize
 
     from data_assets.cli import register_snapshots
@@ -21,7 +24,9 @@ def main(argv: list[str]) -> int:
     from data_assets.partitions import multi_key
 
     resources = build_resources(config)
-    with DagsterInstance.ephemeral() as instance:
+    # SLUICE_HARNESS_INSTANCE=1: the instance at $DAGSTER_HOME (e.g. Postgres-backed), else an ephemeral one.
+    shared = os.environ.get("SLUICE_HARNESS_INSTANCE") == "1"
+    with DagsterInstance.get() if shared else DagsterInstance.ephemeral() as instance:
         register_snapshots(instance, resources)
         if partition == "-":
             key = None
