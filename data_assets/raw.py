@@ -58,6 +58,8 @@ def raw_documents(
     executor = compute.executor()
     context.log.info(f"{ref.key}: {len(tasks)} input files on {executor.describe()}")
     results = executor.map(ingest_file, tasks)
+    for event in getattr(executor, "events", []):
+        context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
 
     quarantine_entry = merge_quarantine(store, prefix, results)
     files = [result["part"] for result in results]
