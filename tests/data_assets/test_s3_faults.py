@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, materialize
 
+import sluice.config
 import sluice.storage
 from data_assets.cli import materialize_all, register_snapshots
 from data_assets.definitions import ASSETS, build_resources
@@ -155,3 +156,19 @@ def test_whole_graph_under_injected_faults_equals_fault_free_run(s3_server, tmp_
     clean = s3_digest(client, bucket, "clean")
     assert len(clean) > 40
     assert s3_digest(client, bucket, "faulty") == clean
+
+
+def test_cleanup_aborts_interrupted_multipart_uploads_only_under_the_root(s3_credentials, bucket):
+    from sluice.storage import open_store
+
+    client = s3_credentials.client()
+    inside = client.create_multipart_upload(Bucket=bucket, Key="out/raw_documents/part-00000.parquet")
+    outside = client.create_multipart_upload(Bucket=bucket, Key="elsewhere/file")
+    client.upload_part(Bucket=bucket, Key="out/raw_documents/part-00000.parquet", UploadId=inside["UploadId"], PartNumber=1, Body=b"x" * 100)
+    store = open_store(f"s3://{bucket}/out", sluice.config.S3Settings(endpoint_url=s3_credentials.endpoint_url))
+    assert store.abort_stale_uploads(older_than_s=3600) == []  # a young upload may belong to a live run
+    assert store.abort_stale_uploads(older_than_s=0) == ["out/raw_documents/part-00000.parquet"]
+    left = [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    assert left == ["elsewhere/file"]
+    client.abort_multipart_upload(Bucket=bucket, Key="elsewhere/file", UploadId=outside["UploadId"])
+    assert list_keys(client, bucket, "out/") == []
