@@ -284,3 +284,36 @@ def test_hostile_nesting_depth_is_handled_within_seconds():
 
 def test_report_mutated_inputs_tried():
     print(f"mutated inputs tried per format: {TRIED}")
+
+
+# ------------------------------------------------------------------------------------- 50 MB records
+
+
+def test_50mb_line_and_50mb_warc_record_are_quarantined_and_neighbours_survive(tmp_path):
+    import warnings
+
+    big = 50 << 20
+    good = [json.dumps({"id": str(i), "text": f"line {i} é"}).encode() for i in range(4)]
+    huge = b'{"id": "huge", "text": "' + b"y" * big + b'"}'
+    data = b"\n".join([good[0], good[1], huge, good[2], good[3]]) + b"\n"
+    rows, quarantined = ingest_bytes(tmp_path / "jsonl", "big.jsonl", data, "jsonl", {"max_line_bytes": 1 << 20})
+    assert [r["source_id"] for r in rows] == ["0", "1", "2", "3"]
+    assert [(q["location"], q["reason"]) for q in quarantined] == [("line 3", "line_too_long")]
+    assert len(quarantined[0]["payload"]) <= 1 << 20
+    del data, huge
+
+    members = warc_members(WARC_FILES[0])[:3]
+    record = gzip.decompress(members[1])
+    header_end = record.index(b"\r\n\r\n") + 4
+    headers = record[:header_end].decode()
+    body = record[header_end:].rstrip(b"\r\n") + b"<p>" + b"z" * big + b"</p>"
+    headers = "\r\n".join(
+        f"Content-Length: {len(body)}" if line.lower().startswith("content-length:") else line for line in headers.split("\r\n")
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        oversized = gzip.compress(headers.encode() + body + b"\r\n\r\n", compresslevel=1, mtime=0)
+    rows, quarantined = ingest_bytes(tmp_path / "warc", "big.warc.gz", members[0] + oversized + members[2], "warc", {"max_record_bytes": 1 << 20})
+    assert [q["reason"] for q in quarantined] == ["record_too_large"]
+    expected = [url for m in (members[0], members[2]) for url, _ in warcio_responses(gzip.decompress(m))]
+    assert [r["url"] for r in rows] == expected
