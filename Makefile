@@ -24,10 +24,13 @@ test: setup
 	$(PY) -m pytest -q
 
 # The slow suites too: crash kills, S3 faults, Ray node faults, Postgres instance, hypothesis with more
-# examples. PostgreSQL binaries come from Debian's package (its test is skipped where they cannot be had).
+# examples, the UI in headless Chromium. PostgreSQL and Chromium come from Debian's packages (their tests
+# are skipped where those cannot be installed).
 test-all: setup
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (apt-get update -qq && apt-get install -y -qq postgresql) || echo "PostgreSQL not installed: its test is skipped"
+	@command -v chromedriver >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) || \
+	  echo "Chromium not installed: the browser test is skipped"
 	SLUICE_HYPOTHESIS_EXAMPLES=300 $(PY) -m pytest -q -m ""
 
 ui: setup
