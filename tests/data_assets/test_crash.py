@@ -27,6 +27,7 @@ from dagster import DagsterInstance
 
 from data_assets.cli import materialize_all, register_snapshots
 from data_assets.definitions import build_resources
+from sluice.storage import remove_stale_scratch
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
 
 # stage -> (partition argument for the child, the storage folder the stage writes)
@@ -104,6 +105,12 @@ def crash_and_rerun(reference: Path, work: Path, config: str, stage: str, seed: 
     assert again.returncode == 0, err[-3000:]
     assert "DONE" in out
     assert list(work.rglob(".tmp-*")) == []
+    # Scratch folders of the killed processes were swept by the re-run. Stages that leave their own scratch
+    # behind on success (tokenized_shards' checks, mixed_dataset's idx reader) leave the re-run's; the next
+    # process's sweep (or `sluice cleanup`) removes those, as it removed the killed ones.
+    leftover = [p.name for p in scratch.iterdir() if p.name.startswith("sluice-")]
+    assert all(name.split("-")[2] == str(again.pid) for name in leftover), (leftover, again.pid)
+    remove_stale_scratch(str(scratch))
     assert [p.name for p in scratch.iterdir() if p.name.startswith("sluice-")] == []
     assert tree_digest(str(work)) == tree_digest(str(reference))
     return {"killed": int(killed), "temp_files_left_by_kill": left_temp}
