@@ -4,6 +4,8 @@
     sluice demo       register, materialize every asset for every partition and mix, print a summary
                       and one decoded training batch
     sluice export     write a built mix as Parquet token sequences (--mix, --split, --out)
+    sluice cleanup    remove what crashed runs left behind (temp files, scratch folders, stale
+                      multipart uploads); never anything a reader can see
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage), so `dagster dev` shows them afterwards.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -191,13 +194,15 @@ def export_mix(mix: str | None, split: str, out: str | None) -> int:
     except MixError as error:
         print(error, file=sys.stderr)
         return 2
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"Exported mix {mix!r} ({split}): {result['rows']} rows of {result['sequence_length']} tokens -> {result['uri']}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["register", "demo", "export"])
+    parser.add_argument("command", choices=["register", "demo", "export", "cleanup"])
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
     parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
     parser.add_argument("--out", default=None, help="export: output Parquet file, local path or s3://bucket/key")
@@ -217,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
+    if args.command == "cleanup":
+        from sluice.maintenance import cleanup
+
+        for what, items in cleanup(resources["settings"].config).items():
+            print(f"{what}: {len(items)} removed" + "".join(f"\n  {item}" for item in items))
+        return 0
     with DagsterInstance.get() as instance:
         pairs = register_snapshots(instance, resources)
         print(f"Config {CONFIG_PATH}; Dagster instance {home}")

@@ -3,7 +3,6 @@
 
 from collections import Counter
 
-import pyarrow as pa
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -17,8 +16,8 @@ from dagster import (
 from data_assets.metadata import counts_table, markdown_table, prefixed_counts
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.ingest import QUARANTINE_SCHEMA, ingest_file, plan_ingest
-from sluice.layout import partition_prefix, write_manifest, write_parquet
+from sluice.ingest import ingest_file, merge_quarantine, plan_ingest
+from sluice.layout import partition_prefix, write_manifest
 
 ASSET = "raw_documents"
 QUARANTINE_CHECK = "quarantined_file_share_below_bound"
@@ -59,9 +58,10 @@ def raw_documents(
     executor = compute.executor()
     context.log.info(f"{ref.key}: {len(tasks)} input files on {executor.describe()}")
     results = executor.map(ingest_file, tasks)
+    for event in getattr(executor, "events", []):
+        context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
 
-    quarantine_rows = [row for result in results for row in result["quarantined_rows"]]
-    quarantine_entry = write_parquet(store, f"{prefix}/quarantine.parquet", pa.Table.from_pylist(quarantine_rows, schema=QUARANTINE_SCHEMA))
+    quarantine_entry = merge_quarantine(store, prefix, results)
     files = [result["part"] for result in results]
     records = sum(result["records"] for result in results)
     reasons: Counter[str] = Counter()
@@ -79,6 +79,9 @@ def raw_documents(
             "partition": {"source": ref.source, "snapshot": ref.snapshot},
             "files": files,
             "side_files": [quarantine_entry],
+            # The per-task quarantine files stay listed: a concurrent run of this partition may still be
+            # merging them when this run publishes (they hold the same bytes in both runs).
+            "extra_keys": [result["quarantine_part"]["key"] for result in results],
             "documents": records,
             "input_files": [result["file"] for result in results],
             "quarantined_files": quarantined_files,

@@ -12,15 +12,19 @@ from sluice.config import check_snapshot_name
 from sluice.storage import open_store
 
 
-def discover_snapshots(settings: SluiceSettings) -> list[tuple[str, str]]:
-    """(source, snapshot) pairs present in the source locations, sorted; invalid names are skipped."""
+def discover_snapshots(settings: SluiceSettings, rejected: list[str] | None = None) -> list[tuple[str, str]]:
+    """(source, snapshot) pairs present in the source locations, sorted. Folder names that are not safe
+    partition keys (`..`, spaces, characters that break S3 keys) are skipped and, with `rejected`
+    given, reported there as "source: reason"."""
     config = settings.config
     found = []
     for source in config.sources:
         for name in open_store(source.location, config.s3).list_dirs():
             try:
                 check_snapshot_name(name)
-            except ValueError:
+            except ValueError as error:
+                if rejected is not None:
+                    rejected.append(f"{source.name}: {error}")
                 continue
             found.append((source.name, name))
     return sorted(found, key=lambda pair: (pair[1], pair[0]))
@@ -29,7 +33,10 @@ def discover_snapshots(settings: SluiceSettings) -> list[tuple[str, str]]:
 @sensor(job=ingest_job, minimum_interval_seconds=60, description="New crawl snapshots -> dynamic partitions + one ingest run per source x snapshot.")
 def new_snapshot_sensor(context: SensorEvaluationContext, settings: SluiceSettings) -> SensorResult | SkipReason:
     seen = set(json.loads(context.cursor)) if context.cursor else set()
-    pairs = discover_snapshots(settings)
+    rejected: list[str] = []
+    pairs = discover_snapshots(settings, rejected)
+    for line in rejected:
+        context.log.warning(f"not registered as a snapshot partition: {line}")
     new_pairs = [pair for pair in pairs if f"{pair[0]}/{pair[1]}" not in seen]
     if not new_pairs:
         return SkipReason(f"no new snapshots ({len(pairs)} known)")

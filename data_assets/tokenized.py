@@ -1,5 +1,6 @@
 """`tokenized_shards`: deduplicated text -> binary token shards + document index (see `sluice.shards`)."""
 
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -77,72 +78,75 @@ def tokenized_shards(
 
     # Checks read back what was published, not what was computed.
     scratch = local_temp_dir()
-    local_files = {entry["key"]: store.local_path(f"{prefix}/{entry['key']}") or store.fetch(f"{prefix}/{entry['key']}", scratch) for entry in manifest["files"]}
-    problems = verify_files(local_files, manifest)
-    max_id = -1
-    views = []
-    for shard in manifest["shards"]:
-        view = ShardView.open(local_files[f"{shard['name']}.bin"], local_files[f"{shard['name']}.idx"], manifest["dtype"])
-        views.append((shard, view))
-        if len(view.tokens):
-            max_id = max(max_id, int(view.tokens.max()))
-    # Round trip on a sample spread over the shards; only the sampled texts are read back.
-    sample: list[tuple[str, np.ndarray]] = []
-    per_shard = max(1, config.checks.tokenized_sample_documents // max(1, len(views)))
-    for shard, view in views:
-        doc_ids = pq.read_table(local_files[f"{shard['name']}.docs.parquet"]).column("doc_id").to_pylist()
-        step = max(1, len(view) // per_shard)
-        sample.extend((doc_ids[index], view.doc(index)) for index in range(0, len(view), step))
-    wanted = pa.array([doc_id for doc_id, _ in sample], pa.string())
-    texts: dict[str, str] = {}
-    for entry in deduped["files"]:
-        table = read_parquet_file(store, f"{deduped_prefix}/{entry['key']}", columns=["doc_id", "text"])
-        table = table.filter(pc.is_in(table.column("doc_id"), value_set=wanted))
-        texts.update(zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist(), strict=True))
-    tokenizer = tokenizer_resource.load()
-    mismatches = []
-    for doc_id, ids in sample:
-        decoded = tokenizer.decode(np.asarray(ids[:-1]).tolist(), skip_special_tokens=False)
-        if decoded != texts.get(doc_id) or int(ids[-1]) != manifest["eos_id"]:
-            mismatches.append(doc_id)
-    checked = len(sample)
-    lengths = [length for r in results for length in r["lengths"]]
-    histogram = np.histogram(lengths, bins=[0, 64, 256, 1024, 4096, 16384, 1 << 62])[0] if lengths else []
-    text_bytes = sum(r["text_bytes"] for r in results)
-    return MaterializeResult(
-        metadata={
-            "dagster/row_count": manifest["documents"],
-            "dagster/uri": MetadataValue.path(store.uri(prefix)),
-            "documents": manifest["documents"],
-            "tokens": manifest["tokens"],
-            "bytes_per_token": text_bytes / manifest["tokens"] if manifest["tokens"] else 0.0,
-            "shards": len(manifest["shards"]),
-            "dtype": manifest["dtype"],
-            "tokenizer_sha256": manifest["tokenizer_sha256"],
-            "output_bytes": sum(entry["bytes"] for entry in manifest["files"]),
-            "token_length_histogram": markdown_table(
-                ["tokens per document", "documents"],
-                zip(["<64", "64-255", "256-1023", "1024-4095", "4096-16383", ">=16384"], [int(x) for x in histogram], strict=False),
-            ),
-        },
-        check_results=[
-            AssetCheckResult(
-                check_name=IDS_CHECK,
-                passed=max_id < manifest["vocab_size"],
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"max_token_id": max_id, "vocab_size": manifest["vocab_size"]},
-            ),
-            AssetCheckResult(
-                check_name=ROUND_TRIP_CHECK,
-                passed=not mismatches,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"documents_checked": checked, "mismatched": MetadataValue.json(mismatches[:20])},
-            ),
-            AssetCheckResult(
-                check_name=CHECKSUM_CHECK,
-                passed=not problems,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"files": len(manifest["files"]), "problems": MetadataValue.json(problems)},
-            ),
-        ],
-    )
+    try:
+        local_files = {entry["key"]: store.local_path(f"{prefix}/{entry['key']}") or store.fetch(f"{prefix}/{entry['key']}", scratch) for entry in manifest["files"]}
+        problems = verify_files(local_files, manifest)
+        max_id = -1
+        views = []
+        for shard in manifest["shards"]:
+            view = ShardView.open(local_files[f"{shard['name']}.bin"], local_files[f"{shard['name']}.idx"], manifest["dtype"])
+            views.append((shard, view))
+            if len(view.tokens):
+                max_id = max(max_id, int(view.tokens.max()))
+        # Round trip on a sample spread over the shards; only the sampled texts are read back.
+        sample: list[tuple[str, np.ndarray]] = []
+        per_shard = max(1, config.checks.tokenized_sample_documents // max(1, len(views)))
+        for shard, view in views:
+            doc_ids = pq.read_table(local_files[f"{shard['name']}.docs.parquet"]).column("doc_id").to_pylist()
+            step = max(1, len(view) // per_shard)
+            sample.extend((doc_ids[index], view.doc(index)) for index in range(0, len(view), step))
+        wanted = pa.array([doc_id for doc_id, _ in sample], pa.string())
+        texts: dict[str, str] = {}
+        for entry in deduped["files"]:
+            table = read_parquet_file(store, f"{deduped_prefix}/{entry['key']}", columns=["doc_id", "text"])
+            table = table.filter(pc.is_in(table.column("doc_id"), value_set=wanted))
+            texts.update(zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist(), strict=True))
+        tokenizer = tokenizer_resource.load()
+        mismatches = []
+        for doc_id, ids in sample:
+            decoded = tokenizer.decode(np.asarray(ids[:-1]).tolist(), skip_special_tokens=False)
+            if decoded != texts.get(doc_id) or int(ids[-1]) != manifest["eos_id"]:
+                mismatches.append(doc_id)
+        checked = len(sample)
+        lengths = [length for r in results for length in r["lengths"]]
+        histogram = np.histogram(lengths, bins=[0, 64, 256, 1024, 4096, 16384, 1 << 62])[0] if lengths else []
+        text_bytes = sum(r["text_bytes"] for r in results)
+        return MaterializeResult(
+            metadata={
+                "dagster/row_count": manifest["documents"],
+                "dagster/uri": MetadataValue.path(store.uri(prefix)),
+                "documents": manifest["documents"],
+                "tokens": manifest["tokens"],
+                "bytes_per_token": text_bytes / manifest["tokens"] if manifest["tokens"] else 0.0,
+                "shards": len(manifest["shards"]),
+                "dtype": manifest["dtype"],
+                "tokenizer_sha256": manifest["tokenizer_sha256"],
+                "output_bytes": sum(entry["bytes"] for entry in manifest["files"]),
+                "token_length_histogram": markdown_table(
+                    ["tokens per document", "documents"],
+                    zip(["<64", "64-255", "256-1023", "1024-4095", "4096-16383", ">=16384"], [int(x) for x in histogram], strict=False),
+                ),
+            },
+            check_results=[
+                AssetCheckResult(
+                    check_name=IDS_CHECK,
+                    passed=max_id < manifest["vocab_size"],
+                    severity=AssetCheckSeverity.ERROR,
+                    metadata={"max_token_id": max_id, "vocab_size": manifest["vocab_size"]},
+                ),
+                AssetCheckResult(
+                    check_name=ROUND_TRIP_CHECK,
+                    passed=not mismatches,
+                    severity=AssetCheckSeverity.ERROR,
+                    metadata={"documents_checked": checked, "mismatched": MetadataValue.json(mismatches[:20])},
+                ),
+                AssetCheckResult(
+                    check_name=CHECKSUM_CHECK,
+                    passed=not problems,
+                    severity=AssetCheckSeverity.ERROR,
+                    metadata={"files": len(manifest["files"]), "problems": MetadataValue.json(problems)},
+                ),
+            ],
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

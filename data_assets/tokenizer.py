@@ -80,6 +80,7 @@ def tokenizer(context: AssetExecutionContext, settings: SluiceSettings, storage:
         "trained_on": used,
     }
     store.write_bytes(f"{ASSET}/_manifest.json", json.dumps(manifest, indent=2, sort_keys=True).encode())
+    store.remove_stale_temp(ASSET)  # temp files of a crashed earlier run
     return MaterializeResult(
         metadata={
             "dagster/uri": MetadataValue.path(store.uri(f"{ASSET}/tokenizer.json")),

@@ -9,6 +9,7 @@ is not retried, because the same input would fail again.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -20,6 +21,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 RAY_TASK_RETRIES = 3
+_LAST_ALIVE: dict[str, str] = {}  # Ray nodes alive at the end of this process's previous map
 
 
 class Executor:
@@ -56,6 +58,7 @@ class RayExecutor(Executor):
     def __init__(self, address: str | None, num_cpus: int) -> None:
         self.address = address
         self.num_cpus = num_cpus
+        self.events = []
 
     def _ensure_ray(self):
         import ray
@@ -73,15 +76,39 @@ class RayExecutor(Executor):
                 )
         return ray
 
+    events: list[str]
+
+    def _alive_nodes(self, ray) -> dict[str, str]:
+        return {node["NodeID"]: node.get("NodeManagerAddress", "?") for node in ray.nodes() if node.get("Alive")}
+
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
         if not tasks:
             return []
         ray = self._ensure_ray()
+        global _LAST_ALIVE
+        before = self._alive_nodes(ray)
+        name = getattr(fn, "__name__", "the stage")
+        # Node deaths are absorbed by Ray's task retries; say so, so the run records what happened. The
+        # cluster notices a death after its health checks fail, so a node lost near the end of the previous
+        # stage is reported by the next one.
+        self._report(set(_LAST_ALIVE) - set(before), len(_LAST_ALIVE), f"before {name} (after the previous stage)")
         remote = ray.remote(max_retries=RAY_TASK_RETRIES, retry_exceptions=False)(fn)
-        return ray.get([remote.remote(task) for task in tasks])
+        results = ray.get([remote.remote(task) for task in tasks])
+        _LAST_ALIVE = self._alive_nodes(ray)
+        self._report(set(before) - set(_LAST_ALIVE), len(before), f"during {name}")
+        return results
+
+    def _report(self, lost: set[str], of: int, when: str) -> None:
+        if lost:
+            message = (
+                f"{len(lost)} of {of} Ray nodes died {when} ({', '.join(sorted(n[:12] for n in lost))}); "
+                f"their tasks were retried on the others (up to {RAY_TASK_RETRIES} times each)"
+            )
+            self.events.append(message)
+            logging.getLogger("sluice.compute").warning(message)
 
     def describe(self) -> str:
-        return f"ray ({self.address or 'local'})"
+        return f"ray ({self.address or 'local'})" + (f"; {'; '.join(self.events)}" if self.events else "")
 
 
 def make_executor(settings: ComputeSettings) -> Executor:

@@ -44,6 +44,36 @@ def check_snapshot_name(value: str) -> str:
     return value
 
 
+# S3 bucket names (the DNS-compatible rules) and the characters a key part may hold without quoting.
+S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+S3_KEY_PART_PATTERN = re.compile(r"^[A-Za-z0-9._=+-]+$")
+
+
+def check_location(value: str, what: str) -> str:
+    """A local path or s3://bucket/prefix whose parts are safe: no `..`/`.`/empty segments, no control
+    characters, and in S3 only characters that need no quoting in keys (`A-Za-z0-9._=+-`)."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError(f"{what} {value!r} contains control characters")
+    if value.startswith("s3://"):
+        bucket, _, prefix = value[len("s3://") :].partition("/")
+        if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
+            raise ValueError(
+                f"{what} {value!r}: bucket {bucket!r} is not a valid S3 bucket name "
+                "(3-63 characters: lowercase letters, digits, '.', '-')"
+            )
+        parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
+        for part in parts:
+            if part in ("", ".", "..") or not S3_KEY_PART_PATTERN.match(part):
+                raise ValueError(
+                    f"{what} {value!r}: key part {part!r} is not allowed "
+                    "(no empty, '.' or '..' parts; characters A-Z a-z 0-9 . _ = + - only)"
+                )
+        return value
+    if "://" in value:
+        raise ValueError(f"{what} {value!r}: unsupported URL scheme; use a local path or s3://bucket/prefix")
+    return value  # local paths are resolved against the config file's folder (`..` is fine there)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,10 +87,35 @@ class S3Settings(_Model):
     max_attempts: int = Field(10, ge=1, le=50)  # botocore retries, counting the first attempt
     retry_mode: Literal["standard", "adaptive", "legacy"] = "standard"
     addressing_style: Literal["path", "virtual", "auto"] = "path"
+    connect_timeout_s: float = Field(10.0, gt=0, le=600)  # per attempt; a timeout counts as a retryable error
+    read_timeout_s: float = Field(60.0, gt=0, le=3600)
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"endpoint_url {value!r} must be an http:// or https:// URL with a host")
+        if parts.username or parts.password:
+            # Never echo the value: it holds a credential.
+            raise ValueError(
+                "endpoint_url must not carry credentials (user:password@); set AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY in the environment instead"
+            )
+        return value
 
 
 class StorageSettings(_Model):
     root: str = ".sluice_data"  # local folder or s3://bucket/prefix; every asset writes below it
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        return check_location(value, "storage.root")
 
 
 class JsonlOptions(_Model):
@@ -106,6 +161,11 @@ class SourceSettings(_Model):
     @classmethod
     def _name(cls, value: str) -> str:
         return check_name(value, "source name")
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        return check_location(value, "location")
 
     @model_validator(mode="after")
     def _options(self) -> SourceSettings:
@@ -346,7 +406,9 @@ def parse_config(raw: Any, origin: str = "<config>", base_dir: Path | None = Non
         for item in error.errors():
             where = _format_location(item["loc"], raw)
             got = item.get("input")
-            shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+            # Never echo a value that may hold a credential (endpoint URLs with user:password@, secret keys).
+            sensitive = any(isinstance(part, str) and (part == "endpoint_url" or _SECRET_KEYS.search(part)) for part in item["loc"])
+            shown = "" if isinstance(got, dict | list) or got is None or sensitive else f" (got {got!r})"
             message = item["msg"].removeprefix("Value error, ")
             lines.append(f"{where}: {message}{shown}")
         raise ConfigError(f"{origin}: invalid config\n  " + "\n  ".join(lines)) from None

@@ -2,12 +2,22 @@
 
 Each input file is one task (`ingest_file`), so files run in parallel on the compute backend and every
 output is named after its input's position in the sorted listing: the result does not depend on the
-worker count. Damaged records and unreadable files go to a quarantine Parquet file with a reason.
+worker count. Damaged records and unreadable files go to a quarantine Parquet file with a reason: each
+task streams its own (`quarantine-NNNNN.parquet`, beside its part file) and the stage merges them into
+the partition's `quarantine.parquet` (`merge_quarantine`), so no list of damaged records is ever held
+in memory or sent back to the parent process.
+
+Backpressure: a reader thread parses records into a bounded queue (`PREFETCH_MAX_ITEMS` records and
+`PREFETCH_MAX_BYTES` bytes at most) that the writer drains. Reading overlaps with writing, and when
+processing is slower than reading the reader blocks instead of filling memory.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +26,7 @@ import xxhash
 
 from sluice.config import FORMAT_OPTIONS, S3Settings
 from sluice.layout import ParquetStreamWriter, PartitionRef
-from sluice.readers import Quarantined, RawRecord, read_records, supported_format
+from sluice.readers import MAX_QUARANTINED_PAYLOAD, Quarantined, RawRecord, read_records, supported_format
 from sluice.storage import StorageError, StoreSpec, local_temp_dir
 
 RAW_SCHEMA = pa.schema(
@@ -49,6 +59,77 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
+UNVERIFIABLE_STREAM_REASONS = ("corrupt_compression", "truncated_gzip", "truncated_zstd")
+PREFETCH_MAX_ITEMS = 64
+PREFETCH_MAX_BYTES = 16 << 20  # a single record larger than this still passes, alone
+
+
+def quarantine_part_key(part: int) -> str:
+    return f"quarantine-{part:05d}.parquet"
+
+
+class BoundedPrefetch:
+    """Iterate `items` in a background thread through a queue bounded in items and bytes (`size` gives
+    an item's size). Exceptions of the producer are raised in the consumer; `close()` stops it."""
+
+    _DONE = object()
+
+    def __init__(self, items: Iterator[Any], size: Any, max_items: int, max_bytes: int) -> None:
+        self._items = items
+        self._size = size
+        self._max_bytes = max_bytes
+        self._queue: queue.Queue[tuple[Any, int]] = queue.Queue(maxsize=max_items)
+        self._bytes = 0
+        self._room = threading.Condition()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._produce, name="sluice-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, entry: tuple[Any, int]) -> bool:
+        with self._room:  # wait for byte budget (an item alone in the queue always fits)
+            while self._bytes > 0 and self._bytes + entry[1] > self._max_bytes and not self._stop.is_set():
+                self._room.wait(0.1)
+            self._bytes += entry[1]
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for item in self._items:
+                if not self._put((item, self._size(item))):
+                    return
+        except BaseException as error:  # handed to the consumer
+            self._error = error
+        finally:
+            self._put((self._DONE, 0))
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            item, size = self._queue.get()
+            with self._room:
+                self._bytes -= size
+                self._room.notify_all()
+            if item is self._DONE:
+                if self._error is not None:
+                    raise self._error
+                return
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _item_size(item: RawRecord | Quarantined) -> int:
+    return len(item.content) if isinstance(item, RawRecord) else len(item.payload)
+
+
 def content_hash(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
@@ -78,12 +159,27 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
     output_store = StoreSpec(task.output_url, task.s3).open()
     options = FORMAT_OPTIONS[task.fmt].model_validate(task.options)
     counters: dict[str, int] = {}
-    quarantined: list[dict[str, Any]] = []
     quarantine_reasons: Counter[str] = Counter()
+    file_level_damage = False
     writer = ParquetStreamWriter(RAW_SCHEMA)
+    quarantine_writer = ParquetStreamWriter(QUARANTINE_SCHEMA, batch_rows=64)
     records = 0
     content_bytes = 0
     scratch = None
+
+    # A gzip/zstd stream's checksum is checked only at the end of its member/frame: records decoded before
+    # a failed check may hold altered bytes that still parse, and a corrupted deflate stream can also
+    # look truncated (it "ends" early). Records of a stream that could not be verified to its end are
+    # moved to quarantine (reason unverified_compressed_data, with their bytes), never kept.
+    compressed_text = task.fmt == "jsonl" and task.file_key.lower().endswith((".gz", ".zst"))
+    checksum_failed = False
+
+    def quarantine(item: Quarantined) -> None:
+        nonlocal file_level_damage
+        quarantine_writer.append(_quarantine_row(task, item), size_hint=len(item.payload))
+        quarantine_reasons[item.reason] += 1
+        file_level_damage |= item.location == "file" or item.reason == "not_gzip"
+
     try:
         stream: Any = None
         try:
@@ -102,44 +198,103 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
                 source = _Prepend(first, stream)
         except (StorageError, OSError) as error:
             source = None
-            quarantined.append(_quarantine_row(task, Quarantined("file", "unreadable_file", str(error))))
+            quarantine(Quarantined("file", "unreadable_file", str(error)))
         try:
             if source is not None and empty:
-                quarantined.append(_quarantine_row(task, Quarantined("file", "empty_file", "the file has no bytes")))
+                quarantine(Quarantined("file", "empty_file", "the file has no bytes"))
             elif source is not None:
-                for item in read_records(source, task.file_key, task.fmt, options, counters):
-                    if isinstance(item, Quarantined):
-                        quarantined.append(_quarantine_row(task, item))
-                        continue
-                    writer.append(_raw_row(task, item), size_hint=len(item.content))
-                    records += 1
-                    content_bytes += len(item.content)
+                prefetch = BoundedPrefetch(
+                    read_records(source, task.file_key, task.fmt, options, counters),
+                    _item_size,
+                    PREFETCH_MAX_ITEMS,
+                    PREFETCH_MAX_BYTES,
+                )
+                try:
+                    for item in prefetch:
+                        if isinstance(item, Quarantined):
+                            quarantine(item)
+                            checksum_failed |= compressed_text and item.reason in UNVERIFIABLE_STREAM_REASONS
+                            continue
+                        writer.append(_raw_row(task, item), size_hint=len(item.content))
+                        records += 1
+                        content_bytes += len(item.content)
+                finally:
+                    prefetch.close()
         finally:
             if stream is not None:
                 stream.close()
+        if checksum_failed and records:
+            writer = _quarantine_unverified(writer, quarantine)
+            records = content_bytes = 0
         part_key = f"part-{task.part:05d}.parquet"
         entry = writer.publish(output_store, part_key)
+        quarantine_entry = quarantine_writer.publish(output_store, quarantine_part_key(task.part))
     except BaseException:
         writer.abort()
+        quarantine_writer.abort()
         raise
     finally:
         if scratch:
             import shutil
 
             shutil.rmtree(scratch, ignore_errors=True)
-    for row in quarantined:
-        quarantine_reasons[row["reason"]] += 1
-    file_quarantined = records == 0 and any(row["location"] == "file" or row["reason"] in ("not_gzip",) for row in quarantined)
     return {
         "file": task.file_label,
         "part": entry,
+        "quarantine_part": quarantine_entry,
         "records": records,
         "content_bytes": content_bytes,
-        "quarantined_rows": quarantined,
         "quarantine_reasons": dict(quarantine_reasons),
         "skipped": counters,
-        "file_quarantined": file_quarantined,
+        "file_quarantined": records == 0 and file_level_damage,
     }
+
+
+def _quarantine_unverified(writer: ParquetStreamWriter, quarantine: Any) -> ParquetStreamWriter:
+    """Move every record written so far to quarantine (batch by batch); returns a fresh, empty writer."""
+    import pyarrow.parquet as pq
+
+    writer.flush()
+    writer.writer.close()
+    for batch in pq.ParquetFile(writer.path).iter_batches(batch_size=64, columns=["ordinal", "content"]):
+        for row in batch.to_pylist():
+            quarantine(
+                Quarantined(
+                    f"line {row['ordinal'] + 1}",
+                    "unverified_compressed_data",
+                    "decoded before the stream's checksum failed: the bytes may have been altered",
+                    row["content"][:MAX_QUARANTINED_PAYLOAD],
+                )
+            )
+    writer.abort()
+    return ParquetStreamWriter(RAW_SCHEMA)
+
+
+def merge_quarantine(store: Any, prefix: str, results: list[dict[str, Any]], key: str = "quarantine.parquet") -> dict[str, Any]:
+    """Concatenate the tasks' quarantine files (in task order) into `prefix/key`, batch by batch; the
+    per-task files are left for `write_manifest` to remove as unlisted."""
+    import pyarrow.parquet as pq
+
+    merged = ParquetStreamWriter(QUARANTINE_SCHEMA, batch_rows=64)
+    scratch = local_temp_dir()
+    try:
+        for result in results:
+            part = result["quarantine_part"]
+            if part["rows"] == 0:
+                continue
+            part_key = f"{prefix}/{part['key']}"
+            path = store.local_path(part_key) or store.fetch(part_key, scratch)
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
+                for row in batch.to_pylist():
+                    merged.append(row, size_hint=len(row["payload"]))
+        return merged.publish(store, f"{prefix}/{key}")
+    except BaseException:
+        merged.abort()
+        raise
+    finally:
+        import shutil
+
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class _Prepend:

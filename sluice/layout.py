@@ -3,8 +3,9 @@
 Layout: `<root>/<asset>/source=<source>/snapshot=<snapshot>/` for source x snapshot partitions and
 `<root>/<asset>/<name>/` for others. Data files are written (each atomically) first; the partition's
 `_manifest.json` is written last and lists them with row counts and SHA-256 digests. Readers go through
-the manifest only, so a partition is either absent or complete; files a re-run no longer produces are
-deleted after the new manifest is in place.
+the manifest only, so a partition is either absent or complete; files a re-run no longer produces, and
+temporary files of writers that crashed (SIGKILL, OOM, lost node), are deleted after the new manifest
+is in place.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def write_manifest(store: Store, prefix: str, manifest: dict[str, Any]) -> None:
     listed |= set(manifest.get("extra_keys", []))
     body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
     store.write_bytes(f"{prefix}/{MANIFEST}", body)
+    store.remove_stale_temp(prefix)  # temp files of writers that crashed before their rename
     stale = [key for key in store.list_files(prefix) if key.rsplit("/", 1)[-1] not in listed | {MANIFEST}]
     store.delete(stale)
 

@@ -260,8 +260,11 @@ def _read_plain_warc(stream: Any, options: WarcOptions, counters: dict[str, int]
 
 
 def read_warc(stream: BinaryIO, options: WarcOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
-    head = stream.read(3)
-    if not head.startswith(GZIP_MAGIC[:2]):
+    head = stream.read(CHUNK)
+    # Gzip unless the file starts like a plain WARC: junk before the first gzip member (a partial
+    # download, a proxy's error text) is quarantined as `not_gzip` and reading resumes at the member.
+    gzipped = head.startswith(GZIP_MAGIC[:2]) or (not head.startswith(b"WARC/") and GZIP_MAGIC in head)
+    if not gzipped:
         yield from _read_plain_warc(_Rejoined(head, stream), options, counters)
         return
 
@@ -426,6 +429,9 @@ def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dic
         except json.JSONDecodeError as error:
             yield Quarantined(f"line {line_number}", "malformed_json", str(error), stripped[:MAX_QUARANTINED_PAYLOAD])
             continue
+        except RecursionError:  # hostile nesting ([[[[...]]]]) deeper than Python's recursion limit
+            yield Quarantined(f"line {line_number}", "malformed_json", "nested too deeply", stripped[:MAX_QUARANTINED_PAYLOAD])
+            continue
         if not isinstance(item, dict):
             yield Quarantined(f"line {line_number}", "malformed_json", "a line must hold a JSON object", stripped[:MAX_QUARANTINED_PAYLOAD])
             continue
@@ -466,7 +472,9 @@ def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counte
     import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path_or_stream)
+        # Page CRCs, where the writer stored them, are verified: a flipped byte in a data page is then
+        # reported instead of read as a silently different value.
+        parquet = pq.ParquetFile(path_or_stream, page_checksum_verification=True)
     except Exception as error:
         yield Quarantined("file", "unreadable_parquet", f"{type(error).__name__}: {error}")
         return
@@ -487,6 +495,10 @@ def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counte
                     ordinal += 1
         except Exception as error:
             yield Quarantined(f"row group {group}", "unreadable_parquet", f"{type(error).__name__}: {error}")
+        else:
+            expected = parquet.metadata.row_group(group).num_rows
+            if ordinal - start != expected:  # a damaged page header can make a column read short, silently
+                yield Quarantined(f"row group {group}", "unreadable_parquet", f"read {ordinal - start} of its {expected} rows")
         start += parquet.metadata.row_group(group).num_rows
 
 

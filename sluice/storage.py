@@ -22,6 +22,32 @@ from typing import BinaryIO
 from sluice.config import S3Settings
 
 TMP_PREFIX = ".tmp-"  # temporary files carry this prefix; readers and listings skip them
+SCRATCH_PREFIX = "sluice-"
+STALE_TEMP_AGE_S = 24 * 3600  # temp files of live processes are left alone unless older than this
+
+
+def _host_tag() -> str:
+    # Temp names carry host and pid so a sweep only removes files of processes known to be dead.
+    return hashlib.sha1(os.uname().nodename.encode()).hexdigest()[:8]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_stale(host: str, pid: str, mtime: float) -> bool:
+    """A temp file/folder left by a process that died (same host, pid gone), or one older than a day."""
+    import time
+
+    if time.time() - mtime > STALE_TEMP_AGE_S:
+        return True
+    return host == _host_tag() and pid.isdigit() and not _pid_alive(int(pid))
 
 
 class StorageError(RuntimeError):
@@ -30,6 +56,22 @@ class StorageError(RuntimeError):
 
 def is_s3(url: str) -> bool:
     return url.startswith("s3://")
+
+
+def check_key(key: str) -> str:
+    """Refuse a relative key that could leave the store's root or break an S3 key: an absolute path, a
+    `..` or `.` part, a backslash or a control character. The empty key is the root itself."""
+    if not key:
+        return key
+    bad = (
+        key.startswith("/")
+        or "\\" in key
+        or any(ord(ch) < 32 or ord(ch) == 127 for ch in key)
+        or any(part in (".", "..") for part in key.split("/"))
+    )
+    if bad:
+        raise StorageError(f"refusing storage key {key!r}: keys are relative, without '.', '..', '\\' or control characters")
+    return key
 
 
 def join_key(*parts: str) -> str:
@@ -101,6 +143,12 @@ class Store:
         """Fail with a clear StorageError when the store cannot be reached or read."""
         raise NotImplementedError
 
+    def remove_stale_temp(self, prefix: str = "") -> list[str]:
+        """Delete temporary files under `prefix` left by crashed writers (see `_is_stale`); returns their
+        keys. S3 has no temporary objects: an interrupted multipart upload stays invisible (see
+        `abort_stale_uploads`)."""
+        return []
+
 
 class LocalStore(Store):
     def __init__(self, url: str, spec: StoreSpec) -> None:
@@ -109,8 +157,7 @@ class LocalStore(Store):
         self.root = Path(url)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key) if key else self.root
-        return path
+        return (self.root / check_key(key)) if key else self.root
 
     def list_files(self, prefix: str = "") -> list[str]:
         base = self._path(prefix)
@@ -149,7 +196,25 @@ class LocalStore(Store):
             raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
 
     def _temp_path(self, final: Path) -> Path:
-        return final.parent / f"{TMP_PREFIX}{final.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        return final.parent / f"{TMP_PREFIX}{final.name}.{_host_tag()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+    def remove_stale_temp(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix)
+        removed = []
+        for dirpath, _, filenames in os.walk(base):
+            for name in filenames:
+                if not name.startswith(TMP_PREFIX):
+                    continue
+                parts = name.rsplit(".", 3)  # .tmp-<final name>.<host>.<pid>.<random>
+                path = Path(dirpath, name)
+                try:
+                    mtime = path.stat().st_mtime
+                except OSError:
+                    continue
+                if len(parts) == 4 and _is_stale(parts[1], parts[2], mtime):
+                    path.unlink(missing_ok=True)
+                    removed.append(path.relative_to(self.root).as_posix())
+        return sorted(removed)
 
     def write_bytes(self, key: str, data: bytes) -> None:
         final = self._path(key)
@@ -196,12 +261,14 @@ class LocalStore(Store):
             raise StorageError(f"{self.url} is not readable")
 
 
-_CLIENTS: dict[tuple[str | None, str, int, str, str], object] = {}
+_CLIENTS: dict[S3Settings, object] = {}
 
 
 def s3_client(settings: S3Settings):  # -> botocore client
-    """One boto3 client per settings and process; botocore retries with the configured mode/attempts."""
-    key = (settings.endpoint_url, settings.region, settings.max_attempts, settings.retry_mode, settings.addressing_style)
+    """One boto3 client per settings and process. Faults are handled by botocore alone: its retry mode
+    (standard: throttling such as 503 SlowDown, 5xx, connection resets and timeouts, with exponential
+    backoff and jitter) and attempt count come from the config's `s3` section; sluice has no retry loop."""
+    key = settings
     client = _CLIENTS.get(key)
     if client is None:
         import boto3
@@ -214,8 +281,8 @@ def s3_client(settings: S3Settings):  # -> botocore client
             config=Config(
                 retries={"max_attempts": settings.max_attempts, "mode": settings.retry_mode},
                 s3={"addressing_style": settings.addressing_style},
-                connect_timeout=10,
-                read_timeout=60,
+                connect_timeout=settings.connect_timeout_s,
+                read_timeout=settings.read_timeout_s,
             ),
         )
         _CLIENTS[key] = client
@@ -253,7 +320,7 @@ class S3Store(Store):
         return s3_client(self.spec.s3)
 
     def _key(self, key: str) -> str:
-        return join_key(self.prefix, key)
+        return join_key(self.prefix, check_key(key))
 
     def _call(self, what: str, key: str, fn, *args, **kwargs):
         from boto3.exceptions import Boto3Error
@@ -269,7 +336,8 @@ class S3Store(Store):
         kwargs = {"Bucket": self.bucket, "Prefix": prefix_key}
         if delimiter:
             kwargs["Delimiter"] = delimiter
-        pages = self._call("list", prefix_key, lambda: list(paginator.paginate(**kwargs)))
+        relative = prefix_key[len(self.prefix) :].lstrip("/") if self.prefix else prefix_key
+        pages = self._call("list", relative, lambda: list(paginator.paginate(**kwargs)))
         yield from pages
 
     def list_files(self, prefix: str = "") -> list[str]:
@@ -355,6 +423,21 @@ class S3Store(Store):
     def check_access(self) -> None:
         self._call("list", "", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
 
+    def abort_stale_uploads(self, older_than_s: float = STALE_TEMP_AGE_S) -> list[str]:
+        """Abort multipart uploads under this prefix started more than `older_than_s` ago (a crashed
+        writer's parts cost storage but are never visible); returns their keys."""
+        import datetime
+
+        cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=older_than_s)
+        listing_prefix = self.prefix + "/" if self.prefix else ""
+        response = self._call("list uploads", "", self.client.list_multipart_uploads, Bucket=self.bucket, Prefix=listing_prefix)
+        aborted = []
+        for upload in response.get("Uploads", []):
+            if upload["Initiated"] < cutoff:
+                self._call("abort", upload["Key"], self.client.abort_multipart_upload, Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                aborted.append(upload["Key"])
+        return aborted
+
 
 class _StreamingBodyReader:
     """A minimal file object over a botocore StreamingBody (read/close/context manager)."""
@@ -387,6 +470,36 @@ def open_store(url: str, s3: S3Settings | None = None) -> Store:
     return LocalStore(os.path.abspath(url), spec)
 
 
-def local_temp_dir(prefix: str = "sluice-") -> str:
-    """A private scratch folder for building files before they are published."""
-    return tempfile.mkdtemp(prefix=prefix)
+_SWEPT_SCRATCH = False
+
+
+def remove_stale_scratch(temp_root: str | None = None) -> list[str]:
+    """Delete scratch folders (`sluice-<host>-<pid>-*` in the temp folder) of processes that died."""
+    root = Path(temp_root or tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        parts = entry.name.split("-", 3)  # sluice-<host>-<pid>-<random>
+        if len(parts) != 4 or parts[0] + "-" != SCRATCH_PREFIX or not entry.is_dir():
+            continue
+        try:
+            mtime = entry.stat().st_mtime
+        except OSError:
+            continue
+        if _is_stale(parts[1], parts[2], mtime):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(str(entry))
+    return removed
+
+
+def local_temp_dir() -> str:
+    """A private scratch folder for building files before they are published. The first call in a
+    process also removes scratch folders that crashed processes (SIGKILL, OOM) left behind."""
+    global _SWEPT_SCRATCH
+    if not _SWEPT_SCRATCH:
+        _SWEPT_SCRATCH = True
+        remove_stale_scratch()
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{_host_tag()}-{os.getpid()}-")

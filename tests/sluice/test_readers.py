@@ -489,7 +489,8 @@ def test_ingest_empty_file_is_a_quarantined_file(tmp_path, name, fmt, options):
     result = ingest(tmp_path, name, b"", fmt, options)
     assert result["records"] == 0 and result["file_quarantined"] is True
     assert result["quarantine_reasons"] == {"empty_file": 1}
-    [row] = result["quarantined_rows"]
+    [row] = pq.read_table(tmp_path / "out" / "quarantine-00003.parquet").to_pylist()
+    assert result["quarantine_part"]["rows"] == 1
     assert (row["file"], row["location"], row["reason"]) == (f"2026-01/{name}", "file", "empty_file")
     assert pq.read_table(tmp_path / "out" / "part-00003.parquet").num_rows == 0
 
@@ -504,7 +505,7 @@ def test_ingest_damaged_warc_writes_good_records_and_quarantine_rows(tmp_path):
     urls = warcio_urls(path.read_bytes())
     assert result["records"] == len(urls) - 1 and result["file_quarantined"] is False
     assert result["quarantine_reasons"] == {"corrupt_gzip": 1}
-    [row] = result["quarantined_rows"]
+    [row] = pq.read_table(tmp_path / "out" / "quarantine-00003.parquet").to_pylist()
     assert (row["source"], row["snapshot"], row["file"], row["location"]) == ("web", "2026-01", "2026-01/damaged.warc.gz", f"record 2 @ byte {offsets(members)[2]}")
     part = pq.read_table(tmp_path / "out" / "part-00003.parquet")
     assert part["url"].to_pylist() == urls[:2] + urls[3:]

@@ -1,0 +1,319 @@
+"""Hostile input, property-based (hypothesis): mutated WARC, JSONL (plain/gz/zst) and Parquet files.
+
+Whatever the mutation, reading a file never raises and never hangs (each example has a deadline), and
+every item is a record or a quarantine entry with a reason. Where the format can resynchronise (JSONL by
+line, gzip-compressed WARC by member), the damaged records are each quarantined and every undamaged
+record of the same file comes out unchanged, in order. Where it cannot (a cut or a flipped byte inside
+a compressed JSONL stream), the damage is reported and nothing but original records comes out. Parquet
+with page checksums never yields a silently altered value.
+
+Examples per property: $SLUICE_HYPOTHESIS_EXAMPLES (default 25; `make test-all` runs 300).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.clean import Document, ExtractHtml
+from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
+from sluice.ingest import IngestTask, ingest_file
+from sluice.readers import Quarantined, RawRecord, read_records
+from tests.sluice.test_readers import WARC_FILES, warc_members, warcio_responses
+
+EXAMPLES = int(os.environ.get("SLUICE_HYPOTHESIS_EXAMPLES", "25"))
+PROPERTY = settings(max_examples=EXAMPLES, deadline=20_000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+MAX_LINE = 4096  # JsonlOptions.max_line_bytes for these tests: "big lines" are made just past it
+TRIED: dict[str, int] = {}
+
+
+def read_all(data: bytes, name: str, fmt: str, options) -> tuple[list[RawRecord], list[Quarantined]]:
+    TRIED[fmt] = TRIED.get(fmt, 0) + 1
+    items = list(read_records(io.BytesIO(data), name, fmt, options, {}))
+    assert all(isinstance(i, RawRecord | Quarantined) for i in items)
+    quarantined = [i for i in items if isinstance(i, Quarantined)]
+    assert all(q.reason and q.location for q in quarantined)
+    return [i for i in items if isinstance(i, RawRecord)], quarantined
+
+
+# ---------------------------------------------------------------------------------------------- JSONL
+
+TEXTS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=60).map(lambda t: t + " é 漢")
+
+
+def damage_line(kind: str, line: bytes, rng: random.Random) -> bytes:
+    """A damaged version of one JSON line (without its newline) that no reader may accept."""
+    body = line
+    cut = rng.randrange(1, len(body))
+    if kind == "truncate":
+        return body[:cut]
+    if kind == "invalid_utf8":
+        return body[:cut] + b"\xff\xfe" + body[cut:]
+    if kind == "nul":
+        return body[:cut] + b"\x00" + body[cut:]
+    if kind == "wrong_encoding":  # the same object written in Latin-1 (the texts hold non-ASCII letters)
+        obj = json.loads(body)
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8").decode("utf-8").encode("latin-1", "replace")
+    if kind == "big_line":
+        return b'{"id": "big", "text": "' + b"x" * (MAX_LINE + rng.randrange(1, 5000)) + b'"}'
+    if kind == "deep_nesting":
+        depth = 200_000
+        return b'{"id": "deep", "text": ' + b"[" * depth + b"]" * depth + b"}"
+    if kind == "not_object":
+        return b"[1, 2, 3]"
+    if kind == "missing_text":
+        return b'{"id": "no-text", "body": "x"}'
+    raise AssertionError(kind)
+
+
+DAMAGES = ["truncate", "invalid_utf8", "nul", "wrong_encoding", "big_line", "deep_nesting", "not_object", "missing_text"]
+
+
+def compress(data: bytes, name: str) -> bytes:
+    if name.endswith(".gz"):
+        return gzip.compress(data, mtime=0)
+    if name.endswith(".zst"):
+        return zstandard.ZstdCompressor().compress(data)
+    return data
+
+
+@PROPERTY
+@given(
+    texts=st.lists(TEXTS, min_size=2, max_size=25),
+    damaged=st.data(),
+    name=st.sampled_from(["in.jsonl", "in.jsonl.gz", "in.jsonl.zst"]),
+    seed=st.integers(0, 2**32),
+)
+def test_jsonl_damaged_lines_are_quarantined_and_every_other_line_survives(texts, damaged, name, seed):
+    rng = random.Random(seed)
+    lines = [json.dumps({"id": str(i), "text": text}, ensure_ascii=False).encode() for i, text in enumerate(texts)]
+    bad = damaged.draw(st.dictionaries(st.integers(0, len(lines) - 1), st.sampled_from(DAMAGES), max_size=len(lines)))
+    # A "wrong encoding" line holding only Latin-1-encodable text can't be told apart; all texts end in 漢,
+    # which Latin-1 turns into '?': the line stays invalid only through its é byte.
+    mutated = [damage_line(bad[i], line, rng) if i in bad else line for i, line in enumerate(lines)]
+    data = compress(b"\n".join(mutated) + b"\n", name)
+
+    records, quarantined = read_all(data, name, "jsonl", JsonlOptions(max_line_bytes=MAX_LINE))
+
+    survivors = [(str(i), text) for i, text in enumerate(texts) if i not in bad]
+    assert [(r.source_id, r.content.decode()) for r in records] == survivors
+    assert sorted(q.location for q in quarantined) == sorted(f"line {i + 1}" for i in bad)
+
+
+def ingest_bytes(folder, name: str, data: bytes, fmt: str, options: dict) -> tuple[list[dict], list[dict]]:
+    """ingest_file on one file; (part rows, quarantine rows)."""
+    TRIED[fmt] = TRIED.get(fmt, 0) + 1
+    (folder / "in").mkdir(parents=True, exist_ok=True)
+    (folder / "in" / name).write_bytes(data)
+    task = IngestTask(str(folder / "in"), name, f"s/{name}", fmt, options, str(folder / "out"), 0, "reference", "s")
+    ingest_file(task)
+    rows = pq.read_table(folder / "out" / "part-00000.parquet").to_pylist()
+    quarantined = pq.read_table(folder / "out" / "quarantine-00000.parquet").to_pylist()
+    assert all(q["reason"] and q["location"] for q in quarantined)
+    return rows, quarantined
+
+
+@settings(PROPERTY, max_examples=max(10, EXAMPLES // 3))  # a whole ingest_file per example
+@given(
+    texts=st.lists(TEXTS, min_size=3, max_size=25),
+    name=st.sampled_from(["in.jsonl", "in.jsonl.gz", "in.jsonl.zst"]),
+    cut=st.floats(0.0, 0.999),
+    flips=st.lists(st.tuples(st.floats(0.0, 0.999), st.integers(1, 255)), max_size=4),
+)
+def test_jsonl_cut_or_flipped_bytes_never_crash_nor_pass_altered_records(tmp_path_factory, texts, name, cut, flips):
+    lines = [json.dumps({"id": str(i), "text": text}, ensure_ascii=False).encode() for i, text in enumerate(texts)]
+    data = bytearray(compress(b"\n".join(lines) + b"\n", name))
+    for where, mask in flips:
+        data[int(where * len(data))] ^= mask
+    data = bytes(data[: max(1, int(cut * len(data)))]) if cut > 0.05 else bytes(data)
+
+    rows, quarantined = ingest_bytes(tmp_path_factory.mktemp("jsonl"), name, data, "jsonl", {})
+
+    got = [(r["source_id"], r["content"].decode()) for r in rows]
+    if name == "in.jsonl":
+        # No checksum in plain text: a flipped byte inside a string is undetectable by any reader. Every
+        # line left whole comes out; nothing comes out that is not a line of the file.
+        whole = set(data.split(b"\n"))
+        assert all((str(i), text) in got for i, text in enumerate(texts) if lines[i] in whole)
+        assert len(got) <= len(data.split(b"\n"))
+    elif name == "in.jsonl.gz" or not flips:
+        # gzip checks a CRC-32 (and zstd a truncation) at the end; the records of a stream that fails it
+        # are quarantined as unverified: what comes out is exactly what was written, and whatever is
+        # missing is reported.
+        assert got == [(str(i), text) for i, text in enumerate(texts)][: len(got)]
+        if len(got) < len(texts):
+            assert quarantined, "lines were lost without a quarantine entry"
+    else:
+        # zstd frames written without a content checksum (the zstandard default) cannot reveal a flipped
+        # literal: only "no crash, no hang" holds (README, Operations and reliability).
+        assert len(got) <= len(texts) + len(data)
+
+
+# ----------------------------------------------------------------------------------------------- WARC
+
+
+@pytest.fixture(scope="module")
+def warc_sample() -> tuple[list[bytes], list[list[tuple[str, bytes]]]]:
+    members = warc_members(WARC_FILES[0])[:12]
+    return members, [warcio_responses(gzip.decompress(m)) for m in members]
+
+
+def damage_member(kind: str, member: bytes, rng: random.Random) -> bytes:
+    if kind == "flip":  # inside the deflate data, past the 10-byte header and before the 8-byte trailer
+        damaged = bytearray(member)
+        start = rng.randrange(12, len(member) - 12)
+        for i in range(start, min(start + rng.randrange(1, 6), len(member) - 8)):
+            damaged[i] ^= 0xFF
+        return bytes(damaged)
+    if kind == "truncate":
+        return member[: rng.randrange(12, len(member) - 1)]
+    if kind == "garbage_before":
+        return bytes(rng.randrange(0, 256) for _ in range(rng.randrange(1, 300))).replace(b"\x1f\x8b", b"--") + member
+    if kind == "bad_headers":  # a valid gzip member around a WARC record whose headers are broken
+        record = gzip.decompress(member)
+        return gzip.compress(record.replace(b"Content-Length:", b"Content-Length: x", 1), mtime=0)
+    if kind == "nul_headers":
+        record = gzip.decompress(member)
+        return gzip.compress(b"\x00" * 4 + record[4:], mtime=0)
+    if kind == "cut_record":  # the record inside a valid member is shorter than its Content-Length
+        record = gzip.decompress(member)
+        return gzip.compress(record[: len(record) // 2], mtime=0)
+    raise AssertionError(kind)
+
+
+MEMBER_DAMAGES = ["flip", "truncate", "garbage_before", "bad_headers", "nul_headers", "cut_record"]
+
+
+@PROPERTY
+@given(data=st.data(), seed=st.integers(0, 2**32))
+def test_warc_damaged_members_are_quarantined_and_every_other_record_survives(warc_sample, data, seed):
+    members, responses = warc_sample
+    rng = random.Random(seed)
+    bad = data.draw(st.dictionaries(st.integers(0, len(members) - 1), st.sampled_from(MEMBER_DAMAGES), max_size=6))
+    mutated = [damage_member(bad[i], m, rng) if i in bad else m for i, m in enumerate(members)]
+
+    records, quarantined = read_all(b"".join(mutated), "in.warc.gz", "warc", WarcOptions())
+
+    expected = [response for i, rs in enumerate(responses) if i not in bad for response in rs]
+    got = [(r.url, r.content) for r in records]
+    if any(kind == "garbage_before" for kind in bad.values()):
+        # Garbage before an intact member costs only the garbage: that member's record survives too.
+        rescued = [response for i, rs in enumerate(responses) if bad.get(i) == "garbage_before" for response in rs]
+        assert set(got) - set(expected) <= set(rescued)
+        assert [g for g in got if g in set(expected)] == expected
+    else:
+        assert got == expected
+    damaged_members = [i for i, kind in bad.items() if kind != "garbage_before"]
+    assert len(quarantined) >= len(damaged_members)
+
+
+# -------------------------------------------------------------------------------------------- Parquet
+
+
+@PROPERTY
+@given(texts=st.lists(TEXTS, min_size=1, max_size=40), flips=st.lists(st.tuples(st.floats(0.0, 0.999), st.integers(1, 255)), min_size=1, max_size=3),
+       cut=st.one_of(st.none(), st.floats(0.0, 0.999)), compression=st.sampled_from(["none", "zstd", "snappy"]))
+def test_parquet_mutations_never_crash_nor_yield_altered_values(texts, flips, cut, compression):
+    table = pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression=compression, row_group_size=8, write_page_checksum=True)
+    data = bytearray(sink.getvalue())
+    for where, mask in flips:
+        data[int(where * len(data))] ^= mask
+    if cut is not None:
+        data = data[: int(cut * len(data))]
+
+    records, quarantined = read_all(bytes(data), "in.parquet", "parquet", ParquetOptions())
+
+    original = {(str(i), text) for i, text in enumerate(texts)}
+    got = [(r.source_id, r.content.decode("utf-8")) for r in records]
+    # Values are never silently altered: every row read is a row written (ids come from the same rows).
+    assert set(got) <= original, set(got) - original
+    if len(got) < len(texts):
+        assert quarantined, "rows were lost without a quarantine entry"
+
+
+# ----------------------------------------------------------------------------------- deeply nested HTML
+
+
+def test_deeply_nested_html_is_extracted_never_crashes():
+    depth = 2_000
+    html = ("<div>" * depth + "deep text " * 50 + "</div>" * depth).encode()
+    document = Document("d", "web", "s", None, None, "text/html", html, "utf-8", text=html.decode())
+    assert ExtractHtml().apply(document) is None
+    assert "deep text" in document.text
+
+
+HTML_DEPTH_PROBE = """
+import sys
+from sluice.clean import Document, ExtractHtml
+depth = int(sys.argv[1])
+html = ("<div>" * depth + "deep text " * 50 + "</div>" * depth).encode()
+document = Document("d", "web", "s", None, None, "text/html", html, "utf-8", text=html.decode())
+print(ExtractHtml().apply(document))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "known: resiliparse's extract_plain_text(main_content=True) takes time superlinear in DOM depth "
+    "(5k: 0.6 s, 20k: 16 s, 40k: 111 s here; main_content=False: 0.06 s at 20k). ExtractHtml (sluice/clean.py) "
+    "needs a depth guard; remove this marker when it has one"))
+def test_hostile_nesting_depth_is_handled_within_seconds():
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_ROOT
+
+    try:
+        subprocess.run([sys.executable, "-c", HTML_DEPTH_PROBE, "40000"], cwd=PROJECT_ROOT, timeout=20, check=True,
+                       capture_output=True, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("ExtractHtml spent more than 20 s on one 40,000-deep page")
+
+
+def test_report_mutated_inputs_tried():
+    print(f"mutated inputs tried per format: {TRIED}")
+
+
+# ------------------------------------------------------------------------------------- 50 MB records
+
+
+def test_50mb_line_and_50mb_warc_record_are_quarantined_and_neighbours_survive(tmp_path):
+    import warnings
+
+    big = 50 << 20
+    good = [json.dumps({"id": str(i), "text": f"line {i} é"}).encode() for i in range(4)]
+    huge = b'{"id": "huge", "text": "' + b"y" * big + b'"}'
+    data = b"\n".join([good[0], good[1], huge, good[2], good[3]]) + b"\n"
+    rows, quarantined = ingest_bytes(tmp_path / "jsonl", "big.jsonl", data, "jsonl", {"max_line_bytes": 1 << 20})
+    assert [r["source_id"] for r in rows] == ["0", "1", "2", "3"]
+    assert [(q["location"], q["reason"]) for q in quarantined] == [("line 3", "line_too_long")]
+    assert len(quarantined[0]["payload"]) <= 1 << 20
+    del data, huge
+
+    members = warc_members(WARC_FILES[0])[:3]
+    record = gzip.decompress(members[1])
+    header_end = record.index(b"\r\n\r\n") + 4
+    headers = record[:header_end].decode()
+    body = record[header_end:].rstrip(b"\r\n") + b"<p>" + b"z" * big + b"</p>"
+    headers = "\r\n".join(
+        f"Content-Length: {len(body)}" if line.lower().startswith("content-length:") else line for line in headers.split("\r\n")
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        oversized = gzip.compress(headers.encode() + body + b"\r\n\r\n", compresslevel=1, mtime=0)
+    rows, quarantined = ingest_bytes(tmp_path / "warc", "big.warc.gz", members[0] + oversized + members[2], "warc", {"max_record_bytes": 1 << 20})
+    assert [q["reason"] for q in quarantined] == ["record_too_large"]
+    expected = [url for m in (members[0], members[2]) for url, _ in warcio_responses(gzip.decompress(m))]
+    assert [r["url"] for r in rows] == expected
