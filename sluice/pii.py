@@ -8,9 +8,11 @@ What counts (precision over recall: redacting a version number or a date would d
 - IPv4: four dot-separated numbers 0-255, not part of a longer dotted number (`1.2.3.4.5` is not one);
 - IPv6: full or `::`-compressed groups of hex digits with at least two colons, including an embedded IPv4
   tail; a bare `::` or a `12:30:45` time is not one;
+- IPv6 (continued): eight full groups, or a `::` form starting with `::` or holding 4+ hex digits;
 - phone: an optional `+country` code, an optional `(area)` and groups separated by space, dot or dash,
-  9 to 15 digits in all (E.164's maximum) and at least two groups of three or more digits; dates
-  (`2026-01-15`), times and plain long numbers without separators are left alone.
+  9 to 15 digits in all (E.164's maximum); without a `+`/`(` prefix at least two groups of three or more
+  digits and none of one digit. Dates (`2026-01-15`), ISBNs, times and plain long numbers without
+  separators are left alone.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ PHONE = re.compile(
     r"(?<![\w+.\-/:])(?<!\d[ .,])"
     r"(?:\+\d{1,3}[ .\-]?)?"
     r"(?:\(\d{1,5}\)[ .\-]?)?"
-    r"\d{2,5}(?:[ .\-]\d{2,8}){1,4}"
+    r"\d{1,5}(?:[ .\-]\d{1,8}){1,5}"
     r"(?![\w\-/:]|\.\d)"
 )
 
@@ -56,19 +58,22 @@ def _is_phone(candidate: str) -> bool:
     digits = sum(ch.isdigit() for ch in candidate)
     if not 9 <= digits <= 15:
         return False
+    if candidate.startswith(("+", "(")):
+        return True  # an international or area-code prefix: any grouping (+33 1 23 45 67 89)
+    # Without a prefix: at least two groups of 3+ digits and no group of one digit, which leaves dates
+    # (2026-01-15), ISBNs (978-3-16-148410-0), dotted versions and digit-grouped numbers alone.
     groups = re.findall(r"\d+", candidate)
-    if sum(len(group) >= 3 for group in groups) < 2:
-        return False
-    # A date such as 2026-01-15 or 15.01.2026 has fewer digits; a dotted version such as 10.2.0.123.4 is
-    # rejected here: phone numbers written with dots have no group of one digit.
-    has_prefix = candidate.startswith(("+", "("))
-    return has_prefix or all(len(group) >= 2 for group in groups)
+    return sum(len(group) >= 3 for group in groups) >= 2 and all(len(group) >= 2 for group in groups)
 
 
 def _ipv6_ok(candidate: str) -> bool:
-    # A time of day (12:30:45) or a Bible verse (3:16) also matches the loose grammar: require a hex
-    # letter, a '::', or eight groups.
-    return "::" in candidate or candidate.count(":") == 7 or any(c in "abcdefABCDEF" for c in candidate) and candidate.count(":") >= 3
+    # The loose grammar also matches a time of day (12:30:45), a verse (3:16) or C++'s `a::b`: require the
+    # full eight groups, or a `::` form that starts with `::` (::1) or has 4+ hex digits (fe80::1).
+    if candidate.count(":") == 7 and "::" not in candidate:
+        return True
+    if "::" in candidate:
+        return candidate.startswith("::") or sum(c not in ":." for c in candidate) >= 4
+    return False
 
 
 def find_pii(text: str, settings: PIISettings | None = None) -> Counter[str]:

@@ -87,7 +87,7 @@ STOP_WORDS: dict[str, frozenset[str]] = {
 # before a letter (URLs stay whole). The rest of a chunk (`deb.debian.org`, `--detail`, `RAID-1`,
 # `2.6.32`) is one token.
 _PREFIX = "([{\"'“‘«¡¿<*$#§="
-_SUFFIX = ")]}\"'”’»,;:!?%>*"
+_SUFFIX = ")]}\"'”’»,;:!?%>*。，、！？；：」』）"
 _CHUNK = re.compile(
     rf"([{re.escape(_PREFIX)}]*)(.*?)((?:n't|n’t|'s|’s|'ll|'re|'ve|'d|'m)?(?:\.\.\.|…|[{re.escape(_SUFFIX)}.])*)",
     re.DOTALL,
