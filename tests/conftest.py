@@ -20,6 +20,9 @@ def base_config(storage_root: str) -> dict[str, Any]:
     raw["storage"] = {"root": storage_root}
     for source in raw["sources"]:
         source["location"] = str(PROJECT_ROOT / source["location"])
+    cleaning = raw.get("cleaning") or {}
+    if cleaning.get("url_blocklist"):
+        cleaning["url_blocklist"] = str(PROJECT_ROOT / cleaning["url_blocklist"])
     return raw
 
 
