@@ -48,7 +48,7 @@ GROUPS = {
 # check name -> blocking
 CHECKS: dict[str, dict[str, bool]] = {
     "raw_documents": {"quarantined_file_share_below_bound": True},
-    "cleaned_documents": {"drop_rate_within_bounds": False},
+    "cleaned_documents": {"drop_rate_within_bounds": False, "no_pii_left": True},
     "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False},
     "tokenizer": {},
     "tokenized_shards": {
