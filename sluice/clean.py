@@ -129,9 +129,12 @@ def build_steps(settings: CleaningSettings) -> list[Step]:
     steps: list[Step] = []
     if settings.url_blocklist:
         steps.append(URLFilter.from_file(settings.url_blocklist))
+    steps += [DecodeText(), ExtractHtml(settings.extraction)]
+    if settings.fix_mojibake:
+        from sluice.extract import FixMojibake
+
+        steps.append(FixMojibake())
     steps += [
-        DecodeText(),
-        ExtractHtml(settings.extraction),
         LengthFilter(settings.min_chars, settings.max_chars),
         LanguageFilter(settings.languages, settings.min_language_score, settings.langid_model, settings.min_language_scores),
     ]

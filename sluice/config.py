@@ -213,6 +213,9 @@ class CleaningSettings(_Model):
     # words per language) or english (datatrove's default behaviour for every language). See sluice.words.
     word_splitting: Literal["multilingual", "english"] = "multilingual"
     url_blocklist: str | None = None  # file of blocked domains / `word:` entries (see sluice.urlfilter)
+    # Repair mojibake (UTF-8 decoded as cp1252 and the like) with ftfy after extraction; needs the
+    # `unicode` extra. Off by default: it costs time and most pages are fine.
+    fix_mojibake: bool = False
     extraction: ExtractionSettings = ExtractionSettings()
     gopher_repetition: GopherRepetitionSettings = GopherRepetitionSettings()
     gopher_quality: GopherQualitySettings = GopherQualitySettings()

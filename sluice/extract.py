@@ -249,6 +249,29 @@ class ExtractHtml(Step):
             self.worker.close()
 
 
+class FixMojibake(Step):
+    """Unicode repair with ftfy (`cleaning.fix_mojibake`): `Ã©tÃ©` -> `été`, HTML entities left by the
+    extractor, curly-quote mojibake. Never drops; counts the documents it changed."""
+
+    name = "unicode_repair"
+
+    def __init__(self) -> None:
+        try:
+            import ftfy
+        except ImportError:
+            raise ImportError("cleaning.fix_mojibake needs ftfy: pip install 'sluice[unicode]'") from None
+        self.fix_text = ftfy.fix_text
+        self.repaired = 0
+
+    def apply(self, doc: Document) -> Drop | None:
+        text = doc.text or ""
+        fixed = self.fix_text(text)
+        if fixed != text:
+            self.repaired += 1
+            doc.text = fixed
+        return None
+
+
 def _serve(extractor: str) -> None:
     function = EXTRACTORS[extractor]
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

@@ -119,6 +119,22 @@ def test_a_helper_that_dies_mid_page_drops_only_that_page(monkeypatch):
         step.close()
 
 
+def test_mojibake_repair_is_optional_and_fixes_double_encoded_text():
+    pytest.importorskip("ftfy")
+    from sluice.extract import FixMojibake
+
+    step = FixMojibake()
+    doc = Document.from_text("The cafÃ© served crÃ¨me brÃ»lÃ©e all Ã©tÃ©.")
+    assert step.apply(doc) is None
+    assert doc.text == "The café served crème brûlée all été." and step.repaired == 1
+    clean = Document.from_text("Nothing to repair here: café.")
+    step.apply(clean)
+    assert clean.text == "Nothing to repair here: café." and step.repaired == 1
+    names = [s.name for s in CleaningPipeline.from_settings(CleaningSettings(fix_mojibake=True)).steps]
+    assert names.index("unicode_repair") == names.index("extract") + 1
+    assert "unicode_repair" not in [s.name for s in CleaningPipeline.from_settings(CleaningSettings()).steps]
+
+
 # --- language ID --------------------------------------------------------------------------------------
 
 def test_at_least_eight_languages_in_the_test_pages():
