@@ -4,6 +4,7 @@ FineWeb quality filters, URL blocklist and PII redaction; every decision counted
 
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 
 from dagster import (
     AssetCheckResult,
@@ -27,7 +28,7 @@ DROP_RATE_CHECK = "drop_rate_within_bounds"
 NO_PII_CHECK = "no_pii_left"
 
 
-def _mean_median(values: list[int]) -> tuple[float, float]:
+def _mean_median(values: Sequence[float]) -> tuple[float, float]:
     if not values:
         return 0.0, 0.0
     return float(statistics.fmean(values)), float(statistics.median(values))
@@ -36,7 +37,7 @@ def _mean_median(values: list[int]) -> tuple[float, float]:
 @asset(
     name=ASSET,
     partitions_def=source_snapshot_partitions,
-    deps=[AssetDep("raw_documents")],
+    deps=[AssetDep("raw_documents"), AssetDep("quality_model")],
     group_name="curation",
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
@@ -72,8 +73,20 @@ def cleaned_documents(
     if raw_manifest is None:
         raise FileNotFoundError(f"{store.uri(raw_prefix)} has no manifest: materialize raw_documents for {ref.key} first")
     prefix = partition_prefix(ASSET, ref)
+    quality_url, quality_sha, quality_max_chars = None, None, 4000
+    if cleaning.quality_threshold is not None:
+        model_manifest = read_manifest(store, "quality_model")
+        if model_manifest is None:
+            raise FileNotFoundError(
+                f"cleaning.quality_threshold is set for {ref.source} but {store.uri('quality_model')} has no model: "
+                "materialize quality_model first"
+            )
+        quality_url, quality_sha = store.uri("quality_model"), model_manifest["sha256"]
+        quality_max_chars = int(model_manifest["max_chars"])
     tasks = [
-        CleanTask(store.uri(raw_prefix), entry["key"], store.uri(prefix), index, cleaning, config.s3)
+        CleanTask(
+            store.uri(raw_prefix), entry["key"], store.uri(prefix), index, cleaning, config.s3, quality_url, quality_max_chars
+        )
         for index, entry in enumerate(raw_manifest["files"])
     ]
     executor = compute.executor()
@@ -92,6 +105,7 @@ def cleaned_documents(
     input_bytes: list[int] = []
     extracted_chars: list[int] = []
     output_chars: list[int] = []
+    quality_scores: list[float] = []
     step_order: list[str] = []
     for s in stats:
         drops.update(s["drops"])
@@ -104,6 +118,7 @@ def cleaned_documents(
         input_bytes += s["input_bytes"]
         extracted_chars += s["extracted_chars"]
         output_chars += s["output_chars"]
+        quality_scores += s["quality_scores"]
         step_order += [name for name in s["reached"] if name not in step_order]
     files = [r["part"] for r in results]
     side_files = [r["dropped"] for r in results]
@@ -179,6 +194,16 @@ def cleaned_documents(
                 "Dropped documents with step, reason and detail: "
                 + ", ".join(f"`{entry['key']}`" for entry in side_files)
                 + " (`polars.read_parquet(...)`)."
+            ),
+            **(
+                {
+                    "quality_model_sha256": quality_sha,
+                    "quality_threshold": float(cleaning.quality_threshold),
+                    "quality_score_mean": _mean_median(quality_scores)[0],
+                    "quality_score_median": _mean_median(quality_scores)[1],
+                }
+                if quality_sha
+                else {}
             ),
             "compute": executor.describe(),
         },

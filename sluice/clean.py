@@ -38,6 +38,7 @@ CLEANED_SCHEMA = pa.schema(
         pa.field("n_chars", pa.int64(), nullable=False),
         pa.field("text_hash", pa.string(), nullable=False),  # see normalize_for_hash
         pa.field("pii_redactions", pa.int32(), nullable=False),  # placeholders put into this text
+        pa.field("quality_score", pa.float32()),  # quality model's P(like the reference); null when not used
     ]
 )
 
@@ -111,7 +112,7 @@ class LanguageFilter(Step):
         return None
 
 
-def build_steps(settings: CleaningSettings) -> list[Step]:
+def build_steps(settings: CleaningSettings, quality_model_path: str | None = None, quality_max_chars: int = 4000) -> list[Step]:
     """The default chain: URL filter, charset + extraction, length, language ID, Gopher quality, Gopher
     repetition, C4, FineWeb quality, length again; then PII redaction on what is kept. `settings` are one
     source's settings (`CleaningSettings.for_source`)."""
@@ -153,6 +154,12 @@ def build_steps(settings: CleaningSettings) -> list[Step]:
     # C4 removes lines: the length bounds apply again to what is left.
     if settings.c4.enabled:
         steps.append(_FinalLength(settings.min_chars, settings.max_chars))
+    if settings.quality_threshold is not None:
+        if not quality_model_path:
+            raise ValueError("cleaning.quality_threshold is set but no quality model was given (materialize quality_model)")
+        from sluice.quality import QualityScorer
+
+        steps.append(QualityScorer(quality_model_path, settings.quality_threshold, quality_max_chars))
     if settings.pii.enabled:
         steps.append(PIIRedactor(settings.pii))
     return steps
@@ -176,6 +183,7 @@ class CleaningStats:
     input_bytes: list[int] = field(default_factory=list)  # per input document
     extracted_chars: list[int] = field(default_factory=list)  # per document that got through extraction
     output_chars: list[int] = field(default_factory=list)  # per kept document
+    quality_scores: list[float] = field(default_factory=list)  # per kept document, when scored
     chars_in: int = 0
     chars_out: int = 0
 
@@ -193,6 +201,7 @@ class CleaningStats:
             "input_bytes": self.input_bytes,
             "extracted_chars": self.extracted_chars,
             "output_chars": self.output_chars,
+            "quality_scores": self.quality_scores,
             "chars_in": self.chars_in,
             "chars_out": self.chars_out,
         }
@@ -205,8 +214,10 @@ class CleaningPipeline:
         self.stats.reached = {step.name: 0 for step in steps}
 
     @classmethod
-    def from_settings(cls, settings: CleaningSettings) -> CleaningPipeline:
-        return cls(build_steps(settings))
+    def from_settings(
+        cls, settings: CleaningSettings, quality_model_path: str | None = None, quality_max_chars: int = 4000
+    ) -> CleaningPipeline:
+        return cls(build_steps(settings, quality_model_path, quality_max_chars))
 
     def run(self, doc: Document) -> tuple[Step, Drop] | None:
         stats = self.stats
@@ -229,6 +240,8 @@ class CleaningPipeline:
         stats.output_chars.append(len(doc.text or ""))
         stats.languages[doc.language] += 1
         stats.pii.update(doc.pii)
+        if doc.quality_score is not None:
+            stats.quality_scores.append(doc.quality_score)
         return None
 
     def close(self) -> None:
@@ -244,6 +257,8 @@ class CleanTask:
     part: int
     settings: CleaningSettings
     s3: S3Settings = field(default_factory=S3Settings)
+    quality_model_url: str | None = None  # folder holding the quality model's model.bin, when used
+    quality_max_chars: int = 4000
 
 
 def clean_part(task: CleanTask) -> dict[str, Any]:
@@ -257,12 +272,18 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
 
     input_store = StoreSpec(task.input_url, task.s3).open()
     output_store = StoreSpec(task.output_url, task.s3).open()
-    pipeline = CleaningPipeline.from_settings(task.settings)
+    scratch = local_temp_dir()
+    model_path = None
+    if task.quality_model_url and task.settings.quality_threshold is not None:
+        from sluice.quality import MODEL_FILE
+
+        model_store = StoreSpec(task.quality_model_url, task.s3).open()
+        model_path = model_store.local_path(MODEL_FILE) or model_store.fetch(MODEL_FILE, scratch)
+    pipeline = CleaningPipeline.from_settings(task.settings, model_path, task.quality_max_chars)
     # With redaction off for a source every kind is looked for, so the check reports what is left.
     pii_kinds = task.settings.pii if task.settings.pii.enabled else PIISettings()
     kept = ParquetStreamWriter(CLEANED_SCHEMA)
     dropped = ParquetStreamWriter(DROPPED_SCHEMA)
-    scratch = local_temp_dir()
     try:
         path = input_store.local_path(task.input_key) or input_store.fetch(task.input_key, scratch)
         parquet = pq.ParquetFile(path)
@@ -296,6 +317,7 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
                             "n_chars": len(text),
                             "text_hash": text_hash(text),
                             "pii_redactions": sum(doc.pii.values()),
+                            "quality_score": doc.quality_score,
                         },
                         size_hint=len(text),
                     )

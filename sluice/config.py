@@ -201,6 +201,21 @@ class PIISettings(_Model):
     phone: bool = True
 
 
+class QualityModelSettings(_Model):
+    """The `quality_model` asset: a fastText classifier, positives from a reference source, negatives a
+    random sample of raw documents of the other sources (see sluice.quality)."""
+
+    positive_source: str | None = None  # e.g. a curated source; null = the asset refuses to train
+    max_positives: int = Field(20_000, ge=1)
+    max_negatives: int = Field(20_000, ge=1)
+    seed: int = 0
+    epochs: int = Field(10, ge=1)
+    learning_rate: float = Field(0.5, gt=0.0)
+    word_ngrams: int = Field(2, ge=1, le=5)
+    dim: int = Field(32, ge=2)
+    max_chars: int = Field(4000, ge=100)  # of each text, for training and scoring
+
+
 class CleaningSettings(_Model):
     min_chars: int = Field(200, ge=0)  # shorter extracted texts are dropped (`too_short`)
     max_chars: int = Field(1_000_000, ge=1)  # longer ones are dropped (`too_long`)
@@ -216,6 +231,9 @@ class CleaningSettings(_Model):
     # Repair mojibake (UTF-8 decoded as cp1252 and the like) with ftfy after extraction; needs the
     # `unicode` extra. Off by default: it costs time and most pages are fine.
     fix_mojibake: bool = False
+    # Model-based quality filter (the `quality_model` asset must exist): null = off; a number = score into
+    # the `quality_score` column and drop below it (`low_quality_score`); 0 = score only.
+    quality_threshold: float | None = Field(None, ge=0.0, le=1.0)
     extraction: ExtractionSettings = ExtractionSettings()
     gopher_repetition: GopherRepetitionSettings = GopherRepetitionSettings()
     gopher_quality: GopherQualitySettings = GopherQualitySettings()
@@ -315,6 +333,7 @@ class SluiceConfig(_Model):
     tokenizer: TokenizerSettings = TokenizerSettings()
     compute: ComputeSettings = ComputeSettings()
     checks: CheckSettings = CheckSettings()
+    quality_model: QualityModelSettings = QualityModelSettings()
     mixes: dict[str, MixSettings]
 
     @model_validator(mode="after")
@@ -334,6 +353,10 @@ class SluiceConfig(_Model):
         for source_name in self.cleaning.per_source:
             if source_name not in names:
                 raise ValueError(f"cleaning.per_source names unknown source {source_name!r}; sources are {names}")
+        if self.quality_model.positive_source and self.quality_model.positive_source not in names:
+            raise ValueError(
+                f"quality_model.positive_source names unknown source {self.quality_model.positive_source!r}; sources are {names}"
+            )
         for source_name in self.tokenizer.train_sources:
             if source_name not in names:
                 raise ValueError(
