@@ -1,18 +1,18 @@
 """Word splitting for the quality filters, without assuming English.
 
-The filters only need a token list (to count words, measure them and build n-grams), so a precompiled
-regular expression is enough; no per-language NLP model is loaded.
+The filters only need a token list (to count words, measure them and build n-grams), so a whitespace split
+and a few precompiled regular expressions are enough; no per-language NLP model is loaded.
 
-Tokens (in `multilingual` mode, sluice's default):
-- every character of a script written without spaces between words (Han, Hiragana, Katakana, Thai, Lao,
-  Khmer, Myanmar, Tibetan) is one token: a Chinese or Japanese sentence of 20 characters is 20 "words";
-- a run of other word characters (letters of any script, digits, combining marks), apostrophes and dots
-  inside it included (`don't`, `l'homme`, `example.com`, `2.6.32`), is one token;
-- `...` is one token; every other non-space symbol is a token of its own (`(`, `.`, `#`, `→`).
-
-`english` mode reproduces datatrove's defaults closely (its English spaCy tokenizer for every language):
-spaceless scripts are not split, so a line of Chinese is one long "word". The quality benchmark uses it to
-compare decisions on the same rules.
+Tokens follow the outline of spaCy's rule-based tokenizer (what datatrove uses, in English, by default):
+- split at whitespace; a chunk of letters/digits only is one token (the fast path);
+- otherwise opening brackets and quotes at its start and closing punctuation, quotes and English
+  contractions (`n't`, `'s`) at its end are tokens of their own (`...` is one token); a hyphen between two
+  letters and `/ : = < >` before a letter split it (URLs stay whole); the rest (`deb.debian.org`,
+  `--detail`, `RAID-1`, `2.6.32`) is one token.
+- in `multilingual` mode (sluice's default), every character of a script written without spaces between
+  words (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar, Tibetan) is one token: a Chinese sentence of
+  20 characters is 20 "words". `english` mode leaves such runs whole, as datatrove does by default (a line
+  of Chinese is one long "word"); the quality benchmark uses it to compare decisions on the same rules.
 
 Stop words: Gopher's rule needs a few of the most frequent function words. `STOP_WORDS` holds the Gopher
 list for English and comparable lists for other languages; a language without a list (and every spaceless
@@ -43,9 +43,7 @@ MARKS = "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670
 # Written as an unrolled loop so the common case (no marks) runs as one character-class scan.
 _RUN = rf"[^\W{NO_SPACE}]+(?:[{MARKS}]+[^\W{NO_SPACE}]*)*"
 MULTILINGUAL_TOKEN = re.compile(rf"[{NO_SPACE}]|{_RUN}(?:[.'’]{_RUN})*|\.\.\.|[^\w\s{MARKS}]")
-ENGLISH_TOKEN = re.compile(r"\w+(?:[.'’]\w+)*|\.\.\.|[^\w\s]")
 NO_SPACE_CHAR = re.compile(f"[{NO_SPACE}]")
-HAS_LETTER = re.compile(r"[^\W\d_]")
 
 # Tokens that count as symbols, not words (Gopher's word counts leave them out). The ASCII and common
 # typographic punctuation, as in datatrove's PUNCTUATION set.
