@@ -111,16 +111,25 @@ def _split_chunk(chunk: str, out: list[str], spaceless: bool) -> None:
         out.extend(_SUFFIX_TOKEN.findall(suffix))
 
 
+_SIMPLE_SUFFIX = frozenset(",.;:!?)")
+
+
 def tokenize(text: str, multilingual: bool = True) -> list[str]:
     """The tokens of `text` (see the module docstring)."""
-    spaceless = multilingual and NO_SPACE_CHAR.search(text) is not None
     out: list[str] = []
+    if multilingual and NO_SPACE_CHAR.search(text) is not None:
+        for chunk in text.split():
+            _split_chunk(chunk, out, True)
+        return out
     append = out.append
     for chunk in text.split():
-        if chunk.isalnum() and not (spaceless and NO_SPACE_CHAR.search(chunk)):
+        if chunk.isalnum():  # most chunks: a plain word
             append(chunk)
+        elif chunk[-1] in _SIMPLE_SUFFIX and chunk[:-1].isalnum():  # a word and one comma, period, ...
+            append(chunk[:-1])
+            append(chunk[-1])
         else:
-            _split_chunk(chunk, out, spaceless)
+            _split_chunk(chunk, out, False)
     return out
 
 
