@@ -30,7 +30,7 @@ from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySetti
 from sluice.steps import Document, Drop, Step
 from sluice.words import PUNCTUATION, STOP_WORDS
 
-LETTER_TOKEN = re.compile(r"[^\W\d_][^\0]*")
+HAS_LETTER = re.compile(r"[^\W\d_]").search
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")
 OTHER_TERMINAL = ("。", "！", "？", "．", "」", "』", "”", "’", "»", "؟", "۔", "।", "॥", "።", "჻")
@@ -97,8 +97,9 @@ class GopherQualityFilter(Step):
             if ellipsis_lines > s.max_ellipsis_lines_ratio:
                 return Drop("gopher_too_many_end_ellipsis", f"{ellipsis_lines:.2f} of lines end with an ellipsis")
         if s.max_non_alpha_words_ratio:
-            # One regex pass over the tokens joined by NUL: one match per token holding a letter.
-            alpha = len(LETTER_TOKEN.findall("\0".join(words))) / n_words
+            # Over distinct tokens only; most are all letters (isalpha), the rest need the regex.
+            no_letter = sum(n for token, n in counts.items() if not token.isalpha() and HAS_LETTER(token) is None)
+            alpha = (n_words - no_letter) / n_words
             if alpha < s.max_non_alpha_words_ratio:
                 return Drop("gopher_below_alpha_threshold", f"{alpha:.2f} of words contain a letter")
         if s.min_stop_words:

@@ -123,7 +123,7 @@ def tokenize(text: str, multilingual: bool = True) -> list[str]:
         return out
     append = out.append
     for chunk in text.split():
-        if chunk.isalnum():  # most chunks: a plain word
+        if chunk.isalnum() or len(chunk) == 1:  # most chunks: a plain word (or one symbol)
             append(chunk)
         elif chunk[-1] in _SIMPLE_SUFFIX and chunk[:-1].isalnum():  # a word and one comma, period, ...
             append(chunk[:-1])
