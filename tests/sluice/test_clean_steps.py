@@ -73,6 +73,11 @@ def test_nesting_estimate_ignores_void_elements():
     assert nesting_estimate(b"<html><body><div><p>x</p></div></body></html>") == 4
     assert nesting_estimate(b"<div>" * 5000 + b"</div>" * 5000) == 5000
     assert nesting_estimate(b"<p>a<br>b<img src=x><hr/><meta charset=x></p>" * 50) == 1
+    # With a limit, the cheap count (voids included) answers when it is within the limit ...
+    assert nesting_estimate(b"<div><br>" * 10 + b"</div>" * 10, limit=256) == 20
+    # ... and the refined one when it is not (300 <br> are not 300 levels of nesting).
+    assert nesting_estimate(b"<br>" * 300, limit=256) == 0
+    assert nesting_estimate(b"<div>" * 300, limit=256) == 300
 
 
 def test_pathological_pages_are_dropped_within_budget_and_the_rest_goes_on():
