@@ -142,6 +142,16 @@ def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) ->
         f"  total: raw {totals[0]}, quarantined {totals[1]}, cleaned {totals[2]}, deduped {totals[3]} "
         f"({totals[4]} exact duplicates removed), {totals[5]} tokens"
     )
+    languages: dict[str, int] = {}
+    pii = 0
+    for meta in report["partitions"].values():
+        cleaned = meta.get("cleaned_documents", {})
+        pii += cleaned.get("pii_redactions", 0)
+        for key, value in cleaned.items():
+            if key.startswith("language/"):
+                languages[key.split("/", 1)[1]] = languages.get(key.split("/", 1)[1], 0) + value
+    kept = ", ".join(f"{language} {count}" for language, count in sorted(languages.items(), key=lambda item: (-item[1], item[0])))
+    out(f"  cleaning kept by language: {kept or '-'}; PII redactions: {pii}")
     tok = report["tokenizer"]
     out(f"\nTokenizer: vocab {tok.get('vocab_size')}, sha256 {str(tok.get('sha256'))[:16]}..., {tok.get('origin')}")
     for mix, meta in report["mixes"].items():

@@ -5,7 +5,8 @@ idempotent and `find_pii` on a redacted text finds nothing (what the blocking as
 
 What counts (precision over recall: redacting a version number or a date would damage text):
 - e-mail: `local@domain.tld` with a dotted domain and a 2+ letter top-level label;
-- IPv4: four dot-separated numbers 0-255, not part of a longer dotted number (`1.2.3.4.5` is not one);
+- IPv4: four dot-separated numbers 0-255, not part of a longer dotted number (`1.2.3.4.5` is not one)
+  and not right after a numbering word (`Section 11.2.3.4`, `version 1.2.3.4`);
 - IPv6: full or `::`-compressed groups of hex digits with at least two colons, including an embedded IPv4
   tail; a bare `::` or a `12:30:45` time is not one;
 - IPv6 (continued): eight full groups, or a `::` form starting with `::` or holding 4+ hex digits;
@@ -76,6 +77,14 @@ def _ipv6_ok(candidate: str) -> bool:
     return False
 
 
+_NUMBERING = re.compile(r"(?:section|chapter|chap\.|sect\.|§|version|ver\.|v\.|release|table|figure|fig\.|step)\W{0,3}$", re.IGNORECASE)
+
+
+def _ipv4_ok(text: str, start: int) -> bool:
+    # "Section 11.2.3.4", "version 1.2.3.4": numbering, not an address.
+    return _NUMBERING.search(text, max(0, start - 12), start) is None
+
+
 def find_pii(text: str, settings: PIISettings | None = None) -> Counter[str]:
     """Counts of PII matches by kind (what `redact` would replace)."""
     settings = settings or PIISettings()
@@ -84,7 +93,7 @@ def find_pii(text: str, settings: PIISettings | None = None) -> Counter[str]:
         counts["email"] += len(EMAIL.findall(text))
     if settings.ip_address:
         if "." in text:
-            counts["ip_address"] += len(IPV4.findall(text))
+            counts["ip_address"] += sum(1 for m in IPV4.finditer(text) if _ipv4_ok(text, m.start()))
         if ":" in text:
             counts["ip_address"] += sum(1 for m in IPV6.finditer(text) if _ipv6_ok(m.group()))
     if settings.phone:
@@ -110,8 +119,14 @@ def redact(text: str, settings: PIISettings | None = None) -> tuple[str, Counter
 
             text = IPV6.sub(ipv6, text)
         if "." in text:
-            text, n = IPV4.subn(PLACEHOLDERS["ip_address"], text)
-            counts["ip_address"] += n
+
+            def ipv4(match: re.Match[str]) -> str:
+                if not _ipv4_ok(match.string, match.start()):
+                    return match.group()
+                counts["ip_address"] += 1
+                return PLACEHOLDERS["ip_address"]
+
+            text = IPV4.sub(ipv4, text)
     if settings.phone:
 
         def phone(match: re.Match[str]) -> str:
