@@ -165,9 +165,15 @@ class GopherRepetitionFilter(Step):
             if len(words) < n:
                 continue
             keys = _ngram_keys(ids, n)
-            _, first, counts = np.unique(keys, return_index=True, return_counts=True)
-            top = counts.max()
-            at = int(first[counts == top].min())  # the first n-gram seen among the most frequent ones
+            unique, counts = np.unique(keys, return_counts=True)
+            top = int(counts.max())
+            # The first n-gram seen among the most frequent ones (Counter.most_common's tie order).
+            if top == 1:
+                at = 0
+            else:
+                most = unique[counts == top]
+                hits = keys == most[0] if len(most) == 1 else np.isin(keys, most)
+                at = int(np.argmax(hits))
             chars = (int(ends[at + n] - ends[at]) + n - 1) * int(top)  # words joined by spaces
             if chars / length > threshold:
                 return Drop(f"top_{n // scale}_gram", f"{chars / length:.3f} of characters in the top n-gram")
