@@ -1,7 +1,10 @@
-"""`cleaned_documents`: HTML -> text, UTF-8 validation, length bounds, fastText language ID."""
+"""`cleaned_documents`: charset + HTML extraction (with a per-page budget), language ID, Gopher / C4 /
+FineWeb quality filters, URL blocklist and PII redaction; every decision counted in the metadata."""
 
 
+import statistics
 from collections import Counter
+from collections.abc import Sequence
 
 from dagster import (
     AssetCheckResult,
@@ -22,25 +25,40 @@ from sluice.layout import partition_prefix, read_manifest, write_manifest
 
 ASSET = "cleaned_documents"
 DROP_RATE_CHECK = "drop_rate_within_bounds"
+NO_PII_CHECK = "no_pii_left"
+
+
+def _mean_median(values: Sequence[float]) -> tuple[float, float]:
+    if not values:
+        return 0.0, 0.0
+    return float(statistics.fmean(values)), float(statistics.median(values))
 
 
 @asset(
     name=ASSET,
     partitions_def=source_snapshot_partitions,
-    deps=[AssetDep("raw_documents")],
+    deps=[AssetDep("raw_documents"), AssetDep("quality_model")],
     group_name="curation",
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
     description=(
-        "Extracted main text (resiliparse), valid in its charset, inside the length bounds, with fastText "
-        "lid.176 language and score; dropped documents and their reasons in dropped-*.parquet."
+        "Main text (resiliparse or trafilatura, per source) in the detected charset, fastText lid.176 language "
+        "and score, Gopher repetition/quality, C4 and FineWeb filters (datatrove's thresholds, overridable per "
+        "source), URL blocklist, PII redacted. Dropped documents and their step/reason in dropped-*.parquet."
     ),
     check_specs=[
         AssetCheckSpec(
             DROP_RATE_CHECK,
             asset=ASSET,
-            description="The share of documents dropped lies inside checks.min/max_cleaned_drop_rate (warns).",
-        )
+            description="The share of documents dropped lies inside the source's cleaning.drop_rate_bounds "
+            "(default checks.min/max_cleaned_drop_rate); warns.",
+        ),
+        AssetCheckSpec(
+            NO_PII_CHECK,
+            asset=ASSET,
+            blocking=True,
+            description="No e-mail, IP address or phone pattern is left in the written texts (blocks downstream).",
+        ),
     ],
 )
 def cleaned_documents(
@@ -48,31 +66,62 @@ def cleaned_documents(
 ) -> MaterializeResult:
     config = settings.config
     ref = partition_ref(context)
+    cleaning = config.cleaning.for_source(ref.source)
     store = storage.store()
     raw_prefix = partition_prefix("raw_documents", ref)
     raw_manifest = read_manifest(store, raw_prefix)
     if raw_manifest is None:
         raise FileNotFoundError(f"{store.uri(raw_prefix)} has no manifest: materialize raw_documents for {ref.key} first")
     prefix = partition_prefix(ASSET, ref)
+    quality_url, quality_sha, quality_max_chars = None, None, 4000
+    if cleaning.quality_threshold is not None:
+        model_manifest = read_manifest(store, "quality_model")
+        if model_manifest is None:
+            raise FileNotFoundError(
+                f"cleaning.quality_threshold is set for {ref.source} but {store.uri('quality_model')} has no model: "
+                "materialize quality_model first"
+            )
+        quality_url, quality_sha = store.uri("quality_model"), model_manifest["sha256"]
+        quality_max_chars = int(model_manifest["max_chars"])
     tasks = [
-        CleanTask(store.uri(raw_prefix), entry["key"], store.uri(prefix), index, config.cleaning, config.s3)
+        CleanTask(
+            store.uri(raw_prefix), entry["key"], store.uri(prefix), index, cleaning, config.s3, quality_url, quality_max_chars
+        )
         for index, entry in enumerate(raw_manifest["files"])
     ]
     executor = compute.executor()
     results = executor.map(clean_part, tasks)
 
-    documents_in = sum(r["stats"]["documents_in"] for r in results)
-    documents_out = sum(r["stats"]["documents_out"] for r in results)
+    stats = [r["stats"] for r in results]
+    documents_in = sum(s["documents_in"] for s in stats)
+    documents_out = sum(s["documents_out"] for s in stats)
     drops: Counter[str] = Counter()
+    drops_by_step: Counter[str] = Counter()
     reached: Counter[str] = Counter()
     languages: Counter[str] = Counter()
-    chars_out = 0
-    for r in results:
-        drops.update(r["stats"]["drops"])
-        reached.update(r["stats"]["reached"])
-        languages.update(r["stats"]["languages"])
-        chars_out += r["stats"]["chars_out"]
+    languages_in: Counter[str] = Counter()
+    pii: Counter[str] = Counter()
+    residual_pii: Counter[str] = Counter()
+    input_bytes: list[int] = []
+    extracted_chars: list[int] = []
+    output_chars: list[int] = []
+    quality_scores: list[float] = []
+    step_order: list[str] = []
+    for s in stats:
+        drops.update(s["drops"])
+        drops_by_step.update(s["drops_by_step"])
+        reached.update(s["reached"])
+        languages.update(s["languages"])
+        languages_in.update(s["languages_in"])
+        pii.update(s["pii"])
+        residual_pii.update(s["residual_pii"])
+        input_bytes += s["input_bytes"]
+        extracted_chars += s["extracted_chars"]
+        output_chars += s["output_chars"]
+        quality_scores += s["quality_scores"]
+        step_order += [name for name in s["reached"] if name not in step_order]
     files = [r["part"] for r in results]
+    side_files = [r["dropped"] for r in results]
     write_manifest(
         store,
         prefix,
@@ -80,21 +129,44 @@ def cleaned_documents(
             "asset": ASSET,
             "partition": {"source": ref.source, "snapshot": ref.snapshot},
             "files": files,
-            "side_files": [r["dropped"] for r in results],
+            "side_files": side_files,
             "documents": documents_out,
             "drops": dict(drops),
         },
     )
     drop_rate = 1 - documents_out / documents_in if documents_in else 0.0
-    low, high = config.checks.min_cleaned_drop_rate, config.checks.max_cleaned_drop_rate
-    check = AssetCheckResult(
-        check_name=DROP_RATE_CHECK,
-        passed=documents_in == 0 or low <= drop_rate <= high,
-        severity=AssetCheckSeverity.WARN,
-        metadata={"drop_rate": drop_rate, "min": low, "max": high},
-        description=f"dropped {drop_rate:.1%} of {documents_in} documents (bounds {low:.0%}..{high:.0%})",
-    )
-    funnel = [("input", documents_in)] + [(f"reached {step}", count) for step, count in reached.items()] + [("kept", documents_out)]
+    low, high = cleaning.drop_rate_bounds or (config.checks.min_cleaned_drop_rate, config.checks.max_cleaned_drop_rate)
+    checks = [
+        AssetCheckResult(
+            check_name=DROP_RATE_CHECK,
+            passed=documents_in == 0 or low <= drop_rate <= high,
+            severity=AssetCheckSeverity.WARN,
+            metadata={"drop_rate": drop_rate, "min": low, "max": high},
+            description=f"dropped {drop_rate:.1%} of {documents_in} documents (bounds {low:.0%}..{high:.0%})",
+        ),
+        AssetCheckResult(
+            check_name=NO_PII_CHECK,
+            passed=not residual_pii,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={"residual_matches": sum(residual_pii.values()), **prefixed_counts("residual", residual_pii)},
+            description=(
+                "no PII pattern in the written texts"
+                if not residual_pii
+                else f"PII patterns left in the output: {dict(residual_pii)} (is cleaning.pii enabled for {ref.source}?)"
+            ),
+        ),
+    ]
+    funnel_rows = [("input", documents_in, "")]
+    for name in step_order:
+        funnel_rows.append((name, reached[name], drops_by_step.get(name, 0)))
+    funnel_rows.append(("kept", documents_out, ""))
+    in_mean, in_median = _mean_median(input_bytes)
+    ex_mean, ex_median = _mean_median(extracted_chars)
+    out_mean, out_median = _mean_median(output_chars)
+    language_rows = [
+        (language, count, languages.get(language, 0))
+        for language, count in sorted(languages_in.items(), key=lambda item: (-item[1], item[0]))
+    ]
     return MaterializeResult(
         metadata={
             "dagster/row_count": documents_out,
@@ -102,14 +174,38 @@ def cleaned_documents(
             "documents_in": documents_in,
             "documents_out": documents_out,
             "drop_rate": drop_rate,
-            "mean_chars_out": chars_out / documents_out if documents_out else 0.0,
-            "output_bytes": sum(entry["bytes"] for entry in files),
+            # Numbers, so the UI plots them across partitions.
+            **{f"funnel/{index:02d}_{name}": reached[name] for index, name in enumerate(step_order)},
             **prefixed_counts("drop", drops),
             **prefixed_counts("language", languages),
+            **prefixed_counts("pii", pii),
+            "pii_redactions": sum(pii.values()),
+            "input_bytes_mean": in_mean,
+            "input_bytes_median": in_median,
+            "extracted_chars_mean": ex_mean,
+            "extracted_chars_median": ex_median,
+            "mean_chars_out": out_mean,
+            "median_chars_out": out_median,
+            "output_bytes": sum(entry["bytes"] for entry in files),
+            "funnel": markdown_table(["step", "documents reaching it", "dropped by it"], funnel_rows),
             "drop_reasons": counts_table(drops),
-            "funnel": markdown_table(["stage", "documents"], funnel),
-            "languages": counts_table(languages, key="language"),
+            "languages": markdown_table(["language", "identified", "kept"], language_rows),
+            "dropped_documents": MetadataValue.md(
+                "Dropped documents with step, reason and detail: "
+                + ", ".join(f"`{entry['key']}`" for entry in side_files)
+                + " (`polars.read_parquet(...)`)."
+            ),
+            **(
+                {
+                    "quality_model_sha256": quality_sha,
+                    "quality_threshold": float(cleaning.quality_threshold),
+                    "quality_score_mean": _mean_median(quality_scores)[0],
+                    "quality_score_median": _mean_median(quality_scores)[1],
+                }
+                if quality_sha
+                else {}
+            ),
             "compute": executor.describe(),
         },
-        check_results=[check],
+        check_results=checks,
     )

@@ -86,7 +86,7 @@ def materialize_all(
     config = resources["settings"].config
     snapshots = sorted(instance.get_dynamic_partitions(SNAPSHOTS))
     keys = [(source, snapshot) for snapshot in snapshots for source in sorted(config.source_names)]
-    report: dict[str, Any] = {"partitions": {}, "tokenizer": {}, "mixes": {}, "checks": []}
+    report: dict[str, Any] = {"partitions": {}, "quality_model": {}, "tokenizer": {}, "mixes": {}, "checks": []}
 
     def run(selection: list[str], partition_key=None):
         result = materialize(
@@ -102,8 +102,16 @@ def materialize_all(
         return _metadata_of(result)
 
     for source, snapshot in keys:
-        log(f"  materializing raw -> cleaned -> deduped for {source}/{snapshot}")
-        report["partitions"][(source, snapshot)] = run(["raw_documents", "cleaned_documents", "deduped_documents"], multi_key(source, snapshot))
+        log(f"  materializing raw_documents for {source}/{snapshot}")
+        report["partitions"][(source, snapshot)] = run(["raw_documents"], multi_key(source, snapshot))
+    if config.quality_model.positive_source:
+        # Trained on raw documents of every partition, before cleaning (which scores with it when
+        # cleaning.quality_threshold is set).
+        log("  materializing quality_model")
+        report["quality_model"] = run(["quality_model"]).get("quality_model", {})
+    for source, snapshot in keys:
+        log(f"  materializing cleaned -> deduped for {source}/{snapshot}")
+        report["partitions"][(source, snapshot)].update(run(["cleaned_documents", "deduped_documents"], multi_key(source, snapshot)))
     log("  materializing tokenizer")
     report["tokenizer"] = run(["tokenizer"]).get("tokenizer", {})
     for source, snapshot in keys:
@@ -147,6 +155,22 @@ def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) ->
         f"  total: raw {totals[0]}, quarantined {totals[1]}, cleaned {totals[2]}, deduped {totals[3]} "
         f"({totals[4]} exact and {totals[5]} near duplicates removed), {totals[6]} tokens"
     )
+    languages: dict[str, int] = {}
+    pii = 0
+    for meta in report["partitions"].values():
+        cleaned = meta.get("cleaned_documents", {})
+        pii += cleaned.get("pii_redactions", 0)
+        for key, value in cleaned.items():
+            if key.startswith("language/"):
+                languages[key.split("/", 1)[1]] = languages.get(key.split("/", 1)[1], 0) + value
+    kept = ", ".join(f"{language} {count}" for language, count in sorted(languages.items(), key=lambda item: (-item[1], item[0])))
+    out(f"  cleaning kept by language: {kept or '-'}; PII redactions: {pii}")
+    quality = report.get("quality_model") or {}
+    if quality:
+        out(
+            f"\nQuality model: fastText, {quality.get('positives')} positives / {quality.get('negatives')} negatives, "
+            f"held-out accuracy {quality.get('held_out_accuracy', 0):.3f} (scores documents when cleaning.quality_threshold is set)"
+        )
     tok = report["tokenizer"]
     out(f"\nTokenizer: vocab {tok.get('vocab_size')}, sha256 {str(tok.get('sha256'))[:16]}..., {tok.get('origin')}")
     for mix, meta in report["mixes"].items():

@@ -1,9 +1,11 @@
-"""Cleaning: raw HTML or text -> validated, extracted, language-tagged text, one small step at a time.
+"""Cleaning: raw HTML or text -> extracted, language-tagged, quality-filtered, PII-redacted text.
 
-Each step is an object with one job: `apply(doc)` edits the document in place and returns None to keep
-it, or a `Drop(reason, detail)`. `CleaningPipeline` runs the steps in order and counts, per step, the
-documents that reach it and the drops by reason (the funnel). Dropped documents are kept, with their
-reason, in a side output: nothing silently vanishes.
+Each step is an object with one job (sluice.steps): `apply(doc)` edits the document in place and returns
+None to keep it, or a `Drop(reason, detail)`. `CleaningPipeline` runs the steps in order and counts, per
+step, the documents that reach it and the drops by reason (the funnel). Dropped documents are kept, with
+their step and reason, in a side output (`dropped-NNNNN.parquet`, readable with polars): nothing silently
+vanishes. The steps live in sluice.extract (charset, HTML), sluice.filters (Gopher, C4, FineWeb),
+sluice.urlfilter and sluice.pii.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import xxhash
 
 from sluice.config import CleaningSettings, S3Settings
 from sluice.layout import ParquetStreamWriter
+from sluice.steps import Document, Drop, Step
 from sluice.storage import StoreSpec
+
+__all__ = ["CleaningPipeline", "Document", "Drop", "LanguageFilter", "LengthFilter", "Step", "build_steps", "clean_part"]
 
 CLEANED_SCHEMA = pa.schema(
     [
@@ -32,6 +37,8 @@ CLEANED_SCHEMA = pa.schema(
         pa.field("language_score", pa.float32(), nullable=False),
         pa.field("n_chars", pa.int64(), nullable=False),
         pa.field("text_hash", pa.string(), nullable=False),  # see normalize_for_hash
+        pa.field("pii_redactions", pa.int32(), nullable=False),  # placeholders put into this text
+        pa.field("quality_score", pa.float32()),  # quality model's P(like the reference); null when not used
     ]
 )
 
@@ -59,78 +66,6 @@ def text_hash(text: str) -> str:
     return xxhash.xxh3_128_hexdigest(normalize_for_hash(text).encode("utf-8"))
 
 
-@dataclass
-class Drop:
-    reason: str
-    detail: str = ""
-
-
-@dataclass
-class Document:
-    doc_id: str
-    source: str
-    snapshot: str
-    url: str | None
-    fetch_date: Any
-    content_type: str
-    content: bytes
-    charset: str | None
-    text: str | None = None
-    language: str = "unknown"
-    language_score: float = 0.0
-
-
-class Step:
-    name = "step"
-
-    def apply(self, doc: Document) -> Drop | None:
-        raise NotImplementedError
-
-
-class DecodeText(Step):
-    """Bytes -> str. Text must be valid in its declared charset (UTF-8 unless declared otherwise);
-    HTML without a declaration is decoded with the charset resiliparse detects from its bytes/meta."""
-
-    name = "decode"
-
-    def apply(self, doc: Document) -> Drop | None:
-        charset = doc.charset
-        if doc.content_type == "text/html" and not charset:
-            from resiliparse.parse.encoding import detect_encoding
-
-            charset = detect_encoding(doc.content) or "utf-8"
-        charset = charset or "utf-8"
-        try:
-            doc.text = doc.content.decode(charset)
-        except LookupError:
-            return Drop("unknown_charset", f"charset {charset!r} is unknown")
-        except UnicodeDecodeError as error:
-            reason = "invalid_utf8" if charset.replace("-", "").lower() == "utf8" else "invalid_encoding"
-            return Drop(reason, f"{charset}: {error}")
-        return None
-
-
-class ExtractHtml(Step):
-    """HTML -> main text with resiliparse (boilerplate such as navigation removed)."""
-
-    name = "extract"
-
-    def apply(self, doc: Document) -> Drop | None:
-        if doc.content_type != "text/html":
-            return None
-        from resiliparse.extract.html2text import extract_plain_text
-        from resiliparse.parse.html import HTMLTree
-
-        try:
-            tree = HTMLTree.parse(doc.text or "")
-            doc.text = extract_plain_text(tree, main_content=True, alt_texts=False, links=False, comments=False)
-        except Exception as error:  # resiliparse is robust, but never let one page stop a partition
-            return Drop("extraction_failed", f"{type(error).__name__}: {error}")
-        if not doc.text.strip():
-            return Drop("empty_text", "no text after extraction")
-        return None
-
-
 class LengthFilter(Step):
     name = "length"
 
@@ -148,33 +83,107 @@ class LengthFilter(Step):
 
 
 class LanguageFilter(Step):
-    """fastText lid.176; keeps the configured languages (all when none) above the minimum score."""
+    """fastText lid.176; keeps the configured languages (all when none) above the minimum score
+    (per language where `min_language_scores` names it). Language and score stay on the document."""
 
     name = "language"
 
-    def __init__(self, languages: tuple[str, ...], min_score: float, model_path: str | None) -> None:
+    def __init__(
+        self,
+        languages: tuple[str, ...],
+        min_score: float,
+        model_path: str | None,
+        min_scores: dict[str, float] | None = None,
+    ) -> None:
         from sluice.langid import LanguageIdentifier
 
         self.languages = set(languages)
         self.min_score = min_score
+        self.min_scores = dict(min_scores or {})
         self.identifier = LanguageIdentifier(model_path)
 
     def apply(self, doc: Document) -> Drop | None:
         doc.language, doc.language_score = self.identifier.predict(doc.text or "")
         if self.languages and doc.language not in self.languages:
             return Drop("language_not_kept", f"{doc.language} ({doc.language_score:.2f})")
-        if doc.language_score < self.min_score:
-            return Drop("low_language_score", f"{doc.language} {doc.language_score:.2f} < {self.min_score}")
+        threshold = self.min_scores.get(doc.language, self.min_score)
+        if doc.language_score < threshold:
+            return Drop("low_language_score", f"{doc.language} {doc.language_score:.2f} < {threshold}")
         return None
+
+
+def build_steps(settings: CleaningSettings, quality_model_path: str | None = None, quality_max_chars: int = 4000) -> list[Step]:
+    """The default chain: URL filter, charset + extraction, length, language ID, Gopher quality, Gopher
+    repetition, C4, FineWeb quality, length again; then PII redaction on what is kept. `settings` are one
+    source's settings (`CleaningSettings.for_source`)."""
+    from sluice.extract import DecodeText, ExtractHtml
+    from sluice.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+    from sluice.pii import PIIRedactor
+    from sluice.urlfilter import URLFilter
+
+    multilingual = settings.word_splitting == "multilingual"
+    steps: list[Step] = []
+    if settings.url_blocklist:
+        steps.append(URLFilter.from_file(settings.url_blocklist))
+    steps += [DecodeText(), ExtractHtml(settings.extraction)]
+    if settings.fix_mojibake:
+        from sluice.extract import FixMojibake
+
+        steps.append(FixMojibake())
+    steps += [
+        LengthFilter(settings.min_chars, settings.max_chars),
+        LanguageFilter(settings.languages, settings.min_language_score, settings.langid_model, settings.min_language_scores),
+    ]
+    # Gopher quality runs before Gopher repetition (datatrove's FineWeb example has them the other way
+    # round): both read the same text and neither edits it, so every keep/drop decision is the same, and
+    # the cheaper filter first spares the n-gram work for what it drops. Only the reported reason of a
+    # document failing both differs. C4 edits the text, so it stays after them and before FineWeb.
+    if settings.gopher_quality.enabled:
+        steps.append(GopherQualityFilter(settings.gopher_quality, multilingual))
+    if settings.gopher_repetition.enabled:
+        steps.append(GopherRepetitionFilter(settings.gopher_repetition, multilingual))
+    if settings.c4.enabled:
+        steps.append(C4QualityFilter(settings.c4, multilingual))
+    if settings.fineweb_quality.enabled:
+        steps.append(FineWebQualityFilter(settings.fineweb_quality, multilingual))
+    # C4 removes lines: the length bounds apply again to what is left.
+    if settings.c4.enabled:
+        steps.append(_FinalLength(settings.min_chars, settings.max_chars))
+    if settings.quality_threshold is not None:
+        if not quality_model_path:
+            raise ValueError("cleaning.quality_threshold is set but no quality model was given (materialize quality_model)")
+        from sluice.quality import QualityScorer
+
+        steps.append(QualityScorer(quality_model_path, settings.quality_threshold, quality_max_chars))
+    if settings.pii.enabled:
+        steps.append(PIIRedactor(settings.pii))
+    return steps
+
+
+class _FinalLength(LengthFilter):
+    name = "length_after_filters"
 
 
 @dataclass
 class CleaningStats:
     documents_in: int = 0
     documents_out: int = 0
-    reached: Counter[str] = field(default_factory=Counter)  # documents that reached each step
+    reached: dict[str, int] = field(default_factory=dict)  # documents that reached each step, in step order
     drops: Counter[str] = field(default_factory=Counter)  # by reason
+    drops_by_step: Counter[str] = field(default_factory=Counter)
+    languages_in: Counter[str] = field(default_factory=Counter)  # language of every identified document
     languages: Counter[str] = field(default_factory=Counter)  # of kept documents
+    pii: Counter[str] = field(default_factory=Counter)  # redactions by kind
+    residual_pii: Counter[str] = field(default_factory=Counter)  # PII patterns found in the written texts
+    input_bytes: list[int] = field(default_factory=list)  # per input document
+    extracted_chars: list[int] = field(default_factory=list)  # per document that got through extraction
+    output_chars: list[int] = field(default_factory=list)  # per kept document
+    quality_scores: list[float] = field(default_factory=list)  # per kept document, when scored
     chars_in: int = 0
     chars_out: int = 0
 
@@ -184,7 +193,15 @@ class CleaningStats:
             "documents_out": self.documents_out,
             "reached": dict(self.reached),
             "drops": dict(self.drops),
+            "drops_by_step": dict(self.drops_by_step),
+            "languages_in": dict(self.languages_in),
             "languages": dict(self.languages),
+            "pii": dict(self.pii),
+            "residual_pii": dict(self.residual_pii),
+            "input_bytes": self.input_bytes,
+            "extracted_chars": self.extracted_chars,
+            "output_chars": self.output_chars,
+            "quality_scores": self.quality_scores,
             "chars_in": self.chars_in,
             "chars_out": self.chars_out,
         }
@@ -194,31 +211,42 @@ class CleaningPipeline:
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
         self.stats = CleaningStats()
+        self.stats.reached = {step.name: 0 for step in steps}
 
     @classmethod
-    def from_settings(cls, settings: CleaningSettings) -> CleaningPipeline:
-        return cls(
-            [
-                DecodeText(),
-                ExtractHtml(),
-                LengthFilter(settings.min_chars, settings.max_chars),
-                LanguageFilter(settings.languages, settings.min_language_score, settings.langid_model),
-            ]
-        )
+    def from_settings(
+        cls, settings: CleaningSettings, quality_model_path: str | None = None, quality_max_chars: int = 4000
+    ) -> CleaningPipeline:
+        return cls(build_steps(settings, quality_model_path, quality_max_chars))
 
     def run(self, doc: Document) -> tuple[Step, Drop] | None:
-        self.stats.documents_in += 1
-        self.stats.chars_in += len(doc.content)
+        stats = self.stats
+        stats.documents_in += 1
+        stats.chars_in += len(doc.content)
+        stats.input_bytes.append(len(doc.content))
         for step in self.steps:
-            self.stats.reached[step.name] += 1
+            stats.reached[step.name] += 1
             drop = step.apply(doc)
+            if step.name == "extract" and drop is None:
+                stats.extracted_chars.append(len(doc.text or ""))
+            elif step.name == "language":
+                stats.languages_in[doc.language] += 1
             if drop is not None:
-                self.stats.drops[drop.reason] += 1
+                stats.drops[drop.reason] += 1
+                stats.drops_by_step[step.name] += 1
                 return step, drop
-        self.stats.documents_out += 1
-        self.stats.chars_out += len(doc.text or "")
-        self.stats.languages[doc.language] += 1
+        stats.documents_out += 1
+        stats.chars_out += len(doc.text or "")
+        stats.output_chars.append(len(doc.text or ""))
+        stats.languages[doc.language] += 1
+        stats.pii.update(doc.pii)
+        if doc.quality_score is not None:
+            stats.quality_scores.append(doc.quality_score)
         return None
+
+    def close(self) -> None:
+        for step in self.steps:
+            step.close()
 
 
 @dataclass(frozen=True)
@@ -229,21 +257,33 @@ class CleanTask:
     part: int
     settings: CleaningSettings
     s3: S3Settings = field(default_factory=S3Settings)
+    quality_model_url: str | None = None  # folder holding the quality model's model.bin, when used
+    quality_max_chars: int = 4000
 
 
 def clean_part(task: CleanTask) -> dict[str, Any]:
     """Clean one raw part file into `part-NNNNN.parquet` and `dropped-NNNNN.parquet`."""
     import pyarrow.parquet as pq
 
+    from sluice.config import PIISettings
     from sluice.layout import _remove_tree
+    from sluice.pii import find_pii
     from sluice.storage import local_temp_dir
 
     input_store = StoreSpec(task.input_url, task.s3).open()
     output_store = StoreSpec(task.output_url, task.s3).open()
-    pipeline = CleaningPipeline.from_settings(task.settings)
+    scratch = local_temp_dir()
+    model_path = None
+    if task.quality_model_url and task.settings.quality_threshold is not None:
+        from sluice.quality import MODEL_FILE
+
+        model_store = StoreSpec(task.quality_model_url, task.s3).open()
+        model_path = model_store.local_path(MODEL_FILE) or model_store.fetch(MODEL_FILE, scratch)
+    pipeline = CleaningPipeline.from_settings(task.settings, model_path, task.quality_max_chars)
+    # With redaction off for a source every kind is looked for, so the check reports what is left.
+    pii_kinds = task.settings.pii if task.settings.pii.enabled else PIISettings()
     kept = ParquetStreamWriter(CLEANED_SCHEMA)
     dropped = ParquetStreamWriter(DROPPED_SCHEMA)
-    scratch = local_temp_dir()
     try:
         path = input_store.local_path(task.input_key) or input_store.fetch(task.input_key, scratch)
         parquet = pq.ParquetFile(path)
@@ -262,6 +302,8 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
                 outcome = pipeline.run(doc)
                 if outcome is None:
                     text = doc.text or ""
+                    # Independent re-scan of exactly what is written (the blocking asset check reads it).
+                    pipeline.stats.residual_pii.update(find_pii(text, pii_kinds))
                     kept.append(
                         {
                             "doc_id": doc.doc_id,
@@ -274,6 +316,8 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
                             "language_score": doc.language_score,
                             "n_chars": len(text),
                             "text_hash": text_hash(text),
+                            "pii_redactions": sum(doc.pii.values()),
+                            "quality_score": doc.quality_score,
                         },
                         size_hint=len(text),
                     )
@@ -299,5 +343,6 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
         dropped.abort()
         raise
     finally:
+        pipeline.close()
         _remove_tree(scratch)
     return {"part": kept_entry, "dropped": dropped_entry, "stats": pipeline.stats.as_dict()}

@@ -177,13 +177,169 @@ class SourceSettings(_Model):
         return FORMAT_OPTIONS[self.format].model_validate(self.options)
 
 
+class ExtractionSettings(_Model):
+    """HTML -> main text. Each document gets a size and a time budget, so one pathological page cannot
+    stall a worker: it is dropped with reason `too_large` / `extract_timeout` and the partition goes on."""
+
+    extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"  # trafilatura: slower, needs the `extract` extra
+    max_html_bytes: int = Field(4 << 20, ge=1024)  # larger pages are dropped unparsed (`too_large`)
+    timeout_s: float = Field(5.0, gt=0.0)  # wall-clock budget per page (`extract_timeout`)
+    # Where extraction runs. A helper process is killed at the budget: a hard limit even inside C code.
+    # auto: pages whose estimated tag nesting exceeds `inline_max_depth` (resiliparse is quadratic in
+    # depth) or larger than `inline_max_bytes` go to the helper, ordinary pages are extracted in-process
+    # (~15% faster; linear-time there); trafilatura (pure Python, unbounded) always uses the helper.
+    # always: every page in the helper. never: in-process, the budget only checked after the fact.
+    isolate: Literal["auto", "always", "never"] = "auto"
+    inline_max_depth: int = Field(256, ge=1)
+    inline_max_bytes: int = Field(1 << 20, ge=1)
+
+
+class GopherQualitySettings(_Model):
+    """Gopher quality rules (Rae et al. 2021); defaults are datatrove's GopherQualityFilter defaults.
+    null disables a rule."""
+
+    enabled: bool = True
+    min_doc_words: int | None = 50
+    max_doc_words: int | None = 100_000
+    min_avg_word_length: float | None = 3
+    max_avg_word_length: float | None = 10
+    max_symbol_word_ratio: float | None = 0.1  # '#' and '...' per word
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    max_non_alpha_words_ratio: float | None = 0.8  # (sic, datatrove's name) minimum share of words with a letter
+    min_stop_words: int | None = 2
+
+
+class GopherRepetitionSettings(_Model):
+    """Gopher repetition rules; defaults are datatrove's GopherRepetitionFilter defaults (Gopher table A1)."""
+
+    enabled: bool = True
+    dup_line_frac: float | None = 0.3
+    dup_para_frac: float | None = 0.3
+    dup_line_char_frac: float | None = 0.2
+    dup_para_char_frac: float | None = 0.2
+    top_n_grams: dict[int, float] = Field(default_factory=lambda: {2: 0.2, 3: 0.18, 4: 0.16})
+    dup_n_grams: dict[int, float] = Field(
+        default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+    )
+
+
+class C4Settings(_Model):
+    """C4 rules (Raffel et al. 2020); defaults are datatrove's C4QualityFilter defaults. Line-level rules
+    remove lines; lorem ipsum, a curly bracket in a kept line and too few sentences drop the document."""
+
+    enabled: bool = True
+    remove_citations: bool = True
+    filter_no_terminal_punct: bool = True
+    min_num_sentences: int = 5  # -1 disables
+    min_words_per_line: int = 3  # -1 disables
+    max_word_length: int = 1000  # -1 disables
+    filter_lorem_ipsum: bool = True
+    filter_javascript: bool = True
+    filter_curly_bracket: bool = True
+    filter_policy: bool = True
+
+
+class FineWebQualitySettings(_Model):
+    """FineWeb's own rules; defaults are datatrove's FineWebQualityFilter defaults."""
+
+    enabled: bool = True
+    line_punct_thr: float = 0.12
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float = 0.67
+    short_line_length: int = 30
+    char_duplicates_ratio: float = 0.01
+    new_line_ratio: float = 0.3
+
+
+class PIISettings(_Model):
+    """Replace personal data in kept texts by placeholders; counts per kind go to the metadata."""
+
+    enabled: bool = True
+    email: bool = True
+    ip_address: bool = True
+    phone: bool = True
+
+
+class QualityModelSettings(_Model):
+    """The `quality_model` asset: a fastText classifier, positives from a reference source, negatives a
+    random sample of raw documents of the other sources (see sluice.quality)."""
+
+    positive_source: str | None = None  # e.g. a curated source; null = the asset refuses to train
+    max_positives: int = Field(20_000, ge=1)
+    max_negatives: int = Field(20_000, ge=1)
+    seed: int = 0
+    epochs: int = Field(10, ge=1)
+    learning_rate: float = Field(0.5, gt=0.0)
+    word_ngrams: int = Field(2, ge=1, le=5)
+    dim: int = Field(32, ge=2)
+    max_chars: int = Field(4000, ge=100)  # of each text, for training and scoring
+
+
 class CleaningSettings(_Model):
     min_chars: int = Field(200, ge=0)  # shorter extracted texts are dropped (`too_short`)
     max_chars: int = Field(1_000_000, ge=1)  # longer ones are dropped (`too_long`)
     # ISO 639 codes as lid.176 reports them (en, de, zh, ...); empty keeps every language.
     languages: tuple[str, ...] = ()
     min_language_score: float = Field(0.65, ge=0.0, le=1.0)  # datatrove's LanguageFilter default
+    min_language_scores: dict[str, float] = Field(default_factory=dict)  # per language, e.g. {zh: 0.5}
     langid_model: str | None = None  # path of lid.176.ftz; None = the copy `make` extracts
+    # Word splitting of the quality filters: multilingual (spaceless scripts split per character, stop
+    # words per language) or english (datatrove's default behaviour for every language). See sluice.words.
+    word_splitting: Literal["multilingual", "english"] = "multilingual"
+    url_blocklist: str | None = None  # file of blocked domains / `word:` entries (see sluice.urlfilter)
+    # Repair mojibake (UTF-8 decoded as cp1252 and the like) with ftfy after extraction; needs the
+    # `unicode` extra. Off by default: it costs time and most pages are fine.
+    fix_mojibake: bool = False
+    # Model-based quality filter (the `quality_model` asset must exist): null = off; a number = score into
+    # the `quality_score` column and drop below it (`low_quality_score`); 0 = score only.
+    quality_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    extraction: ExtractionSettings = ExtractionSettings()
+    gopher_repetition: GopherRepetitionSettings = GopherRepetitionSettings()
+    gopher_quality: GopherQualitySettings = GopherQualitySettings()
+    c4: C4Settings = C4Settings()
+    fineweb_quality: FineWebQualitySettings = FineWebQualitySettings()
+    pii: PIISettings = PIISettings()
+    # Bounds of the `drop_rate_within_bounds` check (warns); null = checks.min/max_cleaned_drop_rate.
+    drop_rate_bounds: tuple[float, float] | None = None
+    # Per source: any of the keys above, deep-merged over them, e.g.
+    # {reference: {gopher_quality: {min_doc_words: 20}, extraction: {extractor: trafilatura}}}.
+    per_source: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _per_source(self) -> CleaningSettings:
+        for name in self.per_source:
+            check_name(name, "cleaning.per_source key (a source name)")
+            try:
+                self.for_source(name)
+            except ValidationError as error:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors()
+                )
+                raise ValueError(f"cleaning.per_source.{name}: {problems}") from None
+        if self.drop_rate_bounds and not 0 <= self.drop_rate_bounds[0] <= self.drop_rate_bounds[1] <= 1:
+            raise ValueError(f"drop_rate_bounds must be [low, high] with 0 <= low <= high <= 1, got {self.drop_rate_bounds}")
+        return self
+
+    def for_source(self, source: str) -> CleaningSettings:
+        """These settings with the source's overrides merged in (and no per_source table)."""
+        override = self.per_source.get(source)
+        base = self.model_dump(exclude={"per_source"})
+        if override:
+            if "per_source" in override:
+                raise ValueError("per_source cannot be nested")
+            base = _deep_merge(base, override)
+        return CleaningSettings.model_validate(base)
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in ("top_n_grams", "dup_n_grams", "min_language_scores"):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 class TokenizerSettings(_Model):
@@ -295,6 +451,7 @@ class SluiceConfig(_Model):
     compute: ComputeSettings = ComputeSettings()
     dedup: DedupSettings = DedupSettings()
     checks: CheckSettings = CheckSettings()
+    quality_model: QualityModelSettings = QualityModelSettings()
     mixes: dict[str, MixSettings]
 
     @model_validator(mode="after")
@@ -311,6 +468,13 @@ class SluiceConfig(_Model):
                     raise ValueError(
                         f"mixes.{mix_name}.weights names unknown source {source_name!r}; sources are {names}"
                     )
+        for source_name in self.cleaning.per_source:
+            if source_name not in names:
+                raise ValueError(f"cleaning.per_source names unknown source {source_name!r}; sources are {names}")
+        if self.quality_model.positive_source and self.quality_model.positive_source not in names:
+            raise ValueError(
+                f"quality_model.positive_source names unknown source {self.quality_model.positive_source!r}; sources are {names}"
+            )
         for source_name in self.tokenizer.train_sources:
             if source_name not in names:
                 raise ValueError(
@@ -362,7 +526,7 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
             {**s, "location": resolve(s["location"])} if isinstance(s, dict) and isinstance(s.get("location"), str) else s
             for s in raw["sources"]
         ]
-    for section, key in (("cleaning", "langid_model"), ("tokenizer", "path")):
+    for section, key in (("cleaning", "langid_model"), ("cleaning", "url_blocklist"), ("tokenizer", "path")):
         if isinstance(raw.get(section), dict) and isinstance(raw[section].get(key), str):
             raw[section] = {**raw[section], key: resolve(raw[section][key])}
     if isinstance(raw.get("mixes"), dict):
@@ -372,6 +536,17 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
             else mix
             for name, mix in raw["mixes"].items()
         }
+    cleaning = raw.get("cleaning")
+    if isinstance(cleaning, dict) and isinstance(cleaning.get("per_source"), dict):
+        per_source = {}
+        for name, override in cleaning["per_source"].items():
+            if isinstance(override, dict):
+                override = {
+                    **override,
+                    **{key: resolve(override[key]) for key in ("url_blocklist", "langid_model") if isinstance(override.get(key), str)},
+                }
+            per_source[name] = override
+        raw["cleaning"] = {**cleaning, "per_source": per_source}
     return raw
 
 

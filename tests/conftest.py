@@ -22,6 +22,9 @@ def base_config(storage_root: str) -> dict[str, Any]:
         source["location"] = str(PROJECT_ROOT / source["location"])
     for mix in raw["mixes"].values():
         mix["eval_sets"] = [str(PROJECT_ROOT / path) for path in mix.get("eval_sets", [])]
+    cleaning = raw.get("cleaning") or {}
+    if cleaning.get("url_blocklist"):
+        cleaning["url_blocklist"] = str(PROJECT_ROOT / cleaning["url_blocklist"])
     return raw
 
 

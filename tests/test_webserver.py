@@ -31,7 +31,8 @@ STOP_TIMEOUT_S = 15.0
 # Expected graph, read from data_assets/*.py (deps=[AssetDep(...)], check_specs=[AssetCheckSpec(...)]).
 DEPENDENCIES: dict[str, set[str]] = {
     "raw_documents": set(),
-    "cleaned_documents": {"raw_documents"},
+    "quality_model": {"raw_documents"},
+    "cleaned_documents": {"raw_documents", "quality_model"},
     "deduped_documents": {"cleaned_documents"},
     "tokenizer": {"deduped_documents"},
     "tokenized_shards": {"deduped_documents", "tokenizer"},
@@ -39,6 +40,7 @@ DEPENDENCIES: dict[str, set[str]] = {
 }
 GROUPS = {
     "raw_documents": "curation",
+    "quality_model": "curation",
     "cleaned_documents": "curation",
     "deduped_documents": "curation",
     "tokenizer": "tokenization",
@@ -48,7 +50,8 @@ GROUPS = {
 # check name -> blocking
 CHECKS: dict[str, dict[str, bool]] = {
     "raw_documents": {"quarantined_file_share_below_bound": True},
-    "cleaned_documents": {"drop_rate_within_bounds": False},
+    "quality_model": {"held_out_accuracy_above_chance": False},
+    "cleaned_documents": {"drop_rate_within_bounds": False, "no_pii_left": True},
     "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False, "removed_share_within_bounds": False},
     "tokenizer": {},
     "tokenized_shards": {

@@ -1,0 +1,211 @@
+"""Cleaning speed and fidelity: sluice's default chain against datatrove's, on the same WARC pages.
+
+    python benchmarks/cleaning.py [--pages-per-file 40] [--snapshot web/2026-01]
+
+1. Speed: sluice's chain (charset + resiliparse extraction in its budgeted helper process, lid.176,
+   Gopher repetition + quality, C4, FineWeb) against datatrove 0.10.1's (Trafilatura, LanguageFilter,
+   GopherRepetition, GopherQuality, C4Quality, FineWebQuality; all defaults), one process each (plus the
+   extraction helpers both use). Docs/s per core = documents / CPU seconds (process + helper processes),
+   which the other jobs on a shared machine disturb less than wall time; wall docs/s printed too.
+   Both chains keep every language above the 0.65 language score; sluice's length and PII steps are off
+   (datatrove's chain has neither).
+2. Fidelity: the same extracted texts (resiliparse's) through both filter chains. sluice with `english`
+   word splitting applies datatrove's rules as datatrove applies them to every language (the share of same
+   keep/drop decisions is the headline figure); sluice's default `multilingual` splitting is compared too.
+3. Per-language kept counts of both chains, where non-English handling differs.
+
+datatrove runs in its own virtual environment (benchmarks/peers.py; pins in ../shared/ENVIRONMENT.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.peers import SHARED, figure, peer_python  # noqa: E402
+
+DATATROVE = ["datatrove[processing,io,s3]==0.10.1", "boto3>=1.43.115,<1.43.118", "botocore>=1.43.115,<1.43.118", "spacy"]
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def load_pages(snapshot: str, per_file: int) -> list[dict]:
+    from warcio.archiveiterator import ArchiveIterator
+
+    pages = []
+    for path in sorted((SHARED / "corpus" / snapshot).glob("*.warc.gz")):
+        taken = 0
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type != "response" or taken >= per_file:
+                    continue
+                header = record.http_headers.get_header("Content-Type") if record.http_headers else ""
+                charset = header.split("charset=")[-1].strip() if "charset=" in (header or "") else None
+                pages.append(
+                    {
+                        "id": f"{path.name}:{taken}",
+                        "url": record.rec_headers.get_header("WARC-Target-URI"),
+                        "content": record.content_stream().read(),
+                        "charset": charset,
+                    }
+                )
+                taken += 1
+    return pages
+
+
+def sluice_chain(pages: list[dict]) -> tuple[dict[str, str], float, float]:
+    from sluice.clean import CleaningPipeline
+    from sluice.config import CleaningSettings, PIISettings
+    from sluice.steps import Document
+
+    settings = CleaningSettings(min_chars=0, pii=PIISettings(enabled=False))
+    pipeline = CleaningPipeline.from_settings(settings)
+    warm = Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the model</p>", "utf-8")
+    pipeline.run(warm)  # helper process start and model load, outside the timing (as on datatrove's side)
+    kept: dict[str, str] = {}
+    started, cpu = time.perf_counter(), cpu_seconds()
+    for page in pages:
+        doc = Document(page["id"], "b", "b", page["url"], None, "text/html", page["content"], page["charset"])
+        if pipeline.run(doc) is None:
+            kept[page["id"]] = doc.language
+    pipeline.close()  # the helper's CPU time is counted once it has exited
+    return kept, time.perf_counter() - started, cpu_seconds() - cpu
+
+
+def sluice_filters(texts: list[dict], word_splitting: str) -> dict[str, list[str]]:
+    from sluice.config import CleaningSettings
+    from sluice.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+    from sluice.steps import Document
+
+    s = CleaningSettings(word_splitting=word_splitting)
+    multilingual = word_splitting == "multilingual"
+    steps = [
+        GopherRepetitionFilter(s.gopher_repetition, multilingual),
+        GopherQualityFilter(s.gopher_quality, multilingual),
+        C4QualityFilter(s.c4, multilingual),
+        FineWebQualityFilter(s.fineweb_quality, multilingual),
+    ]
+    decisions = {}
+    for item in texts:
+        doc = Document.from_text(item["text"], language=item["language"], doc_id=item["id"])
+        outcome = ["kept", ""]
+        for step in steps:
+            drop = step.apply(doc)
+            if drop is not None:
+                outcome = [step.name, drop.reason]
+                break
+        decisions[item["id"]] = outcome
+    return decisions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages-per-file", type=int, default=40)
+    parser.add_argument("--snapshot", default="web/2026-01")
+    args = parser.parse_args()
+
+    from sluice.extract import DecodeText, extract_resiliparse
+    from sluice.langid import LanguageIdentifier, default_model_path
+    from sluice.steps import Document
+
+    python = peer_python("datatrove", DATATROVE)
+    pages = load_pages(args.snapshot, args.pages_per_file)
+    print(f"{len(pages)} pages from {SHARED / 'corpus' / args.snapshot} ({args.pages_per_file} per file)")
+    decode = DecodeText()
+    for page in pages:
+        doc = Document(page["id"], "b", "b", page["url"], None, "text/html", page["content"], page["charset"])
+        page["html"] = doc.text if decode.apply(doc) is None else ""
+
+    with tempfile.TemporaryDirectory() as scratch:
+        pages_file, texts_file = Path(scratch, "pages.jsonl"), Path(scratch, "texts.jsonl")
+        with open(pages_file, "w", encoding="utf-8") as out:
+            for page in pages:
+                out.write(json.dumps({"id": page["id"], "url": page["url"], "html": page["html"]}) + "\n")
+
+        # 1. speed
+        print("\n1. Full chain, one process each")
+        kept_sluice, wall_sluice, cpu_sluice = sluice_chain(pages)
+        result = Path(scratch, "chain.json")
+        helper = ROOT / "benchmarks" / "_datatrove_clean.py"
+        subprocess.run([str(python), str(helper), "chain", str(pages_file), str(default_model_path()), str(result)], check=True)
+        peer = json.loads(result.read_text())
+        kept_peer, wall_peer, cpu_peer = peer["kept"], peer["seconds"], peer["cpu_seconds"]
+        n = len(pages)
+        per_core_sluice, per_core_peer = n / cpu_sluice, n / cpu_peer
+        print(f"  sluice:    {n / wall_sluice:8.1f} docs/s wall, {per_core_sluice:8.1f} docs/s per core, kept {len(kept_sluice)}")
+        print(f"  datatrove: {n / wall_peer:8.1f} docs/s wall, {per_core_peer:8.1f} docs/s per core, kept {len(kept_peer)}")
+        ratio = per_core_sluice / per_core_peer
+        print(f"  ratio (per core): {ratio:.1f}x")
+
+        # 2. fidelity on the same texts
+        print("\n2. Same extracted texts (resiliparse) through both filter chains")
+        identifier = LanguageIdentifier()
+        texts = []
+        for page in pages:
+            text = extract_resiliparse(page["html"]) if page["html"] else ""
+            if text.strip():
+                texts.append({"id": page["id"], "text": text, "language": identifier.predict(text)[0]})
+        with open(texts_file, "w", encoding="utf-8") as out:
+            for item in texts:
+                out.write(json.dumps({"id": item["id"], "text": item["text"]}) + "\n")
+        result = Path(scratch, "filters.json")
+        subprocess.run([str(python), str(helper), "filters", str(texts_file), str(result)], check=True)
+        peer_decisions = json.loads(result.read_text())["decisions"]
+        language_of = {item["id"]: item["language"] for item in texts}
+        agreement = {}
+        for mode in ("english", "multilingual"):
+            ours = sluice_filters(texts, mode)
+            same = [doc_id for doc_id in ours if (ours[doc_id][0] == "kept") == (peer_decisions[doc_id][0] == "kept")]
+            agreement[mode] = len(same) / len(ours)
+            english = [doc_id for doc_id in ours if language_of[doc_id] == "en"]
+            same_en = sum(1 for doc_id in english if doc_id in set(same))
+            print(
+                f"  sluice {mode:12s}: same decision on {len(same)}/{len(ours)} = {agreement[mode]:.3f} "
+                f"(English texts: {same_en}/{len(english)}); kept {sum(v[0] == 'kept' for v in ours.values())}, "
+                f"datatrove kept {sum(v[0] == 'kept' for v in peer_decisions.values())}"
+            )
+            differing = Counter(
+                (ours[d][1] or "kept", peer_decisions[d][1] or "kept", language_of[d])
+                for d in ours
+                if (ours[d][0] == "kept") != (peer_decisions[d][0] == "kept")
+            )
+            for (mine, theirs, language), count in differing.most_common(8):
+                print(f"      {count:4d} x  sluice {mine:28s} datatrove {theirs:28s} [{language}]")
+
+        # 3. per-language kept counts (full chains)
+        print("\n3. Kept documents per language (full chains)")
+        by_language_sluice, by_language_peer = Counter(kept_sluice.values()), Counter(kept_peer.values())
+        pages_per_language = Counter(language_of.values())
+        print(f"  {'language':8s} {'pages':>6s} {'sluice':>7s} {'datatrove':>10s}")
+        for language in sorted(set(by_language_sluice) | set(by_language_peer) | set(pages_per_language)):
+            print(f"  {language:8s} {pages_per_language.get(language, 0):6d} {by_language_sluice.get(language, 0):7d} {by_language_peer.get(language, 0):10d}")
+
+    print()
+    figure("cleaning_docs_per_s_per_core_sluice", per_core_sluice, "-")
+    figure("cleaning_docs_per_s_per_core_datatrove", per_core_peer, "-")
+    figure("cleaning_speed_ratio", ratio, ">= 10")
+    figure("filter_decision_agreement", agreement["english"], ">= 0.97")
+    figure("filter_decision_agreement_multilingual", agreement["multilingual"], "- (differs by design)")
+
+
+if __name__ == "__main__":
+    main()

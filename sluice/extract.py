@@ -1,0 +1,319 @@
+"""Bytes -> text: charset detection, HTML main-text extraction, and the per-document budget.
+
+Charset, in the order browsers use: a byte-order mark, the HTTP `Content-Type` charset, a `<meta charset>`
+/ `http-equiv` declaration in the first 4 KiB, else detection from the bytes (valid UTF-8 is taken as
+UTF-8; otherwise resiliparse's detector decides).
+
+Extractors: `resiliparse` (default, fast) or `trafilatura` (slower, often cleaner; optional dependency,
+`pip install 'sluice[extract]'`). Selectable per source (`cleaning.per_source.<name>.extraction`).
+
+Budget: a page over `max_html_bytes` is dropped unparsed (`too_large`). A page that could be slow runs
+in a helper process (`isolate`, see ExtractionSettings): the parent waits at most `timeout_s` for it,
+then kills the helper, drops the page (`extract_timeout`) and starts a fresh helper for the next one.
+resiliparse's main-content extraction is quadratic in nesting depth (20,000 nested `<div>`s take ~25 s)
+and C code cannot be interrupted from Python, so a process boundary is the only hard limit; with
+`isolate: auto` only pages whose estimated nesting depth or size is unusual pay for the round trip. A crash of the helper drops the
+page (`extract_crashed`). Wire format between parent and helper: request = 4-byte big-endian length +
+UTF-8 HTML; reply = 1 status byte (0 text, 1 error message) + 4-byte big-endian length + UTF-8 payload.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sluice.config import ExtractionSettings
+from sluice.steps import Document, Drop, Step
+
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def _known(charset: str | None) -> str | None:
+    if not charset:
+        return None
+    try:
+        return codecs.lookup(charset.strip().lower()).name
+    except LookupError:
+        return None
+
+
+def detect_charset(content: bytes, declared: str | None, html: bool) -> tuple[str, str]:
+    """(codec name, where it came from: bom | http | meta | utf8 | detected)."""
+    for bom, name in _BOMS:
+        if content.startswith(bom):
+            return name, "bom"
+    if _known(declared):
+        return _known(declared), "http"  # type: ignore[return-value]
+    if html:
+        match = _META_CHARSET.search(content, 0, 4096)
+        if match and _known(match.group(1).decode("ascii")):
+            return _known(match.group(1).decode("ascii")), "meta"  # type: ignore[return-value]
+    try:
+        content.decode("utf-8")
+        return "utf-8", "utf8"
+    except UnicodeDecodeError:
+        pass
+    from resiliparse.parse.encoding import detect_encoding
+
+    return _known(detect_encoding(content)) or "cp1252", "detected"
+
+
+class DecodeText(Step):
+    """Bytes -> str in the detected charset; bytes invalid in a declared charset drop the document."""
+
+    name = "decode"
+
+    def __init__(self) -> None:
+        self.charset_sources: dict[str, int] = {}
+
+    def apply(self, doc: Document) -> Drop | None:
+        if doc.charset and not _known(doc.charset) and not doc.content.startswith(tuple(b for b, _ in _BOMS)):
+            return Drop("unknown_charset", f"charset {doc.charset!r} is unknown")
+        charset, origin = detect_charset(doc.content, doc.charset, doc.content_type == "text/html")
+        self.charset_sources[origin] = self.charset_sources.get(origin, 0) + 1
+        try:
+            doc.text = doc.content.decode(charset)
+        except UnicodeDecodeError as error:
+            reason = "invalid_utf8" if charset in ("utf-8", "utf-8-sig") else "invalid_encoding"
+            return Drop(reason, f"{charset} ({origin}): {error}")
+        return None
+
+
+def extract_resiliparse(html: str) -> str:
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    return extract_plain_text(HTMLTree.parse(html), main_content=True, alt_texts=False, links=False, comments=False)
+
+
+def extract_trafilatura(html: str) -> str:
+    import trafilatura
+
+    return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=True) or ""
+
+
+EXTRACTORS: dict[str, Callable[[str], str]] = {"resiliparse": extract_resiliparse, "trafilatura": extract_trafilatura}
+
+
+class ExtractorProcess:
+    """A helper process running one extractor, killed and restarted when a page exceeds its budget."""
+
+    def __init__(self, extractor: str, timeout_s: float) -> None:
+        self.extractor = extractor
+        self.timeout_s = timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self.process is None or self.process.poll() is not None:
+            # The helper imports this very copy of sluice, whatever the caller's working directory.
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sluice.extract", "serve", self.extractor],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": path},
+            )
+        return self.process
+
+    def extract(self, html: str) -> tuple[str, str]:
+        """("ok", text) | ("error", message) | ("timeout", "") | ("crashed", message)."""
+        process = self._start()
+        data = html.encode("utf-8", "surrogatepass")
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(struct.pack(">I", len(data)) + data)
+            process.stdin.flush()
+            header = self._read(process.stdout.fileno(), 5, deadline)
+            status, length = header[0], struct.unpack(">I", header[1:])[0]
+            payload = self._read(process.stdout.fileno(), length, deadline).decode("utf-8", "surrogatepass")
+        except TimeoutError:
+            self.close()
+            return "timeout", ""
+        except (BrokenPipeError, EOFError) as error:
+            code = process.poll()
+            self.close()
+            return "crashed", f"extractor process ended ({code}): {type(error).__name__}"
+        return ("ok", payload) if status == 0 else ("error", payload)
+
+    @staticmethod
+    def _read(fd: int, size: int, deadline: float) -> bytes:
+        chunks = []
+        while size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, min(size, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+            for stream in (self.process.stdin, self.process.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+            self.process = None
+
+
+_VOID_TAGS = (b"br", b"img", b"meta", b"link", b"input", b"hr", b"wbr", b"source", b"area", b"col", b"embed", b"param", b"track", b"base")
+
+
+def nesting_estimate(content: bytes, limit: int | None = None) -> int:
+    """An upper estimate of a page's tag nesting depth, from the bytes alone (numpy, no parse): the running
+    count of opening minus closing tags, void elements (`<br>`, `<img>` ...) left out. Unclosed `<p>`/`<li>`
+    make it overestimate, which only sends such a page to the helper process. With `limit`, a cheaper
+    count (void elements included) is returned when it is already within the limit."""
+    import numpy as np
+
+    data = np.frombuffer(content + b"\0" * 8, dtype=np.uint8)
+    at = np.flatnonzero(data[:-8] == 0x3C)  # '<'
+    if len(at) == 0:
+        return 0
+    if limit is not None:
+        rough = _rough_nesting(data, at)
+        if rough <= limit:
+            return rough
+    return _refined_nesting(data, at)
+
+
+def _rough_nesting(data: Any, at: Any) -> int:
+    """Opening minus closing tags, void elements included: never below the refined estimate."""
+    import numpy as np
+
+    first = data[at + 1] | 0x20
+    opens = (first >= 0x61) & (first <= 0x7A)
+    return int(np.cumsum(opens.astype(np.int64) - (data[at + 1] == 0x2F)).max())
+
+
+def _refined_nesting(data: Any, at: Any) -> int:
+    import numpy as np
+
+    following = data[at[:, None] + np.arange(1, 8)] | 0x20  # lower-cased next 7 bytes
+    first = following[:, 0]
+    opens = (first >= 0x61) & (first <= 0x7A)
+    closes = data[at + 1] == 0x2F
+    for tag in _VOID_TAGS:
+        n = len(tag)
+        name = np.frombuffer(tag, dtype=np.uint8)
+        end = following[:, n] if n < 7 else np.zeros(len(at), dtype=np.uint8)
+        is_tag = (following[:, :n] == name).all(axis=1) & ~(((end >= 0x61) & (end <= 0x7A)) | ((end >= 0x30) & (end <= 0x39)))
+        opens &= ~is_tag
+    return int(np.cumsum(opens.astype(np.int64) - closes).max())
+
+
+class ExtractHtml(Step):
+    """HTML -> main text (boilerplate such as navigation removed) within the per-page budget."""
+
+    name = "extract"
+
+    def __init__(self, settings: ExtractionSettings | None = None) -> None:
+        self.settings = settings or ExtractionSettings()
+        self.function = EXTRACTORS[self.settings.extractor]
+        isolate = self.settings.isolate
+        self.worker = ExtractorProcess(self.settings.extractor, self.settings.timeout_s) if isolate != "never" else None
+        self.always_isolate = isolate == "always" or (isolate == "auto" and self.settings.extractor != "resiliparse")
+        self.isolated = 0  # pages sent to the helper process
+
+    def apply(self, doc: Document) -> Drop | None:
+        if doc.content_type != "text/html":
+            return None
+        if len(doc.content) > self.settings.max_html_bytes:
+            return Drop("too_large", f"{len(doc.content)} bytes > {self.settings.max_html_bytes}")
+        html = doc.text or ""
+        if self.worker is not None and (
+            self.always_isolate
+            or len(doc.content) > self.settings.inline_max_bytes
+            or nesting_estimate(doc.content, self.settings.inline_max_depth) > self.settings.inline_max_depth
+        ):
+            self.isolated += 1
+            status, payload = self.worker.extract(html)
+            if status == "timeout":
+                return Drop("extract_timeout", f"no result within {self.settings.timeout_s} s")
+            if status == "crashed":
+                return Drop("extract_crashed", payload)
+            if status == "error":
+                return Drop("extraction_failed", payload)
+            doc.text = payload
+        else:
+            started = time.monotonic()
+            try:
+                doc.text = self.function(html)
+            except Exception as error:  # never let one page stop a partition
+                return Drop("extraction_failed", f"{type(error).__name__}: {error}")
+            elapsed = time.monotonic() - started
+            if elapsed > self.settings.timeout_s:
+                return Drop("extract_timeout", f"took {elapsed:.1f} s > {self.settings.timeout_s} s")
+        if not doc.text.strip():
+            return Drop("empty_text", "no text after extraction")
+        return None
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+
+class FixMojibake(Step):
+    """Unicode repair with ftfy (`cleaning.fix_mojibake`): `Ã©tÃ©` -> `été`, HTML entities left by the
+    extractor, curly-quote mojibake. Never drops; counts the documents it changed."""
+
+    name = "unicode_repair"
+
+    def __init__(self) -> None:
+        try:
+            import ftfy
+        except ImportError:
+            raise ImportError("cleaning.fix_mojibake needs ftfy: pip install 'sluice[unicode]'") from None
+        self.fix_text = ftfy.fix_text
+        self.repaired = 0
+
+    def apply(self, doc: Document) -> Drop | None:
+        text = doc.text or ""
+        fixed = self.fix_text(text)
+        if fixed != text:
+            self.repaired += 1
+            doc.text = fixed
+        return None
+
+
+def _serve(extractor: str) -> None:
+    function = EXTRACTORS[extractor]
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        header = stdin.read(4)
+        if len(header) < 4:
+            return
+        (length,) = struct.unpack(">I", header)
+        html = stdin.read(length).decode("utf-8", "surrogatepass")
+        try:
+            status, text = 0, function(html)
+        except Exception as error:
+            status, text = 1, f"{type(error).__name__}: {error}"
+        data = text.encode("utf-8", "surrogatepass")
+        stdout.write(bytes([status]) + struct.pack(">I", len(data)) + data)
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve" and sys.argv[2] in EXTRACTORS:
+        _serve(sys.argv[2])
+    else:
+        print(f"usage: python -m sluice.extract serve {{{'|'.join(EXTRACTORS)}}}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,307 @@
+"""Heuristic quality filters: Gopher quality, Gopher repetition, C4 and FineWeb.
+
+The rules and their default thresholds are those of datatrove (the toolkit FineWeb was built with); the
+implementation is sluice's own: precompiled regular expressions, one tokenisation per document shared by
+the filters (`Document.tokens`), and n-gram repetition counted on integer ids with numpy instead of
+joined strings.
+
+Non-English text (`multilingual` word splitting, the default; see sluice.words):
+- Gopher quality: a character of a spaceless script (Chinese, Japanese, Thai, ...) counts as one word, so
+  the word-count bounds apply; the mean-word-length rule is skipped for documents mostly in such scripts
+  (a "word" there is one character); the stop-word rule uses the detected language's list and is skipped
+  for languages without one.
+- Gopher repetition: lines and paragraphs are script-neutral; n-grams are built over the tokens, so over
+  characters for spaceless scripts. To keep the rule comparable, an n-gram of a document mostly in a
+  spaceless script spans `2 n` characters (about n words).
+- C4: terminal punctuation includes the full-width and other scripts' sentence ends (`。！？` `؟` `।` ...)
+  and sentences are counted at those marks too; words per line are counted with the multilingual tokens.
+- FineWeb quality: the same extra terminal marks; a "short line" of a spaceless-script document is a third
+  of `short_line_length` characters (one character carries about one word).
+With `english` word splitting every language is treated as datatrove treats it by default.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
+from sluice.steps import Document, Drop, Step
+from sluice.words import PUNCTUATION, STOP_WORDS
+
+HAS_LETTER = re.compile(r"[^\W\d_]").search
+
+ASCII_TERMINAL = (".", "?", "!", '"', "'")
+OTHER_TERMINAL = ("。", "！", "？", "．", "」", "』", "”", "’", "»", "؟", "۔", "।", "॥", "።", "჻")
+_SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*\s+(?=\S)")
+_SENTENCE_END_MULTI = re.compile(r"[.!?]+[\"'”’)\]»]*\s+(?=\S)|[。！？؟۔।॥።]+[」』”’)）]*(?=\S)")
+
+
+def _duplicates(items: list[str]) -> tuple[int, int]:
+    """(number of items equal to an earlier one, their characters)."""
+    seen: set[str] = set()
+    count = chars = 0
+    for item in items:
+        if item in seen:
+            count += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return count, chars
+
+
+class GopherQualityFilter(Step):
+    name = "gopher_quality"
+
+    def __init__(self, settings: GopherQualitySettings | None = None, multilingual: bool = True) -> None:
+        self.s = settings or GopherQualitySettings()
+        self.multilingual = multilingual
+
+    def apply(self, doc: Document) -> Drop | None:
+        s = self.s
+        text = doc.text or ""
+        words = doc.tokens(self.multilingual)
+        counts = doc.token_counts(self.multilingual)
+        n_words = len(words)
+        symbols = PUNCTUATION.intersection(counts)
+        n_non_symbol = n_words - sum(counts[p] for p in symbols)
+        if s.min_doc_words and n_non_symbol < s.min_doc_words:
+            return Drop("gopher_short_doc", f"{n_non_symbol} words < {s.min_doc_words}")
+        if s.max_doc_words and n_non_symbol > s.max_doc_words:
+            return Drop("gopher_long_doc", f"{n_non_symbol} words > {s.max_doc_words}")
+        if n_non_symbol == 0:
+            return Drop("gopher_short_doc", "no words")
+        spaceless = self.multilingual and doc.mostly_spaceless()
+        if not spaceless:
+            chars = sum(map(len, words)) - sum(len(p) * counts[p] for p in symbols)
+            mean_length = chars / n_non_symbol
+            if s.min_avg_word_length and mean_length < s.min_avg_word_length:
+                return Drop("gopher_below_avg_threshold", f"mean word length {mean_length:.2f}")
+            if s.max_avg_word_length and mean_length > s.max_avg_word_length:
+                return Drop("gopher_above_avg_threshold", f"mean word length {mean_length:.2f}")
+        if s.max_symbol_word_ratio:
+            hashes = text.count("#") / n_words
+            if hashes > s.max_symbol_word_ratio:
+                return Drop("gopher_too_many_hashes", f"{hashes:.3f} '#' per word")
+            ellipses = (text.count("...") + text.count("…")) / n_words
+            if ellipses > s.max_symbol_word_ratio:
+                return Drop("gopher_too_many_ellipsis", f"{ellipses:.3f} ellipses per word")
+        lines = text.splitlines() or [""]
+        if s.max_bullet_lines_ratio:
+            bullets = sum(1 for line in lines if line.lstrip().startswith(("•", "-"))) / len(lines)
+            if bullets > s.max_bullet_lines_ratio:
+                return Drop("gopher_too_many_bullets", f"{bullets:.2f} of lines start with a bullet")
+        if s.max_ellipsis_lines_ratio:
+            ellipsis_lines = sum(1 for line in lines if line.rstrip().endswith(("...", "…"))) / len(lines)
+            if ellipsis_lines > s.max_ellipsis_lines_ratio:
+                return Drop("gopher_too_many_end_ellipsis", f"{ellipsis_lines:.2f} of lines end with an ellipsis")
+        if s.max_non_alpha_words_ratio:
+            # Over distinct tokens only; most are all letters (isalpha), the rest need the regex.
+            no_letter = sum(n for token, n in counts.items() if not token.isalpha() and HAS_LETTER(token) is None)
+            alpha = (n_words - no_letter) / n_words
+            if alpha < s.max_non_alpha_words_ratio:
+                return Drop("gopher_below_alpha_threshold", f"{alpha:.2f} of words contain a letter")
+        if s.min_stop_words:
+            stop_words = STOP_WORDS["en"] if not self.multilingual else STOP_WORDS.get(doc.language)
+            if stop_words is not None and not spaceless:
+                found = sum(counts[w] for w in stop_words.intersection(counts))
+                if found < s.min_stop_words:
+                    return Drop("gopher_enough_stop_words", f"{found} stop words < {s.min_stop_words}")
+        return None
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_LINE_BREAKS = re.compile(r"\n+")
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
+    """A 64-bit key per n-gram of token ids (polynomial hash; collisions are negligible at 2^-64)."""
+    count = len(ids) - n + 1
+    keys = np.zeros(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(n):
+            keys = keys * _MIX + ids[k : k + count]
+    return keys
+
+
+class GopherRepetitionFilter(Step):
+    name = "gopher_repetition"
+
+    def __init__(self, settings: GopherRepetitionSettings | None = None, multilingual: bool = True) -> None:
+        self.s = settings or GopherRepetitionSettings()
+        self.multilingual = multilingual
+
+    def apply(self, doc: Document) -> Drop | None:
+        s = self.s
+        text = doc.text or ""
+        length = len(text) or 1
+        paragraphs = _PARAGRAPH_BREAK.split(text.strip())
+        dup, dup_chars = _duplicates(paragraphs)
+        if s.dup_para_frac and dup / len(paragraphs) > s.dup_para_frac:
+            return Drop("dup_para_frac", f"{dup} of {len(paragraphs)} paragraphs repeat")
+        if s.dup_para_char_frac and dup_chars / length > s.dup_para_char_frac:
+            return Drop("dup_para_char_frac", f"{dup_chars / length:.3f} of characters in repeated paragraphs")
+        lines = _LINE_BREAKS.split(text)
+        dup, dup_chars = _duplicates(lines)
+        if s.dup_line_frac and dup / len(lines) > s.dup_line_frac:
+            return Drop("dup_line_frac", f"{dup} of {len(lines)} lines repeat")
+        if s.dup_line_char_frac and dup_chars / length > s.dup_line_char_frac:
+            return Drop("dup_line_char_frac", f"{dup_chars / length:.3f} of characters in repeated lines")
+
+        words = doc.tokens(self.multilingual)
+        if not words:
+            return None
+        scale = 2 if self.multilingual and doc.mostly_spaceless() else 1
+        # Python's string hash as the token id (C-speed; 64-bit, so two different tokens share one with
+        # negligible probability; decisions never depend on the hash values' order).
+        ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
+        ends = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, words), dtype=np.int64, count=len(words)), out=ends[1:])
+
+        for n, threshold in sorted(s.top_n_grams.items()):
+            n *= scale
+            if len(words) < n:
+                continue
+            keys = _ngram_keys(ids, n)
+            unique, counts = np.unique(keys, return_counts=True)
+            top = int(counts.max())
+            # The first n-gram seen among the most frequent ones (Counter.most_common's tie order).
+            if top == 1:
+                at = 0
+            else:
+                most = unique[counts == top]
+                hits = keys == most[0] if len(most) == 1 else np.isin(keys, most)
+                at = int(np.argmax(hits))
+            chars = (int(ends[at + n] - ends[at]) + n - 1) * int(top)  # words joined by spaces
+            if chars / length > threshold:
+                return Drop(f"top_{n // scale}_gram", f"{chars / length:.3f} of characters in the top n-gram")
+
+        for n, threshold in sorted(s.dup_n_grams.items()):
+            n *= scale
+            if len(words) < n:
+                continue
+            chars = self._repeated_ngram_chars(_ngram_keys(ids, n), ends, n)
+            if chars == 0:
+                break  # no repeated n-gram: no longer one repeats either
+            if chars / length > threshold:
+                return Drop(f"duplicated_{n // scale}_n_grams", f"{chars / length:.3f} of characters in repeated n-grams")
+        return None
+
+    @staticmethod
+    def _repeated_ngram_chars(keys: np.ndarray, ends: np.ndarray, n: int) -> int:
+        """Characters of the n-grams that repeat an earlier one, scanning left to right and jumping past
+        each repeat (so overlapping repeats are not counted twice). Only n-grams occurring more than once
+        can repeat, so the scan visits just those positions."""
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        same = ordered[1:] == ordered[:-1]
+        repeated = np.zeros(len(keys), dtype=bool)
+        repeated[order[1:][same]] = True
+        repeated[order[:-1][same]] = True
+        candidates = np.flatnonzero(repeated)
+        if len(candidates) == 0:
+            return 0
+        seen: set[int] = set()
+        total = 0
+        position = 0
+        for at, key in zip(candidates.tolist(), keys[candidates].tolist(), strict=True):
+            if at < position:
+                continue
+            if key in seen:
+                total += int(ends[at + n] - ends[at])
+                position = at + n
+            else:
+                seen.add(key)
+                position = at + 1
+        return total
+
+
+_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_POLICY = re.compile("terms of use|privacy policy|cookie policy|uses cookies|use of cookies|use cookies")
+
+
+class C4QualityFilter(Step):
+    """Keeps the lines C4 keeps (the document's text is replaced by them) or drops the document."""
+
+    name = "c4"
+
+    def __init__(self, settings: C4Settings | None = None, multilingual: bool = True) -> None:
+        self.s = settings or C4Settings()
+        self.multilingual = multilingual
+        self.terminal = ASCII_TERMINAL + OTHER_TERMINAL if multilingual else ASCII_TERMINAL
+        self.sentence_end = _SENTENCE_END_MULTI if multilingual else _SENTENCE_END
+        self.lines_removed = 0
+
+    def apply(self, doc: Document) -> Drop | None:
+        from sluice.words import tokenize
+
+        s = self.s
+        sentences = 0
+        kept: list[str] = []
+        for line in (doc.text or "").splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            words = line.split()
+            if s.max_word_length != -1 and any(len(word) > s.max_word_length for word in words):
+                continue
+            if s.remove_citations and "[" in line:
+                line = _CITATION.sub("", line)
+            if s.filter_no_terminal_punct and (not line.endswith(self.terminal) or line.endswith("...")):
+                continue
+            n_words = len(words)
+            if self.multilingual and n_words < s.min_words_per_line:
+                n_words = sum(1 for w in tokenize(line) if w not in PUNCTUATION)
+            if n_words < s.min_words_per_line:
+                continue
+            lower = line.lower()
+            if s.filter_lorem_ipsum and "lorem ipsum" in lower:
+                return Drop("lorem_ipsum", line[:80])
+            if s.filter_javascript and "javascript" in lower:
+                continue
+            if s.filter_curly_bracket and "{" in line:
+                return Drop("curly_bracket", line[:80])
+            if s.filter_policy and _POLICY.search(lower):
+                continue
+            sentences += 1 + len(self.sentence_end.findall(line))
+            kept.append(line)
+        if sentences < s.min_num_sentences:
+            return Drop("too_few_sentences", f"{sentences} sentences < {s.min_num_sentences}")
+        doc.text = "\n".join(kept).strip()
+        return None
+
+
+class FineWebQualityFilter(Step):
+    name = "fineweb_quality"
+
+    def __init__(self, settings: FineWebQualitySettings | None = None, multilingual: bool = True) -> None:
+        self.s = settings or FineWebQualitySettings()
+        self.multilingual = multilingual
+        self.stop_chars = (".", "'", '"', "!", "?") + (OTHER_TERMINAL if multilingual else ())
+
+    def apply(self, doc: Document) -> Drop | None:
+        s = self.s
+        text = doc.text or ""
+        lines = text.split("\n")
+        ends = self.stop_chars
+        ratio = sum(1 for line in lines if line.endswith(ends)) / len(lines)
+        if ratio <= s.line_punct_thr and not (ratio == 0 and s.line_punct_exclude_zero):
+            return Drop("line_punct_ratio", f"{ratio:.2f} of lines end in punctuation")
+        short = s.short_line_length
+        if self.multilingual and doc.mostly_spaceless():
+            short = max(1, short // 3)
+        ratio = sum(1 for line in lines if len(line) <= short) / len(lines)
+        if ratio >= s.short_line_thr:
+            return Drop("short_line_ratio", f"{ratio:.2f} of lines are <= {short} characters")
+        non_empty = [line for line in lines if line.strip()]
+        chars = len(text) - text.count("\n")
+        ratio = _duplicates(non_empty)[1] / chars if chars else 0.0
+        if ratio >= s.char_duplicates_ratio:
+            return Drop("char_dup_ratio", f"{ratio:.3f} of characters in repeated lines")
+        n_words = len(doc.tokens(self.multilingual))
+        ratio = text.count("\n") / n_words if n_words else float("inf")
+        if ratio > s.new_line_ratio:
+            return Drop("list_ratio", f"{ratio:.2f} newlines per word")
+        return None

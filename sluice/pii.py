@@ -1,0 +1,153 @@
+"""PII redaction: e-mail addresses, IPv4/IPv6 addresses and phone numbers become placeholders.
+
+Placeholders: `<EMAIL>`, `<IP_ADDRESS>`, `<PHONE>`; none of them matches a pattern again, so redacting is
+idempotent and `find_pii` on a redacted text finds nothing (what the blocking asset check verifies).
+
+What counts (precision over recall: redacting a version number or a date would damage text):
+- e-mail: `local@domain.tld` with a dotted domain and a 2+ letter top-level label;
+- IPv4: four dot-separated numbers 0-255, not part of a longer dotted number (`1.2.3.4.5` is not one)
+  and not right after a numbering word (`Section 11.2.3.4`, `version 1.2.3.4`);
+- IPv6: full or `::`-compressed groups of hex digits with at least two colons, including an embedded IPv4
+  tail; a bare `::` or a `12:30:45` time is not one;
+- IPv6 (continued): eight full groups, or a `::` form starting with `::` or holding 4+ hex digits;
+- phone: an optional `+country` code, an optional `(area)` and groups separated by space, dot or dash,
+  9 to 15 digits in all (E.164's maximum); without a `+`/`(` prefix at least two groups of three or more
+  digits and none of one digit. Dates (`2026-01-15`), ISBNs, times and plain long numbers without
+  separators are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from sluice.config import PIISettings
+from sluice.steps import Document, Drop, Step
+
+PLACEHOLDERS = {"email": "<EMAIL>", "ip_address": "<IP_ADDRESS>", "phone": "<PHONE>"}
+
+EMAIL = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
+)
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)")
+_H = r"[0-9A-Fa-f]{1,4}"
+_IPV6_BODY = (
+    rf"(?:{_H}:){{7}}{_H}"
+    rf"|(?:{_H}:){{1,7}}:(?!:)"
+    rf"|(?:{_H}:){{1,6}}:{_H}"
+    rf"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}"
+    rf"|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
+    rf"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}"
+    rf"|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+    rf"|{_H}:(?::{_H}){{1,6}}"
+    rf"|:(?::{_H}){{1,7}}"
+    rf"|(?:{_H}:){{6}}{_OCTET}(?:\.{_OCTET}){{3}}"
+    rf"|::(?:ffff(?::0{{1,4}})?:)?{_OCTET}(?:\.{_OCTET}){{3}}"
+)
+IPV6 = re.compile(rf"(?<![\w:.])(?:{_IPV6_BODY})(?![\w:]|\.\d)")
+PHONE = re.compile(
+    r"(?<![\w+.\-/:])(?<!\d[ .,])"
+    r"(?:\+\d{1,3}[ .\-]?)?"
+    r"(?:\(\d{1,5}\)[ .\-]?)?"
+    r"\d{1,5}(?:[ .\-]\d{1,8}){1,5}"
+    r"(?![\w\-/:]|\.\d)"
+)
+
+
+def _is_phone(candidate: str) -> bool:
+    digits = sum(ch.isdigit() for ch in candidate)
+    if not 9 <= digits <= 15:
+        return False
+    if candidate.startswith(("+", "(")):
+        return True  # an international or area-code prefix: any grouping (+33 1 23 45 67 89)
+    # Without a prefix: at least two groups of 3+ digits and no group of one digit, which leaves dates
+    # (2026-01-15), ISBNs (978-3-16-148410-0), dotted versions and digit-grouped numbers alone.
+    groups = re.findall(r"\d+", candidate)
+    return sum(len(group) >= 3 for group in groups) >= 2 and all(len(group) >= 2 for group in groups)
+
+
+def _ipv6_ok(candidate: str) -> bool:
+    # The loose grammar also matches a time of day (12:30:45), a verse (3:16) or C++'s `a::b`: require the
+    # full eight groups, or a `::` form that starts with `::` (::1) or has 4+ hex digits (fe80::1).
+    if candidate.count(":") == 7 and "::" not in candidate:
+        return True
+    if "::" in candidate:
+        return candidate.startswith("::") or sum(c not in ":." for c in candidate) >= 4
+    return False
+
+
+_NUMBERING = re.compile(r"(?:section|chapter|chap\.|sect\.|§|version|ver\.|v\.|release|table|figure|fig\.|step)\W{0,3}$", re.IGNORECASE)
+
+
+def _ipv4_ok(text: str, start: int) -> bool:
+    # "Section 11.2.3.4", "version 1.2.3.4": numbering, not an address.
+    return _NUMBERING.search(text, max(0, start - 12), start) is None
+
+
+def find_pii(text: str, settings: PIISettings | None = None) -> Counter[str]:
+    """Counts of PII matches by kind (what `redact` would replace)."""
+    settings = settings or PIISettings()
+    counts: Counter[str] = Counter()
+    if settings.email and "@" in text:
+        counts["email"] += len(EMAIL.findall(text))
+    if settings.ip_address:
+        if "." in text:
+            counts["ip_address"] += sum(1 for m in IPV4.finditer(text) if _ipv4_ok(text, m.start()))
+        if ":" in text:
+            counts["ip_address"] += sum(1 for m in IPV6.finditer(text) if _ipv6_ok(m.group()))
+    if settings.phone:
+        counts["phone"] += sum(1 for m in PHONE.finditer(text) if _is_phone(m.group()))
+    return +counts
+
+
+def redact(text: str, settings: PIISettings | None = None) -> tuple[str, Counter[str]]:
+    """`text` with PII replaced by placeholders, and the replacements by kind."""
+    settings = settings or PIISettings()
+    counts: Counter[str] = Counter()
+    if settings.email and "@" in text:
+        text, n = EMAIL.subn(PLACEHOLDERS["email"], text)
+        counts["email"] += n
+    if settings.ip_address:
+        if ":" in text:
+
+            def ipv6(match: re.Match[str]) -> str:
+                if not _ipv6_ok(match.group()):
+                    return match.group()
+                counts["ip_address"] += 1
+                return PLACEHOLDERS["ip_address"]
+
+            text = IPV6.sub(ipv6, text)
+        if "." in text:
+
+            def ipv4(match: re.Match[str]) -> str:
+                if not _ipv4_ok(match.string, match.start()):
+                    return match.group()
+                counts["ip_address"] += 1
+                return PLACEHOLDERS["ip_address"]
+
+            text = IPV4.sub(ipv4, text)
+    if settings.phone:
+
+        def phone(match: re.Match[str]) -> str:
+            if not _is_phone(match.group()):
+                return match.group()
+            counts["phone"] += 1
+            return PLACEHOLDERS["phone"]
+
+        text = PHONE.sub(phone, text)
+    return text, +counts
+
+
+class PIIRedactor(Step):
+    """Never drops; replaces PII in the text and records the counts on the document."""
+
+    name = "pii"
+
+    def __init__(self, settings: PIISettings | None = None) -> None:
+        self.settings = settings or PIISettings()
+
+    def apply(self, doc: Document) -> Drop | None:
+        doc.text, counts = redact(doc.text or "", self.settings)
+        doc.pii.update(counts)
+        return None

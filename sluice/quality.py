@@ -1,0 +1,121 @@
+"""Model-based quality filter: a fastText classifier that scores how much a text looks like a reference source.
+
+Training (the `quality_model` asset): positives are the documents of `quality_model.positive_source` (a
+curated source), negatives a seeded random sample of the raw documents of every other source; both go
+through the same decode + extraction steps as cleaning (no filters), so the model sees texts as the
+cleaning chain does. The sample is chosen by the smallest xxhash of `seed:doc_id` (deterministic and
+independent of the order the files are read in); training is single-threaded with a fixed seed, so the same
+raw data and settings give the same model.
+
+Model file: fastText's binary format (`model.bin`, loadable with `fasttext.load_model`), labels `__label__hq`
+(like the reference) and `__label__lq`. Input lines: the first `max_chars` characters, lower-cased, whitespace
+collapsed to single spaces. A document's score is the model's probability of `__label__hq`.
+
+Use (`cleaning.quality_threshold`, per source like every cleaning setting): null = not used; a number =
+score every document reaching the step into the `quality_score` column and drop those below it
+(`low_quality_score`); 0 scores without dropping.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import random
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import xxhash
+
+from sluice.config import QualityModelSettings
+from sluice.steps import Document, Drop, Step
+
+POSITIVE = "__label__hq"
+NEGATIVE = "__label__lq"
+MODEL_FILE = "model.bin"
+
+
+def model_line(text: str, max_chars: int) -> str:
+    return " ".join(text[:max_chars].lower().split())
+
+
+@dataclass
+class TrainingSet:
+    positives: list[tuple[str, str]] = field(default_factory=list)  # (doc_id, text)
+    negative_heap: list[tuple[int, str, str]] = field(default_factory=list)  # (-hash, doc_id, text): max-heap
+
+    def add(self, doc_id: str, text: str, positive: bool, settings: QualityModelSettings) -> None:
+        if positive:
+            if len(self.positives) < settings.max_positives:
+                self.positives.append((doc_id, text))
+            return
+        key = xxhash.xxh3_64_intdigest(f"{settings.seed}:{doc_id}".encode())
+        item = (-key, doc_id, text)
+        if len(self.negative_heap) < settings.max_negatives:
+            heapq.heappush(self.negative_heap, item)
+        elif item > self.negative_heap[0]:
+            heapq.heapreplace(self.negative_heap, item)
+
+    @property
+    def negatives(self) -> list[tuple[str, str]]:
+        return sorted((doc_id, text) for _, doc_id, text in self.negative_heap)
+
+
+def train_model(positives: Iterable[str], negatives: Iterable[str], path: str, settings: QualityModelSettings) -> dict[str, float]:
+    """Train on 80 % of each class (seeded split), write the model to `path`, return held-out accuracy."""
+    import fasttext
+
+    rng = random.Random(settings.seed)
+    lines = [(POSITIVE, t) for t in positives] + [(NEGATIVE, t) for t in negatives]
+    lines = [(label, model_line(text, settings.max_chars)) for label, text in lines]
+    lines = [(label, text) for label, text in lines if text]
+    rng.shuffle(lines)
+    cut = max(1, int(len(lines) * 0.8))
+    train, held_out = lines[:cut], lines[cut:]
+    with tempfile.TemporaryDirectory() as scratch:
+        data = os.path.join(scratch, "train.txt")
+        with open(data, "w", encoding="utf-8") as out:
+            for label, text in train:
+                out.write(f"{label} {text}\n")
+        fasttext.FastText.eprint = lambda *args, **kwargs: None
+        model = fasttext.train_supervised(
+            input=data,
+            epoch=settings.epochs,
+            lr=settings.learning_rate,
+            wordNgrams=settings.word_ngrams,
+            dim=settings.dim,
+            minCount=1,
+            thread=1,  # single-threaded: the same data gives the same model
+            seed=settings.seed,
+            verbose=0,
+        )
+    model.save_model(path)
+    correct = sum(1 for label, text in held_out if model.predict(text, k=1)[0][0] == label)
+    return {"held_out": len(held_out), "held_out_accuracy": correct / len(held_out) if held_out else 0.0, "trained_on": len(train)}
+
+
+class QualityScorer(Step):
+    """Scores with the trained model (`quality_score`) and drops below the threshold."""
+
+    name = "quality_model"
+
+    def __init__(self, model_path: str, threshold: float, max_chars: int) -> None:
+        import fasttext
+
+        fasttext.FastText.eprint = lambda *args, **kwargs: None
+        self.model = fasttext.load_model(model_path)
+        self.threshold = threshold
+        self.max_chars = max_chars
+
+    def score(self, text: str) -> float:
+        labels, probabilities = self.model.predict(model_line(text, self.max_chars), k=2)
+        for label, probability in zip(labels, probabilities, strict=True):
+            if label == POSITIVE:
+                return float(min(1.0, probability))
+        return 0.0
+
+    def apply(self, doc: Document) -> Drop | None:
+        doc.quality_score = self.score(doc.text or "")
+        if doc.quality_score < self.threshold:
+            return Drop("low_quality_score", f"{doc.quality_score!r} < {self.threshold}")
+        return None

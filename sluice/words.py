@@ -1,0 +1,140 @@
+"""Word splitting for the quality filters, without assuming English.
+
+The filters only need a token list (to count words, measure them and build n-grams), so a whitespace split
+and a few precompiled regular expressions are enough; no per-language NLP model is loaded.
+
+Tokens follow the outline of spaCy's rule-based tokenizer (what datatrove uses, in English, by default):
+- split at whitespace; a chunk of letters/digits only is one token (the fast path);
+- otherwise opening brackets and quotes at its start and closing punctuation, quotes and English
+  contractions (`n't`, `'s`) at its end are tokens of their own (`...` is one token); a hyphen between two
+  letters and `/ : = < >` before a letter split it (URLs stay whole); the rest (`deb.debian.org`,
+  `--detail`, `RAID-1`, `2.6.32`) is one token.
+- in `multilingual` mode (sluice's default), every character of a script written without spaces between
+  words (Han, Hiragana, Katakana, Thai, Lao, Khmer, Myanmar, Tibetan) is one token: a Chinese sentence of
+  20 characters is 20 "words". `english` mode leaves such runs whole, as datatrove does by default (a line
+  of Chinese is one long "word"); the quality benchmark uses it to compare decisions on the same rules.
+
+Stop words: Gopher's rule needs a few of the most frequent function words. `STOP_WORDS` holds the Gopher
+list for English and comparable lists for other languages; a language without a list (and every spaceless
+script, and Korean, whose particles attach to words) skips that rule rather than failing every document
+of that language.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Scripts written without spaces between words (one character = one token).
+NO_SPACE = (
+    "\u0e00-\u0eff"  # Thai, Lao
+    "\u0f00-\u0fff"  # Tibetan
+    "\u1000-\u109f"  # Myanmar
+    "\u1780-\u17ff"  # Khmer
+    "\u3040-\u30ff\u31f0-\u31ff"  # Hiragana, Katakana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
+    "\uff66-\uff9f"  # half-width Katakana
+    "\U00020000-\U0003134f"  # CJK extensions B..H
+)
+# Combining marks that Python's `\w` does not count as word characters but that belong inside words.
+MARKS = "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06ed\u0900-\u0dff"
+
+# A word: letters/digits of a spaced script, combining marks inside it, apostrophes and dots inside it
+# (`don't`, `l'homme`, `example.com`, `2.6.32`: one token each, as spaCy's tokenizer keeps them).
+# Written as an unrolled loop so the common case (no marks) runs as one character-class scan.
+_RUN = rf"[^\W{NO_SPACE}]+(?:[{MARKS}]+[^\W{NO_SPACE}]*)*"
+MULTILINGUAL_TOKEN = re.compile(rf"[{NO_SPACE}]|{_RUN}(?:[.'’]{_RUN})*|\.\.\.|[^\w\s{MARKS}]")
+NO_SPACE_CHAR = re.compile(f"[{NO_SPACE}]")
+
+# Tokens that count as symbols, not words (Gopher's word counts leave them out). The ASCII and common
+# typographic punctuation, as in datatrove's PUNCTUATION set.
+PUNCTUATION = set(
+    "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
+) | {"..."}
+
+STOP_WORDS: dict[str, frozenset[str]] = {
+    # Gopher's list (Rae et al. 2021), as datatrove uses it.
+    "en": frozenset({"the", "be", "to", "of", "and", "that", "have", "with"}),
+    "de": frozenset({"der", "die", "und", "das", "in", "zu", "den", "mit", "von", "ist", "nicht", "sich"}),
+    "fr": frozenset({"le", "la", "les", "de", "et", "des", "un", "une", "du", "est", "en", "que"}),
+    "es": frozenset({"el", "la", "de", "que", "y", "en", "los", "las", "un", "una", "por", "con"}),
+    "it": frozenset({"il", "la", "di", "che", "e", "un", "una", "per", "non", "con", "del", "le"}),
+    "pt": frozenset({"o", "a", "de", "que", "e", "do", "da", "em", "um", "uma", "para", "com"}),
+    "nl": frozenset({"de", "het", "een", "en", "van", "is", "dat", "op", "te", "in", "met", "voor"}),
+    "ca": frozenset({"el", "la", "de", "que", "i", "en", "els", "les", "un", "una", "per", "amb"}),
+    "ro": frozenset({"și", "de", "la", "în", "a", "pe", "cu", "nu", "este", "un", "o", "care"}),
+    "sv": frozenset({"och", "att", "det", "som", "en", "på", "är", "av", "för", "med", "den", "till"}),
+    "da": frozenset({"og", "at", "det", "en", "den", "til", "er", "som", "på", "de", "med", "for"}),
+    "nb": frozenset({"og", "i", "det", "som", "en", "på", "er", "til", "av", "for", "med", "at"}),
+    "no": frozenset({"og", "i", "det", "som", "en", "på", "er", "til", "av", "for", "med", "at"}),
+    "pl": frozenset({"i", "w", "nie", "na", "się", "z", "do", "to", "że", "jest", "o", "jak"}),
+    "cs": frozenset({"a", "v", "se", "na", "je", "že", "to", "s", "z", "do", "pro", "jako"}),
+    "hr": frozenset({"i", "u", "je", "na", "se", "da", "za", "od", "s", "su", "kao", "ili"}),
+    "ru": frozenset({"и", "в", "не", "на", "что", "с", "по", "как", "это", "для", "из", "к"}),
+    "tr": frozenset({"ve", "bir", "bu", "da", "de", "için", "ile", "olarak", "çok", "daha", "gibi", "ne"}),
+    "id": frozenset({"yang", "dan", "di", "ini", "itu", "dengan", "untuk", "dari", "dalam", "tidak", "ke", "akan"}),
+    "vi": frozenset({"và", "của", "là", "có", "được", "các", "cho", "trong", "một", "không", "với", "này"}),
+    "el": frozenset({"και", "το", "η", "της", "του", "να", "σε", "με", "για", "τα", "την", "που"}),
+    "ar": frozenset({"في", "من", "على", "أن", "إلى", "التي", "الذي", "عن", "ما", "هذا", "مع", "أو"}),
+    "fa": frozenset({"و", "در", "به", "از", "که", "این", "را", "با", "است", "برای", "آن", "یک"}),
+}
+
+
+# Tokenisation follows spaCy's rule-based English tokenizer in outline (what datatrove uses): split at
+# whitespace; then split off opening brackets/quotes at the start of a chunk and closing punctuation, quotes
+# and English contractions (`n't`, `'s`) at its end; split a hyphen between two letters and `/ : = < >`
+# before a letter (URLs stay whole). The rest of a chunk (`deb.debian.org`, `--detail`, `RAID-1`,
+# `2.6.32`) is one token.
+_PREFIX = "([{\"'“‘«¡¿<*$#§="
+_SUFFIX = ")]}\"'”’»,;:!?%>*。，、！？；：」』）"
+_CHUNK = re.compile(
+    rf"([{re.escape(_PREFIX)}]*)(.*?)((?:n't|n’t|'s|’s|'ll|'re|'ve|'d|'m)?(?:\.\.\.|…|[{re.escape(_SUFFIX)}.])*)",
+    re.DOTALL,
+)
+_SUFFIX_TOKEN = re.compile(r"n['’]t|['’](?:s|ll|re|ve|d|m)|\.\.\.|.", re.DOTALL)
+_INFIX = re.compile(r"(?<=[^\W\d_])(-)(?=[^\W\d_])|(?<=[^\W_])([:<>=/])(?=[^\W\d_])")
+_INFIX_CHARS = frozenset("-:<>=/")
+
+
+def _split_chunk(chunk: str, out: list[str], spaceless: bool) -> None:
+    match = _CHUNK.fullmatch(chunk)
+    assert match is not None  # every string matches (all three groups may be empty)
+    prefix, core, suffix = match.groups()
+    out.extend(prefix)
+    if core:
+        if spaceless and NO_SPACE_CHAR.search(core):
+            out.extend(MULTILINGUAL_TOKEN.findall(core))
+        elif not _INFIX_CHARS.isdisjoint(core) and "://" not in core:
+            out.extend(part for part in _INFIX.split(core) if part)
+        else:
+            out.append(core)
+    if suffix:
+        out.extend(_SUFFIX_TOKEN.findall(suffix))
+
+
+_SIMPLE_SUFFIX = frozenset(",.;:!?)")
+
+
+def tokenize(text: str, multilingual: bool = True) -> list[str]:
+    """The tokens of `text` (see the module docstring)."""
+    out: list[str] = []
+    if multilingual and NO_SPACE_CHAR.search(text) is not None:
+        for chunk in text.split():
+            _split_chunk(chunk, out, True)
+        return out
+    append = out.append
+    for chunk in text.split():
+        if chunk.isalnum() or len(chunk) == 1:  # most chunks: a plain word (or one symbol)
+            append(chunk)
+        elif chunk[-1] in _SIMPLE_SUFFIX and chunk[:-1].isalnum():  # a word and one comma, period, ...
+            append(chunk[:-1])
+            append(chunk[-1])
+        else:
+            _split_chunk(chunk, out, False)
+    return out
+
+
+def spaceless_share(text: str, n_words: int) -> float:
+    """Share of a document's `n_words` tokens that are characters of a spaceless script."""
+    if n_words <= 0:
+        return 0.0
+    return len(NO_SPACE_CHAR.findall(text)) / n_words

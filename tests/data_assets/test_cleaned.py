@@ -1,0 +1,108 @@
+"""cleaned_documents through Dagster: PII is redacted and counted, the blocking no-PII check stops the run
+when PII is left (redaction off for a source), per-source drop-rate bounds warn, the dropped side output
+holds every dropped document with its reason."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+from dagster import materialize
+
+from data_assets.cleaned import DROP_RATE_CHECK, NO_PII_CHECK
+from data_assets.definitions import ASSETS, build_resources
+from data_assets.partitions import SNAPSHOTS, multi_key
+from tests.conftest import SAMPLE
+
+SNAPSHOT = "2026-01"
+SENTENCES = [
+    "The river runs past the old mill and the town that grew around it over the centuries.",
+    "People came to the market with bread, cheese and wool to trade with their neighbours.",
+    "In winter the water froze and the children skated to the far bank and back again.",
+    "Nobody remembers who built the mill, but everyone agrees that it has always been there.",
+    "The miller kept a small garden of herbs behind the wheel house for his wife and children.",
+    "Travellers often stopped to rest in the shade before they walked on toward the hills.",
+]
+
+
+def write_source(folder, documents: list[str]) -> None:
+    path = folder / SNAPSHOT
+    path.mkdir(parents=True)
+    with open(path / "docs.jsonl", "w", encoding="utf-8") as out:
+        for index, text in enumerate(documents):
+            out.write(json.dumps({"id": f"d{index}", "text": text, "url": f"https://example.org/{index}"}) + "\n")
+
+
+def documents() -> list[str]:
+    with_pii = " ".join(SENTENCES) + " Write to the miller at miller@example.org or call +44 20 7946 0958 today."
+    plain = "\n".join(SENTENCES[::-1])
+    short = "Too short to keep."
+    return [with_pii, plain, short]
+
+
+def run(instance, config: str):
+    return materialize(
+        ASSETS,
+        selection=["raw_documents", "cleaned_documents", "deduped_documents"],
+        partition_key=multi_key("reference", SNAPSHOT),
+        instance=instance,
+        resources=build_resources(config),
+        raise_on_error=False,
+    )
+
+
+def setup(make_config, dagster_instance, tmp_path, cleaning: dict):
+    write_source(tmp_path / "reference", documents())
+    sources = [
+        {"name": "web", "location": str(SAMPLE / "web"), "format": "warc"},
+        {"name": "reference", "location": str(tmp_path / "reference"), "format": "jsonl", "options": {"url_field": "url", "date_field": None}},
+    ]
+    config = make_config(sources=sources, cleaning=cleaning, compute={"backend": "local", "max_workers": 1})
+    dagster_instance.add_dynamic_partitions(SNAPSHOTS, [SNAPSHOT])
+    return config
+
+
+def checks(result) -> dict[str, object]:
+    return {c.check_name: c for c in result.get_asset_check_evaluations() if c.asset_key.to_user_string() == "cleaned_documents"}
+
+
+def cleaned_metadata(result) -> dict:
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "cleaned_documents"]
+    return {k: getattr(v, "value", v) for k, v in event.event_specific_data.materialization.metadata.items()}
+
+
+def test_pii_redacted_counted_and_checked(make_config, dagster_instance, tmp_path):
+    config = setup(make_config, dagster_instance, tmp_path, {"min_chars": 100})
+    result = run(dagster_instance, config)
+    assert result.success
+    meta = cleaned_metadata(result)
+    assert meta["pii/email"] == 1 and meta["pii/phone"] == 1 and meta["pii_redactions"] == 2
+    assert checks(result)[NO_PII_CHECK].passed
+    partition = tmp_path / "data" / "cleaned_documents" / "source=reference" / f"snapshot={SNAPSHOT}"
+    kept = pl.read_parquet(partition / "part-00000.parquet")
+    texts = dict(zip(kept["url"], kept["text"], strict=True))
+    first = texts["https://example.org/0"]
+    assert "<EMAIL>" in first and "<PHONE>" in first and "miller@example.org" not in first
+    assert dict(zip(kept["url"], kept["pii_redactions"], strict=True)) == {"https://example.org/0": 2, "https://example.org/1": 0}
+    dropped = pl.read_parquet(partition / "dropped-00000.parquet")
+    assert dropped.select("url", "step", "reason").rows() == [("https://example.org/2", "length", "too_short")]
+
+
+def test_pii_left_in_the_output_blocks_downstream(make_config, dagster_instance, tmp_path):
+    config = setup(make_config, dagster_instance, tmp_path, {"min_chars": 100, "per_source": {"reference": {"pii": {"enabled": False}}}})
+    result = run(dagster_instance, config)
+    check = checks(result)[NO_PII_CHECK]
+    assert not check.passed
+    assert check.metadata["residual/email"].value == 1 and check.metadata["residual/phone"].value == 1
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert materialized == {"raw_documents", "cleaned_documents"}  # deduped_documents never ran
+    assert not result.success
+
+
+def test_drop_rate_bounds_per_source_warn(make_config, dagster_instance, tmp_path):
+    config = setup(make_config, dagster_instance, tmp_path, {"min_chars": 100, "per_source": {"reference": {"drop_rate_bounds": [0.0, 0.2]}}})
+    result = run(dagster_instance, config)
+    check = checks(result)[DROP_RATE_CHECK]
+    assert not check.passed and abs(check.metadata["drop_rate"].value - 1 / 3) < 1e-9 and check.metadata["max"].value == 0.2
+    assert result.success  # a warning: deduped_documents still ran
+    assert "deduped_documents" in {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}

@@ -1,0 +1,62 @@
+"""Cleaning settings: datatrove's defaults, per-source overrides, errors naming the key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sluice.config import CleaningSettings, ConfigError, load_config
+from tests.conftest import PROJECT_ROOT, base_config
+
+
+def load(tmp_path, cleaning: dict):
+    raw = base_config(str(tmp_path / "data"))
+    raw["cleaning"] = cleaning
+    path = tmp_path / "sluice.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_config(path)
+
+
+def test_defaults_are_datatroves():
+    s = CleaningSettings()
+    assert (s.gopher_quality.min_doc_words, s.gopher_quality.max_doc_words) == (50, 100_000)
+    assert (s.gopher_quality.min_avg_word_length, s.gopher_quality.max_avg_word_length) == (3, 10)
+    assert (s.gopher_quality.max_symbol_word_ratio, s.gopher_quality.max_non_alpha_words_ratio) == (0.1, 0.8)
+    assert (s.gopher_quality.max_bullet_lines_ratio, s.gopher_quality.max_ellipsis_lines_ratio, s.gopher_quality.min_stop_words) == (0.9, 0.3, 2)
+    assert s.gopher_repetition.top_n_grams == {2: 0.2, 3: 0.18, 4: 0.16}
+    assert s.gopher_repetition.dup_n_grams == {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10}
+    assert (s.gopher_repetition.dup_line_frac, s.gopher_repetition.dup_para_char_frac) == (0.3, 0.2)
+    assert (s.c4.min_num_sentences, s.c4.min_words_per_line, s.c4.max_word_length) == (5, 3, 1000)
+    assert (s.fineweb_quality.line_punct_thr, s.fineweb_quality.short_line_thr, s.fineweb_quality.short_line_length) == (0.12, 0.67, 30)
+    assert (s.fineweb_quality.char_duplicates_ratio, s.fineweb_quality.new_line_ratio) == (0.01, 0.3)
+    assert s.min_language_score == 0.65
+
+
+def test_per_source_overrides_merge_deeply(tmp_path):
+    config = load(tmp_path, {"c4": {"min_num_sentences": 3}, "per_source": {"reference": {"c4": {"filter_curly_bracket": False}, "extraction": {"extractor": "trafilatura"}}}})
+    reference, web = config.cleaning.for_source("reference"), config.cleaning.for_source("web")
+    assert reference.c4.filter_curly_bracket is False and reference.c4.min_num_sentences == 3
+    assert reference.extraction.extractor == "trafilatura" and reference.extraction.timeout_s == 5.0
+    assert web.c4.filter_curly_bracket is True and web.extraction.extractor == "resiliparse"
+    assert web.per_source == {} and reference.per_source == {}
+
+
+def test_project_config_blocklist_path_is_resolved():
+    config = load_config(PROJECT_ROOT / "sluice.yaml")
+    assert config.cleaning.url_blocklist == str(PROJECT_ROOT / "blocklists" / "urls.txt")
+
+
+@pytest.mark.parametrize(
+    ("cleaning", "expected"),
+    [
+        ({"per_source": {"forum": {}}}, "cleaning.per_source names unknown source 'forum'"),
+        ({"per_source": {"web": {"gopher_quality": {"min_doc_wordz": 3}}}}, "cleaning.per_source.web: gopher_quality.min_doc_wordz: Extra inputs"),
+        ({"per_source": {"web": {"extraction": {"extractor": "lynx"}}}}, "extraction.extractor: Input should be 'resiliparse' or 'trafilatura'"),
+        ({"word_splitting": "klingon"}, "cleaning.word_splitting"),
+        ({"drop_rate_bounds": [0.9, 0.1]}, "drop_rate_bounds must be [low, high]"),
+    ],
+)
+def test_bad_cleaning_settings_name_the_key(tmp_path, cleaning, expected):
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, cleaning)
+    assert expected in str(error.value)

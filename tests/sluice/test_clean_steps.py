@@ -1,0 +1,195 @@
+"""Charset detection, HTML extraction (resiliparse / trafilatura) within the per-page budget, language ID on
+pages of 12 languages, and the whole default chain with its funnel counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.clean import CleaningPipeline, LanguageFilter
+from sluice.config import CleaningSettings, ExtractionSettings
+from sluice.extract import DecodeText, ExtractHtml, detect_charset, nesting_estimate
+from sluice.steps import Document
+
+PAGES = Path(__file__).resolve().parents[1] / "data" / "pages"
+LANGUAGES = sorted(path.stem for path in PAGES.glob("*.html"))
+
+
+def html_doc(content: bytes, charset: str | None = None, doc_id: str = "d") -> Document:
+    return Document(doc_id, "web", "s", f"https://example.org/{doc_id}", None, "text/html", content, charset)
+
+
+# --- charset ------------------------------------------------------------------------------------------
+
+def test_charset_from_http_header_meta_bom_and_bytes():
+    russian = "<html><body><p>Привет, мир! Это проверка кодировки.</p></body></html>"
+    assert detect_charset(russian.encode("koi8-r"), "koi8-r", True) == ("koi8-r", "http")
+    meta = '<html><head><meta charset="windows-1251"></head><body><p>Привет, мир!</p></body></html>'
+    assert detect_charset(meta.encode("cp1251"), None, True) == ("cp1251", "meta")
+    equiv = '<meta http-equiv="Content-Type" content="text/html; charset=ISO-8859-1"><p>café</p>'
+    assert detect_charset(equiv.encode("latin-1"), None, True) == ("iso8859-1", "meta")
+    assert detect_charset("\ufeff<p>hi</p>".encode("utf-16"), None, True) == ("utf-16", "bom")
+    assert detect_charset("<p>naïve café</p>".encode(), None, True) == ("utf-8", "utf8")
+    charset, origin = detect_charset(("<p>" + "Größere Übungen für Anfänger und Fortgeschrittene. " * 20 + "</p>").encode("cp1252"), None, True)
+    assert origin == "detected" and "Größere".encode("cp1252").decode(charset) == "Größere"
+
+
+def test_decode_step_uses_the_detected_charset_and_names_bad_bytes():
+    step = DecodeText()
+    doc = html_doc('<meta charset="windows-1251"><p>Привет</p>'.encode("cp1251"))
+    assert step.apply(doc) is None and "Привет" in doc.text
+    assert step.apply(html_doc(b"<p>\xff\xfe broken</p>", "utf-8")).reason == "invalid_utf8"
+    assert step.apply(html_doc(b"<p>x</p>", "no-such-charset")).reason == "unknown_charset"
+
+
+# --- extraction and its budget -------------------------------------------------------------------------
+
+def test_resiliparse_extracts_main_text():
+    doc = html_doc((PAGES / "en.html").read_bytes())
+    assert DecodeText().apply(doc) is None
+    step = ExtractHtml()
+    try:
+        assert step.apply(doc) is None
+    finally:
+        step.close()
+    assert "DoudouLinux" in doc.text and "<div" not in doc.text
+
+
+def test_trafilatura_is_selectable():
+    pytest.importorskip("trafilatura")
+    doc = html_doc((PAGES / "de.html").read_bytes())
+    DecodeText().apply(doc)
+    step = ExtractHtml(ExtractionSettings(extractor="trafilatura"))
+    try:
+        assert step.apply(doc) is None
+        assert step.isolated == 1  # trafilatura always runs in the helper process under `auto`
+    finally:
+        step.close()
+    assert len(doc.text) > 200 and "<" not in doc.text
+
+
+def test_nesting_estimate_ignores_void_elements():
+    assert nesting_estimate(b"<html><body><div><p>x</p></div></body></html>") == 4
+    assert nesting_estimate(b"<div>" * 5000 + b"</div>" * 5000) == 5000
+    assert nesting_estimate(b"<p>a<br>b<img src=x><hr/><meta charset=x></p>" * 50) == 1
+    # With a limit, the cheap count (voids included) answers when it is within the limit ...
+    assert nesting_estimate(b"<div><br>" * 10 + b"</div>" * 10, limit=256) == 20
+    # ... and the refined one when it is not (300 <br> are not 300 levels of nesting).
+    assert nesting_estimate(b"<br>" * 300, limit=256) == 0
+    assert nesting_estimate(b"<div>" * 300, limit=256) == 300
+
+
+def test_pathological_pages_are_dropped_within_budget_and_the_rest_goes_on():
+    normal = (PAGES / "en.html").read_bytes()
+    deep = b"<html><body>" + b"<div>" * 30_000 + b"deep text " + b"</div>" * 30_000 + b"</body></html>"
+    huge = b"<html><body>" + b"<p>filler paragraph of text.</p>" * 40_000 + b"</body></html>"
+    settings = CleaningSettings(min_chars=0, extraction=ExtractionSettings(timeout_s=1.0, max_html_bytes=1 << 20))
+    pipeline = CleaningPipeline([DecodeText(), ExtractHtml(settings.extraction)])
+    outcomes = []
+    try:
+        for index, content in enumerate([normal, deep, huge, normal]):
+            result = pipeline.run(html_doc(content, "utf-8", str(index)))
+            outcomes.append(None if result is None else result[1].reason)
+    finally:
+        pipeline.close()
+    assert outcomes == [None, "extract_timeout", "too_large", None]
+    assert pipeline.stats.drops == {"extract_timeout": 1, "too_large": 1}
+
+
+def test_a_helper_that_dies_mid_page_drops_only_that_page(monkeypatch):
+    from sluice.extract import ExtractorProcess
+
+    step = ExtractHtml(ExtractionSettings(isolate="always"))
+    real_read = ExtractorProcess._read
+    calls = []
+
+    def dying_read(fd, size, deadline):
+        if not calls:  # the helper dies while working on the first page (as a segfault would)
+            calls.append(fd)
+            step.worker.process.kill()
+            step.worker.process.wait()
+        return real_read(fd, size, deadline)
+
+    monkeypatch.setattr(ExtractorProcess, "_read", staticmethod(dying_read))
+    try:
+        first = html_doc(b"<html><body><p>first page</p></body></html>", "utf-8")
+        DecodeText().apply(first)
+        drop = step.apply(first)
+        assert drop is not None and drop.reason == "extract_crashed"
+        again = html_doc(b"<html><body><p>fine again</p></body></html>", "utf-8")
+        DecodeText().apply(again)
+        assert step.apply(again) is None and "fine again" in again.text  # a fresh helper took over
+    finally:
+        step.close()
+
+
+def test_mojibake_repair_is_optional_and_fixes_double_encoded_text():
+    pytest.importorskip("ftfy")
+    from sluice.extract import FixMojibake
+
+    step = FixMojibake()
+    doc = Document.from_text("The cafÃ© served crÃ¨me brÃ»lÃ©e all Ã©tÃ©.")
+    assert step.apply(doc) is None
+    assert doc.text == "The café served crème brûlée all été." and step.repaired == 1
+    clean = Document.from_text("Nothing to repair here: café.")
+    step.apply(clean)
+    assert clean.text == "Nothing to repair here: café." and step.repaired == 1
+    names = [s.name for s in CleaningPipeline.from_settings(CleaningSettings(fix_mojibake=True)).steps]
+    assert names.index("unicode_repair") == names.index("extract") + 1
+    assert "unicode_repair" not in [s.name for s in CleaningPipeline.from_settings(CleaningSettings()).steps]
+
+
+# --- language ID --------------------------------------------------------------------------------------
+
+def test_at_least_eight_languages_in_the_test_pages():
+    assert len(LANGUAGES) >= 8
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_language_identified_on_real_pages(language):
+    doc = html_doc((PAGES / f"{language}.html").read_bytes())
+    extract = ExtractHtml(ExtractionSettings(isolate="never"))
+    assert DecodeText().apply(doc) is None and extract.apply(doc) is None
+    step = LanguageFilter((), 0.65, None)
+    assert step.apply(doc) is None
+    assert doc.language == language and doc.language_score >= 0.65
+
+
+def test_language_filter_keep_list_and_per_language_minimum():
+    doc = Document.from_text((PAGES / "en.html").read_text(encoding="utf-8"))
+    doc.content_type = "text/html"
+    ExtractHtml(ExtractionSettings(isolate="never")).apply(doc)
+    assert LanguageFilter(("de", "fr"), 0.65, None).apply(doc).reason == "language_not_kept"
+    assert LanguageFilter((), 0.65, None, {"en": 0.9999}).apply(doc).reason == "low_language_score"
+    assert LanguageFilter((), 0.65, None, {"de": 0.9999}).apply(doc) is None
+
+
+# --- the default chain --------------------------------------------------------------------------------
+
+def test_default_chain_counts_a_funnel(tmp_path):
+    blocklist = tmp_path / "urls.txt"
+    blocklist.write_text("blocked.example\n")
+    settings = CleaningSettings(url_blocklist=str(blocklist))
+    pipeline = CleaningPipeline.from_settings(settings)
+    names = [step.name for step in pipeline.steps]
+    assert names == [
+        "url", "decode", "extract", "length", "language", "gopher_quality", "gopher_repetition",
+        "c4", "fineweb_quality", "length_after_filters", "pii",
+    ]
+    docs = [html_doc((PAGES / f"{language}.html").read_bytes(), None, language) for language in LANGUAGES]
+    docs.append(Document("x", "web", "s", "https://blocked.example/a", None, "text/html", b"<p>x</p>", None))
+    try:
+        results = [pipeline.run(doc) for doc in docs]
+    finally:
+        pipeline.close()
+    stats = pipeline.stats
+    assert stats.documents_in == len(docs)
+    assert stats.reached["url"] == len(docs) and stats.reached["decode"] == len(docs) - 1
+    assert stats.drops["url_blocked_domain"] == 1
+    # Every document is either kept or dropped with one reason, and the funnel only narrows.
+    assert stats.documents_out + sum(stats.drops.values()) == len(docs)
+    reached = [stats.reached[name] for name in names]
+    assert reached == sorted(reached, reverse=True)
+    assert stats.documents_out == sum(1 for r in results if r is None) == sum(stats.languages.values())
+    assert len(stats.output_chars) == stats.documents_out and len(stats.input_bytes) == len(docs)
