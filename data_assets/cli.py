@@ -125,26 +125,29 @@ def materialize_all(
 
 def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) -> None:
     rows = []
+    all_drops: dict[str, int] = {}
     for (source, snapshot), meta in report["partitions"].items():
         raw = meta.get("raw_documents", {})
         cleaned = meta.get("cleaned_documents", {})
         deduped = meta.get("deduped_documents", {})
         tokenized = meta.get("tokenized_shards", {})
-        drops = ", ".join(f"{k.split('/', 1)[1]}={v}" for k, v in cleaned.items() if k.startswith("drop/")) or "-"
+        drops = {k.split("/", 1)[1]: v for k, v in cleaned.items() if k.startswith("drop/")}
+        for reason, count in drops.items():
+            all_drops[reason] = all_drops.get(reason, 0) + count
         rows.append(
             (
                 f"{source}/{snapshot}",
                 raw.get("documents_out", 0),
                 raw.get("quarantined_records", 0),
                 cleaned.get("documents_out", 0),
-                drops,
+                sum(drops.values()),
                 deduped.get("documents_out", 0),
                 deduped.get("removed_exact", 0),
                 deduped.get("removed_fuzzy", 0),
                 tokenized.get("tokens", 0),
             )
         )
-    header = ("partition", "raw docs", "quarantined", "cleaned", "cleaning drops", "deduped", "exact dups", "near dups", "tokens")
+    header = ("partition", "raw docs", "quarantined", "cleaned", "dropped", "deduped", "exact dups", "near dups", "tokens")
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
     out("")
     out("Per-stage summary (documents in -> out at each stage)")
@@ -164,6 +167,8 @@ def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) ->
             if key.startswith("language/"):
                 languages[key.split("/", 1)[1]] = languages.get(key.split("/", 1)[1], 0) + value
     kept = ", ".join(f"{language} {count}" for language, count in sorted(languages.items(), key=lambda item: (-item[1], item[0])))
+    reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(all_drops.items(), key=lambda item: (-item[1], item[0])))
+    out(f"  cleaning drops by reason: {reasons or '-'}")
     out(f"  cleaning kept by language: {kept or '-'}; PII redactions: {pii}")
     quality = report.get("quality_model") or {}
     if quality:
