@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup demo test test-all ui lint clean
+.PHONY: setup demo test test-slow test-all ui lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,15 +23,17 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
-# The slow suites too: crash kills, S3 faults, Ray node faults, Postgres instance, hypothesis with more
-# examples, the UI in headless Chromium (Playwright). PostgreSQL and Chromium come from Debian's packages (their tests
+# The slow suites: crash kills, S3 faults, Ray node faults, Postgres instance, hypothesis with more examples,
+# the UI in headless Chromium (Playwright). PostgreSQL and Chromium come from Debian's packages (their tests
 # are skipped where those cannot be installed).
-test-all: setup
+test-slow: setup
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (apt-get update -qq && apt-get install -y -qq postgresql) || echo "PostgreSQL not installed: its test is skipped"
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) || \
 	  echo "Chromium not installed: the browser test is skipped"
-	SLUICE_HYPOTHESIS_EXAMPLES=300 $(PY) -m pytest -q -m ""
+	SLUICE_HYPOTHESIS_EXAMPLES=300 $(PY) -m pytest -q -m slow
+
+test-all: test test-slow
 
 ui: setup
 	mkdir -p $(DAGSTER_HOME)
