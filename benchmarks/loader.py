@@ -69,7 +69,9 @@ def write_source(root: str, tokens: int, shards: int = 8, seed: int = 0) -> None
             doc[-1] = 0  # EOS
             writer.add(doc)
         writer.close()
-        for path in (writer.bin_path, writer.idx_path):
+        docs_path = os.path.join(folder, f"{writer.name}.docs.parquet")
+        pq.write_table(pa.table({"doc_id": [f"synthetic/{writer.name}#{i}" for i in range(writer.documents)]}), docs_path)
+        for path in (writer.bin_path, writer.idx_path, docs_path):
             files.append({"key": os.path.basename(path), "rows": None, "bytes": os.path.getsize(path), "sha256": sha256_file(path)})
         entries.append({"name": writer.name, "documents": writer.documents, "tokens": writer.tokens})
     manifest = {
@@ -85,7 +87,7 @@ def prepare(work: str, tokens: int) -> tuple[MixedTokens, str]:
     store = open_store(root)
     budget = tokens - 1000
     settings = MixSettings(weights={"synthetic": 1.0}, token_budget=budget, sequence_length=SEQ, seed=1, max_epochs=1.0)
-    build_mix(store, "bench", settings, lambda key: np.fromfile(store.local_path(key), dtype="<u8"))
+    build_mix(store, "bench", settings, store.local_path)
     data = MixedTokens(store, "bench", cache_dir=os.path.join(work, "cache"))
     stream_path = os.path.join(work, "stream.u16")
     data.tokens(0, len(data) * SEQ + 1).astype(np.uint16).tofile(stream_path)  # the same tokens for the peers
