@@ -56,6 +56,7 @@ def generate(folder: str, scale: int, base: int, partition_docs: int) -> None:
                 "doc_id": doc_id, "source": ref.source, "snapshot": ref.snapshot, "url": None,
                 "fetch_date": datetime(2026, 1, 1, tzinfo=UTC), "text": text, "language": "en",
                 "language_score": 1.0, "n_chars": len(text), "text_hash": text_hash(text),
+                "pii_redactions": 0, "quality_score": None,
             }
             for doc_id, text in docs[index : index + partition_docs]
         ]
