@@ -10,22 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import base_config, write_config
-from tests.test_webserver import (
-    CHECKS,
-    PROJECT_ROOT,
-    WEBSERVER,
-    Webserver,
-    _stop,
-    _wait_until_serving,
-    free_port,
-)
+from tests.test_webserver import CHECKS, PROJECT_ROOT, Webserver, serve_webserver
 
 pytestmark = pytest.mark.slow
 
@@ -64,23 +55,8 @@ def served_graph(tmp_path_factory) -> Iterator[Webserver]:
         report = materialize_all(instance, resources, log=lambda _: None)
     assert all(passed for _, _, passed in report["checks"])
     env = {**os.environ, "DAGSTER_HOME": str(home), "SLUICE_CONFIG": config}
-    port = free_port()
-    server = Webserver(f"http://127.0.0.1:{port}", root / "webserver.log")
-    with server.log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [str(WEBSERVER), "-h", "127.0.0.1", "-p", str(port), "-w", "workspace.yaml"],
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        _wait_until_serving(proc, server)
+    with serve_webserver(root, env) as server:
         yield server
-    finally:
-        _stop(proc)
 
 
 @pytest.fixture(scope="module")

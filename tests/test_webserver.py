@@ -194,7 +194,13 @@ def webserver(tmp_path_factory) -> Iterator[Webserver]:
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "SLUICE_CONFIG": str(CONFIG)}
+    with serve_webserver(root, env) as server:
+        yield server
 
+
+@contextlib.contextmanager
+def serve_webserver(root: Path, env: dict[str, str]) -> Iterator[Webserver]:
+    """`dagster-webserver -w workspace.yaml` on a free 127.0.0.1 port with `env`, until the block ends."""
     for attempt in range(3):  # another process may grab the free port between free_port() and bind
         port = free_port()
         log_path = root / f"webserver-{attempt}.log"
