@@ -219,7 +219,7 @@ def export_mix(mix: str | None, split: str, out: str | None) -> int:
     destination = open_store(folder or ".", config.s3)
     scratch = local_temp_dir()
     try:
-        result = export_sequences(store, mix, split, destination, name, lambda key: store.local_path(key) or store.fetch(key, scratch))
+        result = export_sequences(store, mix, split, destination, name, lambda key: store.fetch(key, scratch))
     except MixError as error:
         print(error, file=sys.stderr)
         return 2

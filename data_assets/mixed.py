@@ -17,7 +17,7 @@ from data_assets.partitions import mix_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
 from sluice.decontaminate import ContaminationTask, EvalNgrams, find_contaminated, read_eval_texts
 from sluice.layout import _remove_tree, list_partitions, partition_prefix, read_manifest, read_parquet_file
-from sluice.mix import build_mix, realized_shares
+from sluice.mix import build_mix, range_documents, read_docs_table, realized_shares
 from sluice.storage import Store, local_temp_dir
 
 ASSET = "mixed_dataset"
@@ -30,7 +30,7 @@ def file_reader(store: Store, scratch: str):
     """Local path of a stored file: the file itself on a local store, else a fetched copy in `scratch`."""
 
     def read(key: str) -> str:
-        return store.local_path(key) or store.fetch(key, scratch)
+        return store.fetch(key, scratch)
 
     return read
 
@@ -187,22 +187,11 @@ def _materialize(config, mix_name: str, store: Store, read, compute: ComputeReso
 
 def _document_keys(manifest: dict, ranges, read) -> set[tuple[int, int]]:
     """(shard, document index) of every range, re-derived from the shards' document offsets."""
-    import numpy as np
-
-    shard_ids = ranges.column("shard").to_numpy()
-    starts = ranges.column("start").to_numpy()
-    keys: set[tuple[int, int]] = set()
-    for shard_id in np.unique(shard_ids):
-        shard = manifest["shards"][shard_id]
-        offsets = np.fromfile(read(f"{shard['prefix']}/{shard['name']}.idx"), dtype="<u8").astype(np.int64)
-        documents = np.searchsorted(offsets, starts[shard_ids == shard_id], side="right") - 1
-        keys.update((int(shard_id), int(d)) for d in np.unique(documents))
-    return keys
+    documents = range_documents(manifest, ranges, read)
+    return set(zip(ranges.column("shard").to_numpy().tolist(), documents.tolist(), strict=True))
 
 
 def _document_ids(manifest: dict, keys: set[tuple[int, int]], read) -> set[str]:
-    from sluice.mix import read_docs_table
-
     by_shard: dict[int, list[int]] = {}
     for shard_id, document in keys:
         by_shard.setdefault(shard_id, []).append(document)

@@ -64,7 +64,7 @@ def quality_model(context: AssetExecutionContext, settings: SluiceSettings, stor
             used.append(ref.key)
             for entry in manifest["files"]:
                 key = f"{prefix}/{entry['key']}"
-                path = store.local_path(key) or store.fetch(key, scratch)
+                path = store.fetch(key, scratch)
                 for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
                     for row in batch.to_pylist():
                         doc = Document(row["doc_id"], row["source"], row["snapshot"], row["url"], None, row["content_type"], row["content"], row["charset"])

@@ -79,7 +79,7 @@ def tokenized_shards(
     # Checks read back what was published, not what was computed.
     scratch = local_temp_dir()
     try:
-        local_files = {entry["key"]: store.local_path(f"{prefix}/{entry['key']}") or store.fetch(f"{prefix}/{entry['key']}", scratch) for entry in manifest["files"]}
+        local_files = {entry["key"]: store.fetch(f"{prefix}/{entry['key']}", scratch) for entry in manifest["files"]}
         problems = verify_files(local_files, manifest)
         max_id = -1
         views = []

@@ -31,7 +31,7 @@ def training_texts(store: Store, sources: list[str], limit: int, used: list[str]
         used.append(ref.key)
         for entry in manifest["files"]:
             key = f"{prefix}/{entry['key']}"
-            path = store.local_path(key) or store.fetch(key, local_temp_dir())
+            path = store.fetch(key, local_temp_dir())
             for batch in pq.ParquetFile(path).iter_batches(batch_size=512, columns=["text"]):
                 for text in batch.column("text").to_pylist():
                     if count >= limit:

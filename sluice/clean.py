@@ -278,14 +278,14 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
         from sluice.quality import MODEL_FILE
 
         model_store = StoreSpec(task.quality_model_url, task.s3).open()
-        model_path = model_store.local_path(MODEL_FILE) or model_store.fetch(MODEL_FILE, scratch)
+        model_path = model_store.fetch(MODEL_FILE, scratch)
     pipeline = CleaningPipeline.from_settings(task.settings, model_path, task.quality_max_chars)
     # With redaction off for a source every kind is looked for, so the check reports what is left.
     pii_kinds = task.settings.pii if task.settings.pii.enabled else PIISettings()
     kept = ParquetStreamWriter(CLEANED_SCHEMA)
     dropped = ParquetStreamWriter(DROPPED_SCHEMA)
     try:
-        path = input_store.local_path(task.input_key) or input_store.fetch(task.input_key, scratch)
+        path = input_store.fetch(task.input_key, scratch)
         parquet = pq.ParquetFile(path)
         for batch in parquet.iter_batches(batch_size=256):
             for row in batch.to_pylist():

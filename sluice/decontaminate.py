@@ -127,7 +127,7 @@ def find_contaminated(task: ContaminationTask) -> list[dict[str, Any]]:
     scratch = local_temp_dir()
     flagged = []
     try:
-        path = store.local_path(task.input_key) or store.fetch(task.input_key, scratch)
+        path = store.fetch(task.input_key, scratch)
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["doc_id", "text"]):
             for doc_id, text in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist(), strict=True):
                 hits = task.ngrams.matches(text)

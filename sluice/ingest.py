@@ -283,7 +283,7 @@ def merge_quarantine(store: Any, prefix: str, results: list[dict[str, Any]], key
             if part["rows"] == 0:
                 continue
             part_key = f"{prefix}/{part['key']}"
-            path = store.local_path(part_key) or store.fetch(part_key, scratch)
+            path = store.fetch(part_key, scratch)
             for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
                 for row in batch.to_pylist():
                     merged.append(row, size_hint=len(row["payload"]))

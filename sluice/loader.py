@@ -341,7 +341,7 @@ class MixedTokens:
         ranges_key = f"{prefix}/{ranges_name}"
         os.makedirs(self.cache_dir, exist_ok=True)
         try:
-            ranges_path = store.local_path(ranges_key) or store.fetch(ranges_key, self.cache_dir)
+            ranges_path = store.fetch(ranges_key, self.cache_dir)
             ranges = pq.read_table(ranges_path, columns=["shard", "start", "length"])
         except (StorageError, FileNotFoundError, OSError) as error:
             raise FileNotFoundError(f"{store.uri(ranges_key)}: cannot read the mix's ranges ({error})") from error

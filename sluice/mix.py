@@ -34,10 +34,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import xxhash
 
 from sluice.config import MixSettings, split_weight_key
 from sluice.layout import list_partitions, partition_prefix, read_manifest, write_manifest, write_parquet
+from sluice.shards import doc_hashes
 from sluice.storage import Store, local_temp_dir
 
 TOKENIZED = "tokenized_shards"
@@ -97,8 +97,7 @@ def read_docs_table(path: str) -> pa.Table:
     """A shard's `.docs.parquet`, with doc_hash and language derived for shards written before they existed."""
     table = pq.read_table(path)
     if "doc_hash" not in table.column_names:
-        hashes = [xxhash.xxh3_64_intdigest(doc_id.encode("utf-8")) for doc_id in table.column("doc_id").to_pylist()]
-        table = table.append_column("doc_hash", pa.array(hashes, pa.uint64()))
+        table = table.append_column("doc_hash", doc_hashes(table.column("doc_id").to_pylist()))
     if "language" not in table.column_names:
         table = table.append_column("language", pa.nulls(table.num_rows, pa.string()))
     return table
@@ -308,26 +307,40 @@ def build_mix(
     return manifest
 
 
+def range_documents(
+    manifest: dict[str, Any], ranges: pa.Table, file_reader: Callable[[str], str], sources: set[str] | None = None
+) -> np.ndarray:
+    """Index, inside its shard, of the document each range belongs to, re-derived from the shards' .idx
+    offsets (-1 for ranges of shards whose source is not in `sources`, when given)."""
+    shard_ids = ranges.column("shard").to_numpy()
+    starts = ranges.column("start").to_numpy()
+    documents = np.full(len(shard_ids), -1, np.int64)
+    for shard_id in np.unique(shard_ids):
+        shard = manifest["shards"][shard_id]
+        if sources is not None and shard["source"] not in sources:
+            continue
+        offsets = np.fromfile(file_reader(f"{shard['prefix']}/{shard['name']}.idx"), dtype="<u8").astype(np.int64)
+        mask = shard_ids == shard_id
+        # A cut range starts where its document starts, so the document is the last offset <= start.
+        documents[mask] = np.searchsorted(offsets, starts[mask], side="right") - 1
+    return documents
+
+
 def range_components(manifest: dict[str, Any], ranges: pa.Table, file_reader: Callable[[str], str]) -> np.ndarray:
     """The mix component of every range, re-derived from the shards (source) and their document tables (language)."""
     shard_ids = ranges.column("shard").to_numpy()
-    starts = ranges.column("start").to_numpy()
     shard_source = np.array([shard["source"] for shard in manifest["shards"]], dtype=object)
     components = shard_source[shard_ids] if len(shard_ids) else np.zeros(0, object)
     by_language = {row["source"] for row in manifest["sources"] if row.get("language")}
     if not by_language:
         return components
     components = components.copy()
-    for shard_id in np.unique(shard_ids):
+    documents = range_documents(manifest, ranges, file_reader, by_language)
+    for shard_id in np.unique(shard_ids[documents >= 0]):
         shard = manifest["shards"][shard_id]
-        if shard["source"] not in by_language:
-            continue
-        offsets = np.fromfile(file_reader(f"{shard['prefix']}/{shard['name']}.idx"), dtype="<u8").astype(np.int64)
         languages = np.asarray(read_docs_table(file_reader(f"{shard['prefix']}/{shard['name']}.docs.parquet")).column("language").cast(pa.string()).to_pylist(), dtype=object)
         mask = shard_ids == shard_id
-        # A cut range starts where its document starts, so the document is the last offset <= start.
-        documents = np.searchsorted(offsets, starts[mask], side="right") - 1
-        components[mask] = [f"{shard['source']}:{language}" for language in languages[documents]]
+        components[mask] = [f"{shard['source']}:{language}" for language in languages[documents[mask]]]
     return components
 
 
@@ -390,19 +403,26 @@ def export_sequences(
     rows = 0
     try:
         with pq.ParquetWriter(path, schema, compression="zstd") as writer:
-            pending = np.zeros(0, np.int32)
+            # One row group's tokens are gathered in a fixed buffer (each token copied once).
             group_tokens = length * rows_per_group
+            buffer = np.empty(group_tokens, np.int32)
+            filled = 0
             for piece in iter_split_tokens(store, manifest, split, file_reader):
-                pending = np.concatenate([pending, piece.astype(np.int32)])
-                while len(pending) >= group_tokens:
-                    writer.write_table(_sequence_table(pending[:group_tokens], length, schema))
-                    rows += rows_per_group
-                    pending = pending[group_tokens:]
-            full = len(pending) // length * length
+                offset = 0
+                while offset < len(piece):
+                    take = min(group_tokens - filled, len(piece) - offset)
+                    buffer[filled : filled + take] = piece[offset : offset + take]
+                    filled += take
+                    offset += take
+                    if filled == group_tokens:
+                        writer.write_table(_sequence_table(buffer.copy(), length, schema))
+                        rows += rows_per_group
+                        filled = 0
+            full = filled // length * length
             if full:
-                writer.write_table(_sequence_table(pending[:full], length, schema))
+                writer.write_table(_sequence_table(buffer[:full].copy(), length, schema))
                 rows += full // length
-            leftover = len(pending) - full
+            leftover = filled - full
         destination.put_file(path, key)
     finally:
         import shutil

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 DOCS_SCHEMA = pa.schema(
     [
@@ -30,6 +31,13 @@ DOCS_SCHEMA = pa.schema(
         pa.field("language", pa.dictionary(pa.int32(), pa.string())),
     ]
 )
+
+
+
+def doc_hashes(doc_ids: list[str]) -> pa.Array:
+    """The `doc_hash` column: xxh3_64 of each UTF-8 document id."""
+    return pa.array([xxhash.xxh3_64_intdigest(doc_id.encode("utf-8")) for doc_id in doc_ids], pa.uint64())
+
 
 FORMAT_NAME = "sluice-tokens"
 FORMAT_VERSION = 1

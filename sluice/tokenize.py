@@ -17,11 +17,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import xxhash
 
 from sluice.config import S3Settings
 from sluice.layout import _remove_tree, sha256_file
-from sluice.shards import DOCS_SCHEMA, FORMAT_NAME, FORMAT_VERSION, ShardWriter, dtype_name, token_dtype
+from sluice.shards import (
+    DOCS_SCHEMA,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    ShardWriter,
+    doc_hashes,
+    dtype_name,
+    token_dtype,
+)
 from sluice.storage import StoreSpec, local_temp_dir
 
 ENCODE_BATCH = 1024  # documents per encode_batch call: large enough for the tokenizer's thread pool
@@ -81,7 +88,7 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     lengths: list[int] = []
     text_bytes = 0
     try:
-        path = input_store.local_path(task.input_key) or input_store.fetch(task.input_key, scratch)
+        path = input_store.fetch(task.input_key, scratch)
         out_dir = os.path.join(scratch, "out")
         os.makedirs(out_dir)
         writer: ShardWriter | None = None
@@ -94,7 +101,7 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
             docs = pa.table(
                 {
                     "doc_id": pa.array(doc_ids, pa.string()),
-                    "doc_hash": pa.array([xxhash.xxh3_64_intdigest(doc_id.encode("utf-8")) for doc_id in doc_ids], pa.uint64()),
+                    "doc_hash": doc_hashes(doc_ids),
                     "language": pa.array(languages, pa.string()).dictionary_encode(),
                 },
                 schema=DOCS_SCHEMA,
