@@ -434,6 +434,10 @@ class MixedTokens:
         return out
 
 
+# Tokens packed per call: batches are built this many at a time, then cut apart (per-call numpy costs are
+# amortized over more batches; 2^18 int64 tokens x 3 fields is 6 MiB of host memory per call).
+PACK_TOKENS = 1 << 18
+PACK_TOKENS_TRANSPORT = 1 << 18
 _ARANGES: dict[int, np.ndarray] = {}
 
 
@@ -473,12 +477,14 @@ def _pack_arrays(
     source = data.starts[ranges] + begins[row] + seg_begin - offsets[ranges]  # token offset inside the shard
     flat = row * width + seg_begin
     window = np.empty(count * width, dtype=data.dtype)  # token dtype: the copies move 2 (or 4) bytes a token
-    get = data.shards().get
+    shards = data.shards()
+    segment_shards = data.shard_ids[ranges].tolist()
+    # Local maps stay open for the process, so look each up once here (a call per segment costs ~10 % of the
+    # batch); the remote cache is asked per segment, as its residency may change between two of them.
+    get = {shard: shards.get(shard) for shard in set(segment_shards)}.__getitem__ if not shards.remote else shards.get
     shard = src = size = -1
     try:
-        for shard, src, dst, size in zip(
-            data.shard_ids[ranges].tolist(), source.tolist(), flat.tolist(), (seg_end - seg_begin).tolist(), strict=True
-        ):
+        for shard, src, dst, size in zip(segment_shards, source.tolist(), flat.tolist(), (seg_end - seg_begin).tolist(), strict=True):
             window[dst : dst + size] = get(shard)[src : src + size]
     except ValueError as error:  # a slice shorter than the range: numpy cannot broadcast it into place
         raise ShardError(
@@ -521,20 +527,27 @@ def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, A
     rows, length = packed["input_ids"].shape
     size = rows // pieces
     starts, sizes = packed["segment_starts"], packed["segment_sizes"]
-    # Every row begins a segment, so segments never straddle two pieces.
-    edges = np.searchsorted(starts, np.arange(pieces + 1, dtype=np.int64) * size * length).tolist()
+    # Every row begins a segment, so segments never straddle two pieces: piece p owns segments
+    # edges[p]..edges[p+1]-1, and its cu_seqlens are their starts relative to the piece, then its token count.
+    edges = np.searchsorted(starts, np.arange(pieces + 1, dtype=np.int64) * size * length)
+    relative = starts - np.repeat(np.arange(pieces, dtype=np.int64) * size * length, np.diff(edges))
+    bounds = np.insert(relative, edges[1:], size * length).astype(np.int32)  # piece p: bounds[edges[p]+p : edges[p+1]+p+1]
+    nonempty = edges[:-1] < edges[1:]
+    max_seqlen = np.zeros(pieces, dtype=np.int64)
+    if nonempty.any():
+        max_seqlen[nonempty] = np.maximum.reduceat(sizes, edges[:-1][nonempty])
+    inputs, labels, positions = packed["input_ids"], packed["labels"], packed["position_ids"]
     out = []
-    for piece in range(pieces):
-        a, b = edges[piece], edges[piece + 1]
+    for piece, (a, b, longest) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), max_seqlen.tolist(), strict=True)):
         rows_slice = slice(piece * size, (piece + 1) * size)
-        bounds = np.append(starts[a:b] - piece * size * length, size * length).astype(np.int32)
         out.append(
             {
-                "input_ids": torch.from_numpy(packed["input_ids"][rows_slice]),
-                "labels": torch.from_numpy(packed["labels"][rows_slice]),
-                "position_ids": torch.from_numpy(packed["position_ids"][rows_slice]),
-                "cu_seqlens": torch.from_numpy(bounds),
-                "max_seqlen": int(sizes[a:b].max()) if b > a else 0,
+                # (numpy slices wrapped by from_numpy cost less than slicing tensors)
+                "input_ids": torch.from_numpy(inputs[rows_slice]),
+                "labels": torch.from_numpy(labels[rows_slice]),
+                "position_ids": torch.from_numpy(positions[rows_slice]),
+                "cu_seqlens": torch.from_numpy(bounds[a + piece : b + piece + 1]),
+                "max_seqlen": longest,
             }
         )
     return out
@@ -639,9 +652,9 @@ class RankBatches(IterableDataset):
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
         # Permutations cost a fixed numpy overhead per call (cycle walking): evaluate ~4096 positions at once.
         self._ids, self._stride, self._chunk = {}, workers, max(16, 4096 // self.plan.batch_size)
-        # Likewise packing: build ~64k tokens per call, then cut them into batches.
+        # Likewise packing: build PACK_TOKENS per call (fixed numpy costs per call), then cut them into batches.
         # Workers send larger groups: each one crossing the process boundary has a fixed cost.
-        group_tokens = 1 << 18 if self.transport else 1 << 16
+        group_tokens = PACK_TOKENS_TRANSPORT if self.transport else PACK_TOKENS
         group = max(1, min(64, group_tokens // (self.plan.batch_size * self.data.sequence_length)))
         shards = self.data.shards()
         ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
