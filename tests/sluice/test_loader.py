@@ -369,3 +369,71 @@ def test_batches_are_placed_on_the_requested_device(data):
         "input_ids", "labels", "position_ids", "cu_seqlens", "sample_ids", "epochs"
     }
     assert isinstance(batch["max_seqlen"], int)  # a host int: varlen kernels take it without a device sync
+
+
+CRASHING_TRAINER = """
+import os, sys, time
+from sluice.loader import MixedTokens, TrainingLoader
+from sluice.storage import open_store
+data = MixedTokens(open_store(sys.argv[1]), "test", cache_dir=sys.argv[2])
+batches = iter(TrainingLoader(data, 4, seed=2, num_workers=2, num_epochs=None))
+for _ in range(20):
+    next(batches)
+print("running", flush=True)
+time.sleep(600)  # killed here, with its workers holding shared-memory batches
+"""
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as listing:
+        return [int(child) for child in listing.read().split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def shared_memory_maps(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/maps") as maps:
+        return [line.split(None, 5)[-1].strip() for line in maps if "/dev/shm/" in line]
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm") or not os.path.isdir("/proc"), reason="Linux shared memory only")
+def test_a_killed_trainer_leaves_no_shared_memory_behind(mix_root, tmp_path):
+    """DataLoader workers hand batches over in shared memory; torch's file-descriptor strategy unlinks each
+    segment as soon as it is created, so a SIGKILLed trainer (no cleanup code runs) leaves nothing in /dev/shm
+    and its workers exit (they watch their parent)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_TRAINER, mix_root, str(tmp_path / "cache")],
+        stdout=subprocess.PIPE, text=True, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    try:
+        assert trainer.stdout.readline().strip() == "running"
+        workers = children(trainer.pid)
+        assert len(workers) >= 2
+        # The mechanism is in use: the trainer maps batches received from its workers as shared memory...
+        segments = shared_memory_maps(trainer.pid)
+        assert segments, "the trainer maps no shared memory; the test would prove nothing"
+        # ...and each of those segments is already unlinked while in use.
+        assert all(segment.endswith("(deleted)") for segment in segments), segments
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(alive(worker) for worker in workers):
+            assert time.monotonic() < deadline, "DataLoader workers outlived their killed trainer"
+            time.sleep(0.2)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    pids = {trainer.pid, *workers}
+    left = [name for name in os.listdir("/dev/shm") if name.startswith("torch_") and int(name.split("_")[1]) in pids]
+    assert left == []
