@@ -459,7 +459,7 @@ def _pack_arrays(
     DataLoader worker sends one tensor per group of batches).
 
     Vectorized over the batch: the segments (pieces of one range inside one sample's window) are computed
-    with a few numpy calls, then each is one slice copy out of its memory-mapped shard.
+    with a few numpy calls, then one concatenate copies their slices out of the memory-mapped shards.
     """
     length = data.sequence_length
     ids = np.asarray(sample_ids, dtype=np.int64)
@@ -475,22 +475,24 @@ def _pack_arrays(
     seg_begin = np.maximum(offsets[ranges] - begins[row], 0)  # inside the window
     seg_end = np.minimum(offsets[ranges + 1] - begins[row], width)
     source = data.starts[ranges] + begins[row] + seg_begin - offsets[ranges]  # token offset inside the shard
-    flat = row * width + seg_begin
+    sizes = seg_end - seg_begin
     window = np.empty(count * width, dtype=data.dtype)  # token dtype: the copies move 2 (or 4) bytes a token
     shards = data.shards()
     segment_shards = data.shard_ids[ranges].tolist()
     # Local maps stay open for the process, so look each up once here (a call per segment costs ~10 % of the
     # batch); the remote cache is asked per segment, as its residency may change between two of them.
     get = {shard: shards.get(shard) for shard in set(segment_shards)}.__getitem__ if not shards.remote else shards.get
-    shard = src = size = -1
-    try:
-        for shard, src, dst, size in zip(segment_shards, source.tolist(), flat.tolist(), (seg_end - seg_begin).tolist(), strict=True):
-            window[dst : dst + size] = get(shard)[src : src + size]
-    except ValueError as error:  # a slice shorter than the range: numpy cannot broadcast it into place
-        raise ShardError(
-            f"{data.store.uri(data.refs[shard].bin_key)}: the mix reads tokens [{src}, {src + size}) but the shard holds "
-            f"{len(get(shard))}; the shard is truncated or does not belong to this mix"
-        ) from error
+    # The segments tile the windows in order: one concatenate of their shard slices fills all of them.
+    pieces = [get(shard)[a:b] for shard, a, b in zip(segment_shards, source.tolist(), (source + sizes).tolist(), strict=True)]
+    if sum(map(len, pieces)) != len(window):  # a slice came out shorter than its range
+        for shard, piece, a, size in zip(segment_shards, pieces, source.tolist(), sizes.tolist(), strict=True):
+            if len(piece) != size:
+                raise ShardError(
+                    f"{data.store.uri(data.refs[shard].bin_key)}: the mix reads tokens [{a}, {a + size}) but the shard holds "
+                    f"{len(get(shard))}; the shard is truncated or does not belong to this mix"
+                )
+    if pieces:
+        np.concatenate(pieces, out=window)
     window = window.reshape(count, width)
     # A document starts at every segment start except each window's first (that one starts the sample).
     new_doc = seg_begin > 0
