@@ -438,14 +438,15 @@ class MixedTokens:
 # amortized over more batches; 2^18 int64 tokens x 3 fields is 6 MiB of host memory per call).
 PACK_TOKENS = 1 << 18
 PACK_TOKENS_TRANSPORT = 1 << 18
-_ARANGES: dict[int, np.ndarray] = {}
+_ARANGES: dict[tuple[int, str], np.ndarray] = {}
 
 
-def _flat_arange(size: int) -> np.ndarray:
+def _arange(size: int, dtype: type) -> np.ndarray:
     """A cached, read-only np.arange(size) (batches have one shape, so this is built once)."""
-    values = _ARANGES.get(size)
+    key = (size, np.dtype(dtype).str)
+    values = _ARANGES.get(key)
     if values is None:
-        values = _ARANGES[size] = np.arange(size, dtype=np.int64)
+        values = _ARANGES[key] = np.arange(size, dtype=dtype)
         values.flags.writeable = False
     return values
 
@@ -505,7 +506,11 @@ def _pack_arrays(
     if out is None:
         out = np.empty((3, count, length), dtype=np.int64)
     inputs, labels, positions = out[0], out[1], out[2]
-    np.subtract(_flat_arange(count * length), np.repeat(input_starts, input_sizes), out=positions.reshape(-1))
+    # Position ids are j minus the start of j's document inside the row: computed in 16 bits (a third of
+    # the memory traffic of int64; positions are < length), then widened once.
+    narrow = np.uint16 if length <= 1 << 16 else np.int64
+    document_start = np.repeat(seg_begin[in_inputs].astype(narrow), input_sizes).reshape(count, length)
+    np.copyto(positions, np.subtract(_arange(length, narrow), document_start, out=document_start))
     np.copyto(labels, window[:, 1:])
     np.copyto(inputs, window[:, :-1])
     if mask_document_boundaries:

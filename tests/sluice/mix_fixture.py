@@ -24,7 +24,9 @@ EOS = 0
 VOCAB = 50_000
 
 
-def write_partition(store: Store, source: str, snapshot: str, shards: int, docs_per_shard: int, rng: np.random.Generator) -> None:
+def write_partition(
+    store: Store, source: str, snapshot: str, shards: int, docs_per_shard: int, rng: np.random.Generator, doc_lengths: tuple[int, int] = (3, 200)
+) -> None:
     prefix = partition_prefix("tokenized_shards", PartitionRef(source, snapshot))
     folder = store.local_path(prefix)
     assert folder is not None, "mix fixtures are built on a local store (upload them for S3 tests)"
@@ -33,7 +35,7 @@ def write_partition(store: Store, source: str, snapshot: str, shards: int, docs_
     for number in range(shards):
         writer = ShardWriter(folder, f"shard-{number:05d}", VOCAB)
         for _ in range(docs_per_shard):
-            length = int(rng.integers(3, 200))
+            length = int(rng.integers(*doc_lengths))
             body = rng.integers(1, VOCAB, size=length - 1)
             writer.add(np.append(body, EOS))
         writer.close()
@@ -52,11 +54,12 @@ def write_partition(store: Store, source: str, snapshot: str, shards: int, docs_
 
 
 def build_test_mix(
-    store: Store, mix: str = "test", sequence_length: int = 64, token_budget: int = 40_000, shards: int = 3, docs_per_shard: int = 60, seed: int = 11
+    store: Store, mix: str = "test", sequence_length: int = 64, token_budget: int = 40_000, shards: int = 3, docs_per_shard: int = 60, seed: int = 11,
+    doc_lengths: tuple[int, int] = (3, 200),
 ) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    write_partition(store, "web", "2026-01", shards, docs_per_shard, rng)
-    write_partition(store, "reference", "2026-01", shards, docs_per_shard, rng)
+    write_partition(store, "web", "2026-01", shards, docs_per_shard, rng, doc_lengths)
+    write_partition(store, "reference", "2026-01", shards, docs_per_shard, rng, doc_lengths)
     settings = MixSettings(weights={"web": 0.6, "reference": 0.4}, token_budget=token_budget, sequence_length=sequence_length, seed=seed, max_epochs=4)
 
     return build_mix(store, mix, settings, store.local_path)

@@ -188,6 +188,26 @@ def test_packing_fields_match_the_document_index(mix_root, data):
             assert any((b["labels"] == IGNORE_INDEX).any() for b in take(TrainingLoader(data, batch, seed=4, mask_document_boundaries=True), 3))
 
 
+def test_position_ids_of_sequences_longer_than_16_bits(tmp_path):
+    """Position ids are computed in 16 bits up to 65,536 tokens a sequence; longer ones take the wide path
+    (documents here are longer than 65,536 tokens, so 16-bit positions would wrap)."""
+    long_sequence = 70_000
+    store = open_store(str(tmp_path / "store"))
+    build_test_mix(store, sequence_length=long_sequence, token_budget=600_000, docs_per_shard=2, doc_lengths=(150_000, 200_000))
+    offsets, stream = range_offsets_oracle(store), stream_oracle(store)
+    data = MixedTokens(store, "test", cache_dir=str(tmp_path / "cache"))
+    highest = 0
+    for packed in take(TrainingLoader(data, 1, seed=4), 6):
+        begin = int(packed["sample_ids"][0]) * long_sequence
+        absolute = np.arange(begin, begin + long_sequence)
+        doc_begin = np.maximum(offsets[np.searchsorted(offsets, absolute, side="right") - 1], begin)
+        assert packed["position_ids"].dtype == torch.int64
+        assert np.array_equal(packed["position_ids"][0].numpy(), absolute - doc_begin)
+        assert np.array_equal(packed["input_ids"][0].numpy(), stream[begin : begin + long_sequence])
+        highest = max(highest, int(packed["position_ids"].max()))
+    assert highest >= 1 << 16
+
+
 def test_block_locality_keeps_runs_of_consecutive_samples(data):
     loader = TrainingLoader(data, 8, seed=4, block_size=8)
     runs = [b["sample_ids"] for b in take(loader, 5)]
