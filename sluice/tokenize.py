@@ -159,6 +159,10 @@ class WordCachedEncoder:
         self._checked_characters: set[str] = set()
         self._unsafe_characters: set[str] = set()
 
+    @property
+    def cached_words(self) -> int:
+        return len(self._cache) if self.unsupported is None else 0
+
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids of each text (no special tokens added), in the shard dtype."""
         if self.unsupported is not None:
