@@ -27,6 +27,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -169,46 +170,40 @@ class WordCachedEncoder:
             return self._encode_whole(texts)
         if len(self._cache) > WORD_CACHE_ENTRIES:
             self._cache.clear()
-        lookup = self._cache.get
+        cache = self._cache
+        known = cache.__contains__
         split_words = self._split_words
         markers = self._markers
-        words: list[list[str] | None] = []
-        parts: list[list[bytes | None] | None] = []
+        dtype = self.dtype
+        out: list[np.ndarray | None] = []
+        pending: list[tuple[int, list[str]]] = []  # texts with words not cached yet
+        fallback: list[int] = []
         missing: dict[str, None] = {}  # insertion-ordered set
-        for text in texts:
+        # Per text only C-level calls (findall, map, bytes.join, filterfalse): Python-level work per word
+        # would cost as much as the tokenizer itself.
+        for index, text in enumerate(texts):
             if not text or any(marker in text for marker in markers):
-                words.append(None)
-                parts.append(None)
+                fallback.append(index)
+                out.append(None)
                 continue
             if self._add_prefix_space and not text.startswith(" "):
                 text = " " + text
             text_words = split_words(text)
-            text_parts = list(map(lookup, text_words))
-            if None in text_parts:
-                for word, part in zip(text_words, text_parts, strict=True):
-                    if part is None:
-                        missing[word] = None
-            words.append(text_words)
-            parts.append(text_parts)
-        unsafe_words: set[str] = set()
-        new: dict[str, bytes] = {}
-        if missing:
-            new = self._encode_words(list(missing))
-            unsafe_words = {word for word in missing if word not in new}
-        out: list[np.ndarray | None] = []
-        fallback: list[int] = []
-        for index, (text_words, text_parts) in enumerate(zip(words, parts, strict=True)):
-            if text_parts is not None and None in text_parts:
-                if unsafe_words and not unsafe_words.isdisjoint(text_words):
-                    text_parts = None
-                else:
-                    text_parts = [new[word] if part is None else part for word, part in zip(text_words, text_parts, strict=True)]
-            if text_parts is None:
-                fallback.append(index)
+            try:
+                out.append(np.frombuffer(b"".join(map(cache.get, text_words)), dtype=dtype))
+            except TypeError:  # a None among the parts: some word is not cached
+                missing.update(dict.fromkeys(filterfalse(known, text_words)))
+                pending.append((index, text_words))
                 out.append(None)
-            else:
-                out.append(np.frombuffer(b"".join(text_parts), dtype=self.dtype))
+        if missing:
+            unsafe_words = set(missing).difference(self._encode_words(list(missing)))
+            for index, text_words in pending:
+                if unsafe_words and not unsafe_words.isdisjoint(text_words):
+                    fallback.append(index)
+                else:
+                    out[index] = np.frombuffer(b"".join(map(cache.__getitem__, text_words)), dtype=dtype)
         if fallback:
+            fallback.sort()
             self.fallback_documents += len(fallback)
             for index, ids in zip(fallback, self._encode_whole([texts[i] for i in fallback]), strict=True):
                 out[index] = ids
