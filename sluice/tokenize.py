@@ -4,21 +4,23 @@ The tokenizer is a HF `tokenizers` byte-level BPE trained on chosen sources, or 
 Its SHA-256 (of the canonical JSON) goes into every shard manifest, and mixing refuses shards from
 another tokenizer.
 
-Fast path (`WordCachedEncoder`), the way tiktoken gets its speed: for a byte-level BPE, a document's ids are
-the concatenation of the BPE ids of its pre-tokens ("words"), and each word's ids depend on the word alone.
-Most of `Tokenizer.encode_batch` time goes into the pre-tokenizer (its Oniguruma regex and offset
-bookkeeping), not the BPE. So sluice splits each text with the same regex (the `regex` module), looks the
-words up in a per-process cache (word -> packed ids, at most WORD_CACHE_ENTRIES, emptied when full), and
-sends only the words it has not seen, all at once, to the same BPE model through `tokenizers`. The ids are
-identical to `tokenizer.encode(text, add_special_tokens=False).ids`; it applies only where that is known:
-  - no normalizer, truncation or padding; post-processor none, ByteLevel or TemplateProcessing (they add no
-    ids without special tokens); a ByteLevel pre-tokenizer with use_regex (add_prefix_space honoured);
-    a BPE model without dropout. Any other tokenizer.json is encoded by `encode_batch_fast` as before
-    (`fast_path_blocker` says why);
-  - per document: an empty text, a text containing an added token's content (tokenizers splits those out
-    first) or a NUL (the word separator below), or a character that the two regex engines class differently
-    (\p{L}, \p{N} or \s: their Unicode versions differ; checked against tokenizers' own engine the first time
-    each character is seen) takes `encode_batch_fast` too.
+Fast path (`WordCachedEncoder`, used by `tokenize_part`), the way tiktoken gets its speed. With a byte-level
+BPE a document's ids are the concatenation of the BPE ids of its pre-tokens ("words"), and a word's ids depend
+on the word alone. Most of `Tokenizer.encode_batch` time goes into the pre-tokenizer (its Oniguruma regex and
+offset bookkeeping), not the BPE. So each text is split with the same regex in Python (the `regex` module,
+BYTE_LEVEL_PATTERN), the words are looked up in a per-process cache (word -> packed ids; at most
+WORD_CACHE_ENTRIES, emptied when over), and only the words not seen yet go, all at once, to the same BPE
+model inside `tokenizers` (joined by NUL into one text per WORDS_PER_CHUNK words, behind a pre-tokenizer that
+only splits at NUL and maps bytes; each token's word index splits the result back). The ids are identical to
+`tokenizer.encode(text, add_special_tokens=False).ids` (tests/sluice/test_tokenize_fast.py). It applies
+  - to a tokenizer with no normalizer, truncation or padding; a ByteLevel pre-tokenizer with use_regex
+    (add_prefix_space honoured); a BPE model without dropout; no post-processor, or ByteLevel or
+    TemplateProcessing (they add no ids without special tokens). Any other tokenizer.json is encoded with
+    `encode_batch_fast` as before; `fast_path_blocker` says why, and so does the `encoder` metadata;
+  - per document, except: an empty text; a text containing an added token's content (tokenizers splits those
+    out before pre-tokenizing) or a NUL; a text with a character that the two regex engines class differently
+    (\p{L}, \p{N} or \s: their Unicode versions differ, e.g. letters assigned in newer versions; each character is
+    checked against tokenizers' own engine the first time it is seen). Those take `encode_batch_fast`.
 """
 
 from __future__ import annotations

@@ -152,6 +152,29 @@ UNSUPPORTED = {
 }
 
 
+SUPPORTED_POST_PROCESSORS = {
+    "ByteLevel": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    "TemplateProcessing": {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": EOS, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {EOS: {"id": EOS, "ids": [0], "tokens": [EOS]}},
+    },
+}
+
+
+@pytest.mark.parametrize("post_processor", sorted(SUPPORTED_POST_PROCESSORS))
+def test_post_processors_that_add_nothing_without_special_tokens_keep_the_fast_path(trained_json, post_processor):
+    config = json.loads(trained_json)
+    config["post_processor"] = SUPPORTED_POST_PROCESSORS[post_processor]
+    tokenizer = load_tokenizer(json.dumps(config))
+    encoder = WordCachedEncoder(tokenizer.to_str())
+    assert encoder.unsupported is None
+    assert_same_ids(encoder, tokenizer, TRAINING[:7])
+    if post_processor == "TemplateProcessing":  # with special tokens it would prepend EOS: not what shards hold
+        assert tokenizer.encode("abc").ids[0] == tokenizer.token_to_id(EOS) != tokenizer.encode("abc", add_special_tokens=False).ids[0]
+
+
 @pytest.mark.parametrize("change", sorted(UNSUPPORTED))
 def test_unsupported_configs_fall_back_to_encode_batch_fast(trained_json, change):
     config = json.loads(trained_json)
