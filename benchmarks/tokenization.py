@@ -4,11 +4,14 @@ On the same texts, extracted from `../shared/corpus/` WARC pages, in one run:
   raw        `tokenizers.Tokenizer.encode_batch` on the texts already in memory (the limit), and
              `encode_batch_fast` (no offsets) for reference
   sluice     `sluice.tokenize.tokenize_part`: read a Parquet part, encode, write .bin/.idx/.docs.parquet shards
-             (its word-cache fast path, see sluice/tokenize.py; a fresh process, so the cache starts empty)
+             (its word-cache fast path, see sluice/tokenize.py)
   datatrove  `DocumentTokenizer` behind a `ParquetReader`, same file, same tokenizer.json, without and with
              its default in-file document shuffle (in its own virtual environment, see benchmarks/peers.py)
 each with one tokenizer thread (RAYON_NUM_THREADS=1) and with all cores. The tokenizer is a byte-level BPE
-with a 32k vocabulary trained on the same texts. Each measurement runs in a fresh process.
+with a 32k vocabulary trained on the same texts. Each measurement runs in a fresh process (so sluice's word
+cache starts empty). sluice's fast path splits and looks words up in Python, so the tokenizer's threads speed
+up only its encoding of unseen words; the tokenized_shards asset gets its parallelism from the compute pool
+(one process per part file), which this single-part benchmark does not exercise.
 
     .venv/bin/python benchmarks/tokenization.py [--snapshot web/2026-01] [--repeat 2]
 """

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import filterfalse
@@ -137,7 +138,8 @@ class WordCachedEncoder:
                 import regex
             except ImportError:  # a declared dependency; without it the ids are still right, only slower
                 self.unsupported = "the regex module is not installed"
-        self.fallback_documents = 0  # documents of the fast path's tokenizer that took encode_batch_fast
+        self.fallback_documents = 0  # documents that took encode_batch_fast although the tokenizer allows the fast path
+        self._lock = threading.Lock()  # one encode at a time: the cache is emptied at the start of a call
         if self.unsupported is not None:
             return
         from tokenizers import Regex, pre_tokenizers
@@ -167,9 +169,19 @@ class WordCachedEncoder:
         return len(self._cache) if self.unsupported is None else 0
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
-        """Token ids of each text (no special tokens added), in the shard dtype."""
+        """Token ids of each text (no special tokens added), in the shard dtype (read-only arrays)."""
+        return self.encode_counting(texts)[0]
+
+    def encode_counting(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
+        """`encode`, and how many of the texts took the `encode_batch_fast` fallback."""
         if self.unsupported is not None:
-            return self._encode_whole(texts)
+            return self._encode_whole(texts), 0
+        with self._lock:
+            out, fallbacks = self._encode_cached(texts)
+            self.fallback_documents += fallbacks
+        return out, fallbacks
+
+    def _encode_cached(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
         if len(self._cache) > WORD_CACHE_ENTRIES:
             self._cache.clear()
         cache = self._cache
@@ -206,10 +218,9 @@ class WordCachedEncoder:
                     out[index] = np.frombuffer(b"".join(map(cache.__getitem__, text_words)), dtype=dtype)
         if fallback:
             fallback.sort()
-            self.fallback_documents += len(fallback)
             for index, ids in zip(fallback, self._encode_whole([texts[i] for i in fallback]), strict=True):
                 out[index] = ids
-        return out  # type: ignore[return-value]
+        return out, len(fallback)  # type: ignore[return-value]
 
     def _encode_whole(self, texts: list[str]) -> list[np.ndarray]:
         # encode_batch_fast skips the character offsets, which shards do not need.
@@ -283,7 +294,7 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     if eos_id is None:
         raise ValueError(f"the tokenizer has no token {task.eos_token!r} (tokenizer.eos_token)")
     vocab_size = encoder.vocab_size
-    fallback_before = encoder.fallback_documents
+    fallback_documents = 0
     input_store = StoreSpec(task.input_url, task.s3).open()
     output_store = StoreSpec(task.output_url, task.s3).open()
     scratch = local_temp_dir()
@@ -324,7 +335,9 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
             texts = batch.column("text").to_pylist()
             ids = batch.column("doc_id").to_pylist()
             batch_languages = batch.column("language").to_pylist() if has_language else [None] * len(ids)
-            for doc_id, language, tokens in zip(ids, batch_languages, encoder.encode(texts), strict=True):
+            encoded, fallbacks = encoder.encode_counting(texts)
+            fallback_documents += fallbacks
+            for doc_id, language, tokens in zip(ids, batch_languages, encoded, strict=True):
                 size = len(tokens) + 1  # EOS
                 if writer is not None and writer.tokens + size > task.max_shard_tokens and writer.documents:
                     finish(writer)
@@ -352,7 +365,7 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
         "dtype": dtype_name(vocab_size),
         # None: the word cache fast path encoded the part; else why the tokenizer does not allow it
         "fast_path_unsupported": encoder.unsupported,
-        "fallback_documents": encoder.fallback_documents - fallback_before,
+        "fallback_documents": fallback_documents,
     }
 
 

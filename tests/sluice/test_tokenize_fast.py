@@ -289,3 +289,23 @@ def test_multilingual_corpus_pages_match():
     assert mismatched == []
     assert encoder.fallback_documents < len(texts) // 100  # the fast path did the work
     assert np.mean([len(ids) for ids in expected]) > 50
+
+
+def test_tokenize_part_reports_the_encoder_and_its_fallback_documents(tmp_path, trained_json):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sluice.tokenize import TokenizeTask, tokenize_part
+
+    texts = ["plain text", f"holds {EOS} inside", "more plain text", ""]
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts}), tmp_path / "in" / "part-00000.parquet")
+    task = TokenizeTask(str(tmp_path / "in"), "part-00000.parquet", str(tmp_path / "out"), 0, trained_json, EOS)
+    result = tokenize_part(task)
+    assert result["fast_path_unsupported"] is None
+    assert result["fallback_documents"] == 2
+    config = json.loads(trained_json)
+    config["normalizer"] = {"type": "NFC"}
+    other = tokenize_part(TokenizeTask(str(tmp_path / "in"), "part-00000.parquet", str(tmp_path / "out2"), 0, json.dumps(config), EOS))
+    assert other["fast_path_unsupported"] == "normalizer NFC"
+    assert other["fallback_documents"] == 0
