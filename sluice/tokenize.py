@@ -115,6 +115,8 @@ def fast_path_blocker(config: dict[str, Any]) -> str | None:
     post = (config.get("post_processor") or {}).get("type")
     if post not in FAST_POST_PROCESSORS:
         return f"post-processor {post}"
+    if any(WORD_SEPARATOR in token["content"] for token in config.get("added_tokens", [])):
+        return "an added token contains NUL (the separator of the words the fast path encodes together)"
     return None
 
 

@@ -149,6 +149,7 @@ UNSUPPORTED = {
     "dropout": lambda c: c["model"].update(dropout=0.5),
     "truncation": lambda c: c.update(truncation={"direction": "Right", "max_length": 4, "strategy": "LongestFirst", "stride": 0}),
     "post-processor": lambda c: c.update(post_processor={"type": "BertProcessing", "sep": [EOS, 0], "cls": [EOS, 0]}),
+    "NUL in an added token": lambda c: c["added_tokens"].append({**c["added_tokens"][0], "id": len(c["model"]["vocab"]), "content": "x\0y"}),
 }
 
 
