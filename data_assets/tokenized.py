@@ -111,6 +111,7 @@ def tokenized_shards(
         lengths = [length for r in results for length in r["lengths"]]
         histogram = np.histogram(lengths, bins=[0, 64, 256, 1024, 4096, 16384, 1 << 62])[0] if lengths else []
         text_bytes = sum(r["text_bytes"] for r in results)
+        unsupported = next((r["fast_path_unsupported"] for r in results if r["fast_path_unsupported"]), None)
         return MaterializeResult(
             metadata={
                 "dagster/row_count": manifest["documents"],
@@ -120,6 +121,9 @@ def tokenized_shards(
                 "bytes_per_token": text_bytes / manifest["tokens"] if manifest["tokens"] else 0.0,
                 "shards": len(manifest["shards"]),
                 "dtype": manifest["dtype"],
+                # the word-cache fast path of sluice.tokenize, or why this tokenizer does not allow it
+                "encoder": f"encode_batch_fast ({unsupported})" if unsupported else "word cache fast path",
+                "encoder_fallback_documents": sum(r["fallback_documents"] for r in results),
                 "tokenizer_sha256": manifest["tokenizer_sha256"],
                 "output_bytes": sum(entry["bytes"] for entry in manifest["files"]),
                 "token_length_histogram": markdown_table(

@@ -1,16 +1,36 @@
-"""Tokenizer training and tokenization of deduplicated documents into shards (`sluice.shards`).
+r"""Tokenizer training and tokenization of deduplicated documents into shards (`sluice.shards`).
 
 The tokenizer is a HF `tokenizers` byte-level BPE trained on chosen sources, or any `tokenizer.json`.
 Its SHA-256 (of the canonical JSON) goes into every shard manifest, and mixing refuses shards from
 another tokenizer.
+
+Fast path (`WordCachedEncoder`, used by `tokenize_part`), the way tiktoken gets its speed. With a byte-level
+BPE a document's ids are the concatenation of the BPE ids of its pre-tokens ("words"), and a word's ids depend
+on the word alone. Most of `Tokenizer.encode_batch` time goes into the pre-tokenizer (its Oniguruma regex and
+offset bookkeeping), not the BPE. So each text is split with the same regex in Python (the `regex` module,
+BYTE_LEVEL_PATTERN), the words are looked up in a per-process cache (word -> packed ids; at most
+WORD_CACHE_ENTRIES, emptied when over), and only the words not seen yet go, all at once, to the same BPE
+model inside `tokenizers` (joined by NUL into one text per WORDS_PER_CHUNK words, behind a pre-tokenizer that
+only splits at NUL and maps bytes; each token's word index splits the result back). The ids are identical to
+`tokenizer.encode(text, add_special_tokens=False).ids` (tests/sluice/test_tokenize_fast.py). It applies
+  - to a tokenizer with no normalizer, truncation or padding; a ByteLevel pre-tokenizer with use_regex
+    (add_prefix_space honoured); a BPE model without dropout; no post-processor, or ByteLevel or
+    TemplateProcessing (they add no ids without special tokens). Any other tokenizer.json is encoded with
+    `encode_batch_fast` as before; `fast_path_blocker` says why, and so does the `encoder` metadata;
+  - per document, except: an empty text; a text containing an added token's content (tokenizers splits those
+    out before pre-tokenizing) or a NUL; a text with a character that the two regex engines class differently
+    (\p{L}, \p{N} or \s: their Unicode versions differ, e.g. letters assigned in newer versions; each character is
+    checked against tokenizers' own engine the first time it is seen). Those take `encode_batch_fast`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -31,7 +51,7 @@ from sluice.shards import (
 )
 from sluice.storage import StoreSpec, local_temp_dir
 
-ENCODE_BATCH = 1024  # documents per encode_batch call: large enough for the tokenizer's thread pool
+ENCODE_BATCH = 1024  # documents per encode call: large enough for the tokenizer's thread pool
 
 
 def train_bpe(texts: Iterator[str], vocab_size: int, eos_token: str) -> Any:
@@ -61,6 +81,202 @@ def load_tokenizer(json_text: str):
     return Tokenizer.from_str(json_text)
 
 
+# tokenizers' ByteLevel pre-tokenizer regex (GPT-2's), as in tokenizers/src/pre_tokenizers/byte_level.rs.
+BYTE_LEVEL_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# The character classes that pattern depends on: the only place the two regex engines can disagree.
+CHARACTER_CLASSES = (r"\p{L}", r"\p{N}", r"\s")
+WORD_CACHE_ENTRIES = 1 << 18  # ~40 MB per process at most; Zipf's law makes the frequent words hit long before
+WORD_SEPARATOR = "\0"  # joins the cache misses into one text per chunk; documents containing it take the fallback
+WORDS_PER_CHUNK = 4096  # cache misses per text given to encode_batch: chunks spread over its thread pool
+FAST_POST_PROCESSORS = (None, "ByteLevel", "TemplateProcessing")
+
+
+def fast_path_blocker(config: dict[str, Any]) -> str | None:
+    """Why `WordCachedEncoder` cannot reproduce this tokenizer's ids exactly, or None when it can.
+
+    `config` is the tokenizer's own serialization (`json.loads(tokenizer.to_str())`), which names every field.
+    """
+    if config.get("truncation") is not None:
+        return "truncation is set"
+    if config.get("padding") is not None:
+        return "padding is set"
+    if config.get("normalizer") is not None:
+        return f"normalizer {config['normalizer'].get('type')}"
+    pre = config.get("pre_tokenizer") or {}
+    if pre.get("type") != "ByteLevel":
+        return f"pre-tokenizer {pre.get('type')} (only ByteLevel)"
+    if not pre.get("use_regex", False):
+        return "ByteLevel pre-tokenizer without use_regex"
+    model = config.get("model") or {}
+    if model.get("type") != "BPE":
+        return f"model {model.get('type')} (only BPE)"
+    if model.get("dropout") is not None:
+        return "BPE dropout (not deterministic per word)"
+    post = (config.get("post_processor") or {}).get("type")
+    if post not in FAST_POST_PROCESSORS:
+        return f"post-processor {post}"
+    if any(WORD_SEPARATOR in token["content"] for token in config.get("added_tokens", [])):
+        return "an added token contains NUL (the separator of the words the fast path encodes together)"
+    return None
+
+
+class WordCachedEncoder:
+    """Encodes texts to token ids exactly as `tokenizer.encode_batch_fast(texts, add_special_tokens=False)`.
+
+    Uses the word cache fast path (module docstring) when `fast_path_blocker` allows, else that call itself.
+    One per process (`cached_encoder`): the cache is what makes it fast.
+    """
+
+    def __init__(self, tokenizer_json: str) -> None:
+        import json
+
+        self.tokenizer = load_tokenizer(tokenizer_json)
+        self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        self.dtype = token_dtype(self.vocab_size)
+        config = json.loads(self.tokenizer.to_str())
+        self.unsupported = fast_path_blocker(config)
+        if self.unsupported is None:
+            try:
+                import regex
+            except ImportError:  # a declared dependency; without it the ids are still right, only slower
+                self.unsupported = "the regex module is not installed"
+        self.fallback_documents = 0  # documents that took encode_batch_fast although the tokenizer allows the fast path
+        self._lock = threading.Lock()  # one encode at a time: the cache is emptied at the start of a call
+        if self.unsupported is not None:
+            return
+        from tokenizers import Regex, pre_tokenizers
+
+        self._split_words = regex.compile(BYTE_LEVEL_PATTERN).findall
+        self._python_classes = [regex.compile(cls + "+") for cls in CHARACTER_CLASSES]
+        self._tokenizers_classes = [pre_tokenizers.Split(Regex(cls + "+"), behavior="removed", invert=True) for cls in CHARACTER_CLASSES]
+        self._add_prefix_space = bool(config["pre_tokenizer"]["add_prefix_space"])
+        # The same model (vocabulary, merges, options) behind a pre-tokenizer that only splits at the separator
+        # and maps bytes: each cache miss is one pre-token, BPE'd exactly as inside a document.
+        word_config = dict(config, truncation=None, padding=None, post_processor=None)
+        word_config["pre_tokenizer"] = {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"String": WORD_SEPARATOR}, "behavior": "Removed", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+            ],
+        }
+        self._word_tokenizer = load_tokenizer(json.dumps(word_config))
+        self._markers = [token["content"] for token in config.get("added_tokens", []) if token["content"]] + [WORD_SEPARATOR]
+        self._cache: dict[str, bytes] = {}
+        self._checked_characters: set[str] = set()
+        self._unsafe_characters: set[str] = set()
+
+    @property
+    def cached_words(self) -> int:
+        return len(self._cache) if self.unsupported is None else 0
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of each text (no special tokens added), in the shard dtype (read-only arrays)."""
+        return self.encode_counting(texts)[0]
+
+    def encode_counting(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
+        """`encode`, and how many of the texts took the `encode_batch_fast` fallback."""
+        if self.unsupported is not None:
+            return self._encode_whole(texts), 0
+        with self._lock:
+            out, fallbacks = self._encode_cached(texts)
+            self.fallback_documents += fallbacks
+        return out, fallbacks
+
+    def _encode_cached(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
+        if len(self._cache) > WORD_CACHE_ENTRIES:
+            self._cache.clear()
+        cache = self._cache
+        known = cache.__contains__
+        split_words = self._split_words
+        markers = self._markers
+        dtype = self.dtype
+        out: list[np.ndarray | None] = []
+        pending: list[tuple[int, list[str]]] = []  # texts with words not cached yet
+        fallback: list[int] = []
+        missing: dict[str, None] = {}  # insertion-ordered set
+        # Per text only C-level calls (findall, map, bytes.join, filterfalse): Python-level work per word
+        # would cost as much as the tokenizer itself.
+        for index, text in enumerate(texts):
+            if not text or any(marker in text for marker in markers):
+                fallback.append(index)
+                out.append(None)
+                continue
+            if self._add_prefix_space and not text.startswith(" "):
+                text = " " + text
+            text_words = split_words(text)
+            try:
+                out.append(np.frombuffer(b"".join(map(cache.get, text_words)), dtype=dtype))
+            except TypeError:  # a None among the parts: some word is not cached
+                missing.update(dict.fromkeys(filterfalse(known, text_words)))
+                pending.append((index, text_words))
+                out.append(None)
+        if missing:
+            unsafe_words = set(missing).difference(self._encode_words(list(missing)))
+            for index, text_words in pending:
+                if unsafe_words and not unsafe_words.isdisjoint(text_words):
+                    fallback.append(index)
+                else:
+                    out[index] = np.frombuffer(b"".join(map(cache.__getitem__, text_words)), dtype=dtype)
+        if fallback:
+            fallback.sort()
+            for index, ids in zip(fallback, self._encode_whole([texts[i] for i in fallback]), strict=True):
+                out[index] = ids
+        return out, len(fallback)  # type: ignore[return-value]
+
+    def _encode_whole(self, texts: list[str]) -> list[np.ndarray]:
+        # encode_batch_fast skips the character offsets, which shards do not need.
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        return [np.asarray(encoding.ids, dtype=self.dtype) for encoding in encodings]
+
+    def _encode_words(self, words: list[str]) -> dict[str, bytes]:
+        """Packed ids of each word whose characters both regex engines class alike; those words are cached."""
+        characters = set("".join(words)) - self._checked_characters
+        if characters:
+            self._unsafe_characters |= self._class_disagreements("".join(sorted(characters)))
+            self._checked_characters |= characters
+        if self._unsafe_characters:
+            words = [word for word in words if self._unsafe_characters.isdisjoint(word)]
+        chunks = [words[start : start + WORDS_PER_CHUNK] for start in range(0, len(words), WORDS_PER_CHUNK)]
+        # encode_batch (not _fast): the word index of every token is what splits a chunk back into words.
+        encodings = self._word_tokenizer.encode_batch([WORD_SEPARATOR.join(chunk) for chunk in chunks], add_special_tokens=False)
+        new: dict[str, bytes] = {}
+        itemsize = self.dtype.itemsize
+        for chunk, encoding in zip(chunks, encodings, strict=True):
+            word_ids = np.asarray(encoding.word_ids, dtype=np.int64)
+            if len(word_ids) and (word_ids.min() < 0 or word_ids.max() >= len(chunk)):
+                raise RuntimeError(f"word-level encoding gave word indexes outside 0..{len(chunk) - 1}")
+            ends = np.cumsum(np.bincount(word_ids, minlength=len(chunk))) * itemsize
+            packed = np.asarray(encoding.ids, dtype=self.dtype).tobytes()
+            start = 0
+            for word, end in zip(chunk, ends.tolist(), strict=True):
+                new[word] = packed[start:end]
+                start = end
+        self._cache.update(new)
+        return new
+
+    def _class_disagreements(self, characters: str) -> set[str]:
+        r"""The characters whose \p{L} / \p{N} / \s membership differs between `regex` and tokenizers' engine."""
+        unsafe: set[str] = set()
+        for python, native in zip(self._python_classes, self._tokenizers_classes, strict=True):
+            ours = {i for match in python.finditer(characters) for i in range(*match.span())}
+            theirs = {i for _, (start, end) in native.pre_tokenize_str(characters) for i in range(start, end)}
+            unsafe.update(characters[i] for i in ours ^ theirs)
+        return unsafe
+
+
+_ENCODER: dict[str, WordCachedEncoder] = {}
+
+
+def cached_encoder(tokenizer_json: str) -> WordCachedEncoder:
+    """This process's encoder for the tokenizer (only the latest one is kept, with its word cache)."""
+    key = tokenizer_sha256(tokenizer_json)
+    if key not in _ENCODER:
+        _ENCODER.clear()
+        _ENCODER[key] = WordCachedEncoder(tokenizer_json)
+    return _ENCODER[key]
+
+
 @dataclass(frozen=True)
 class TokenizeTask:
     input_url: str  # deduped partition folder
@@ -75,11 +291,12 @@ class TokenizeTask:
 
 def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     """Encode one deduplicated part into one or more shards `shard-PPPPP-SS` (bounded by max_shard_tokens)."""
-    tokenizer = load_tokenizer(task.tokenizer_json)
-    eos_id = tokenizer.token_to_id(task.eos_token)
+    encoder = cached_encoder(task.tokenizer_json)
+    eos_id = encoder.tokenizer.token_to_id(task.eos_token)
     if eos_id is None:
         raise ValueError(f"the tokenizer has no token {task.eos_token!r} (tokenizer.eos_token)")
-    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    vocab_size = encoder.vocab_size
+    fallback_documents = 0
     input_store = StoreSpec(task.input_url, task.s3).open()
     output_store = StoreSpec(task.output_url, task.s3).open()
     scratch = local_temp_dir()
@@ -116,15 +333,13 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
         parquet = pq.ParquetFile(path)
         has_language = "language" in parquet.schema_arrow.names
         columns = ["doc_id", "text", "language"] if has_language else ["doc_id", "text"]
-        dtype = token_dtype(vocab_size)
         for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=columns):
             texts = batch.column("text").to_pylist()
             ids = batch.column("doc_id").to_pylist()
             batch_languages = batch.column("language").to_pylist() if has_language else [None] * len(ids)
-            # encode_batch_fast skips the character offsets, which shards do not need.
-            encodings = tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-            for doc_id, language, encoding in zip(ids, batch_languages, encodings, strict=True):
-                tokens = np.asarray(encoding.ids, dtype=dtype)
+            encoded, fallbacks = encoder.encode_counting(texts)
+            fallback_documents += fallbacks
+            for doc_id, language, tokens in zip(ids, batch_languages, encoded, strict=True):
                 size = len(tokens) + 1  # EOS
                 if writer is not None and writer.tokens + size > task.max_shard_tokens and writer.documents:
                     finish(writer)
@@ -150,6 +365,9 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
         "vocab_size": vocab_size,
         "eos_id": eos_id,
         "dtype": dtype_name(vocab_size),
+        # None: the word cache fast path encoded the part; else why the tokenizer does not allow it
+        "fast_path_unsupported": encoder.unsupported,
+        "fallback_documents": fallback_documents,
     }
 
 

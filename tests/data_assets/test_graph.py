@@ -221,3 +221,43 @@ def test_training_loader_resource_yields_shifted_batches(local_run):
     every = Counter(tuple(data.sample(i)[0][:16].tolist()) + (int(data.sample(i)[0][-1]),) for i in range(len(data)))
     assert Counter(seen) <= every
     assert len(seen) >= len(data) - 2 * 4  # drop_last may drop < one batch per rank
+
+
+def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
+    """The word-cache fast path of sluice.tokenize on every cleaned document of the bundled sample gives
+    `tokenizer.encode(text).ids`, and every shard document is that of its deduplicated text plus EOS."""
+    import glob
+    import json
+    from pathlib import Path
+
+    import numpy as np
+    import polars as pl
+
+    from sluice.shards import ShardView
+    from sluice.tokenize import WordCachedEncoder, load_tokenizer
+
+    folder, report, _ = local_run
+    data = folder / "data"
+    tokenizer_json = (data / "tokenizer" / "tokenizer.json").read_text()
+    tokenizer = load_tokenizer(tokenizer_json)
+    encoder = WordCachedEncoder(tokenizer_json)
+    assert encoder.unsupported is None
+    cleaned = pl.concat([pl.read_parquet(path, columns=["doc_id", "text"]) for path in sorted(glob.glob(str(data / "cleaned_documents/*/*/part-*.parquet")))])
+    texts = cleaned["text"].to_list()
+    assert len(texts) > 50
+    for ids, text in zip(encoder.encode(texts), texts, strict=True):
+        assert ids.tolist() == tokenizer.encode(text, add_special_tokens=False).ids
+    by_id = dict(zip(cleaned["doc_id"].to_list(), texts, strict=True))
+    checked = 0
+    for manifest_path in sorted(glob.glob(str(data / "tokenized_shards/*/*/_manifest.json"))):
+        manifest = json.loads(Path(manifest_path).read_text())
+        shard_folder = manifest_path.rsplit("/", 1)[0]
+        for shard in manifest["shards"]:
+            view = ShardView.open(f"{shard_folder}/{shard['name']}.bin", f"{shard_folder}/{shard['name']}.idx", manifest["dtype"])
+            doc_ids = pl.read_parquet(f"{shard_folder}/{shard['name']}.docs.parquet")["doc_id"].to_list()
+            for index, doc_id in enumerate(doc_ids):
+                expected = tokenizer.encode(by_id[doc_id], add_special_tokens=False).ids + [manifest["eos_id"]]
+                assert np.asarray(view.doc(index)).tolist() == expected
+                checked += 1
+    assert checked == sum(meta["tokenized_shards"]["documents"] for meta in report["partitions"].values())
+    assert {meta["tokenized_shards"]["encoder"] for meta in report["partitions"].values()} == {"word cache fast path"}
