@@ -36,11 +36,15 @@ Python dict of documents). Node ids are `partition ordinal << 40 | doc`, so a co
 first document in the global order: the keeper. `cluster_id` is the keeper's doc_id, `cluster_size` the
 component's size (P's documents plus the earlier keepers they reach).
 
-**Verification** (`dedup.verify_min_jaccard`, off by default as in datatrove): candidate pairs (all
-pairs of a bucket with at most MAX_VERIFIED_BUCKET members, else each member with the bucket's first)
-are linked only if the Jaccard similarity of their shingle-hash sets, computed from the texts, reaches
-the bound. An earlier document enters as its cluster's keeper, so a new document is compared with the
-kept document. Only the candidates' cleaned part files are read.
+**Verification** (`dedup.verify_min_jaccard`, 0.8 by default; the false-positive check of NeMo
+Curator's fuzzy dedup; `null` turns it off for datatrove's rule, a shared bucket is enough): candidate
+pairs (all pairs of a bucket with at most MAX_VERIFIED_BUCKET members, else each member with the
+bucket's first) are linked only if the Jaccard similarity of their shingle-hash sets, computed from the
+texts, reaches the bound. LSH alone links many pairs below the bound (on benchmarks/dedup_quality.py
+pair precision at J >= 0.8 is 0.53 without, 1.0 with it, at the same recall). An earlier document
+enters as its cluster's keeper, so a new document is compared with the kept document. Only the
+candidates' cleaned part files are read; each candidate document is shingled once and all pairs are
+compared in one vectorized pass (`pair_jaccard`).
 """
 
 from __future__ import annotations
@@ -322,7 +326,7 @@ def _verified_edges(
     small = group_min.filter(pl.col("members") <= MAX_VERIFIED_BUCKET).select("band", "hash")
     in_small = members.join(small, on=["band", "hash"], how="semi")
     all_pairs = in_small.join(in_small, on=["band", "hash"], suffix="_b").select(u="node", v="node_b")
-    star = members.join(group_min.filter(pl.col("members") > MAX_VERIFIED_BUCKET), on=["band", "hash"]).select(u="node", v="first")
+    star = members.join(group_min.filter(pl.col("members") > MAX_VERIFIED_BUCKET), on=["band", "hash"]).select(u="first", v="node")
     current_floor = current_ordinal * PARTITION_UNIT
     pairs = (
         pl.concat([all_pairs, star])
@@ -355,44 +359,99 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return common / (len(a) + len(b) - common)
 
 
+# Shingles looked up per block of pairs in `pair_jaccard` (bounds its temporary arrays to ~100 MB).
+_JACCARD_BLOCK = 1 << 22
+
+
+@dataclass(frozen=True)
+class ShingleSets:
+    """The shingle-hash sets of many documents as one sorted array of `document << 32 | hash` keys."""
+
+    keys: np.ndarray  # uint64, sorted: document index, then hash
+    offsets: np.ndarray  # int64, len(documents) + 1: document i's keys are keys[offsets[i]:offsets[i + 1]]
+
+    @classmethod
+    def of(cls, texts: list[str], settings: DedupSettings) -> ShingleSets:
+        hashes, counts = MinHasher.from_settings(settings).shingle_hashes(texts)
+        documents = np.repeat(np.arange(len(texts), dtype=np.uint64), counts)
+        keys = np.unique((documents << np.uint64(32)) | hashes.astype(np.uint64))  # sorts and drops repeats
+        offsets = np.searchsorted(keys >> np.uint64(32), np.arange(len(texts) + 1, dtype=np.uint64)).astype(np.int64)
+        return cls(keys, offsets)
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def pair_jaccard(sets: ShingleSets, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Jaccard similarity of the shingle sets of documents a[i] and b[i], for all pairs at once.
+
+    Every shingle of the smaller set of a pair is looked up in the other document's keys with one
+    `searchsorted` over all pairs (blockwise): O(sum of the smaller sets x log), no Python per pair,
+    each document shingled once whatever the number of pairs it is in."""
+    sizes = sets.sizes()
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    swap = sizes[a] > sizes[b]
+    small, large = np.where(swap, b, a), np.where(swap, a, b)
+    common = np.zeros(len(a), dtype=np.int64)
+    lengths = sizes[small]
+    ends = np.cumsum(lengths)
+    start = 0
+    while start < len(a):
+        stop = max(start + 1, int(np.searchsorted(ends, ends[start] - lengths[start] + _JACCARD_BLOCK, side="right")))
+        block_lengths = lengths[start:stop]
+        total = int(block_lengths.sum())
+        if total:
+            pair = np.repeat(np.arange(start, stop), block_lengths)
+            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(block_lengths) - block_lengths, block_lengths)
+            hashes = sets.keys[sets.offsets[small[pair]] + within] & np.uint64(0xFFFFFFFF)
+            query = (large[pair].astype(np.uint64) << np.uint64(32)) | hashes
+            found = sets.keys[np.minimum(np.searchsorted(sets.keys, query), len(sets.keys) - 1)] == query
+            common[start:stop] = np.bincount(pair - start, weights=found, minlength=stop - start).astype(np.int64)
+        start = stop
+    union = sizes[a] + sizes[b] - common
+    return np.where(union > 0, common / np.maximum(union, 1), 1.0)
+
+
+def read_texts(store: Store, documents: pl.DataFrame) -> list[str]:
+    """Texts of (partition, doc) rows from the cleaned partitions, in the rows' order; reads only the part
+    files that hold them, one at a time."""
+    located = documents.with_row_index("position").with_columns(part=pl.col("doc") // (1 << ROW_BITS), row=pl.col("doc") % (1 << ROW_BITS))
+    texts: list[str | None] = [None] * documents.height
+    for (partition, part), group in located.group_by(["partition", "part"], maintain_order=True):
+        source, snapshot = partition.split("/", 1)
+        prefix = partition_prefix(CLEANED, PartitionRef(source, snapshot))
+        manifest = read_manifest(store, prefix)
+        if manifest is None:
+            raise FileNotFoundError(f"{store.uri(prefix)} has no manifest: its texts are needed to verify near duplicates")
+        column = read_parquet_file(store, f"{prefix}/{manifest['files'][part]['key']}", columns=["text"]).column("text")
+        for position, text in zip(group["position"].to_list(), column.take(group["row"].to_arrow()).to_pylist(), strict=True):
+            texts[position] = text
+    return texts  # type: ignore[return-value]
+
+
 class ExactJaccardFilter:
     """Links a candidate pair only if the Jaccard similarity of the two documents' shingle sets (32-bit
-    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. Texts of the pair's documents
-    are read from the cleaned partitions (only the candidates' part files)."""
+    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. Texts of the pairs' documents
+    are read from the cleaned partitions (only the candidates' part files), each document is shingled
+    once, and all pairs are compared at once (`pair_jaccard`)."""
 
     def __init__(self, store: Store, settings: DedupSettings, min_jaccard: float) -> None:
         self.store = store
         self.settings = settings
         self.min_jaccard = min_jaccard
 
-    def _texts(self, wanted: pl.DataFrame) -> dict[tuple[str, int], str]:
-        found: dict[tuple[str, int], str] = {}  # candidates only
-        wanted = wanted.with_columns(part=pl.col("doc") // (1 << ROW_BITS), row=pl.col("doc") % (1 << ROW_BITS))
-        for (partition, part), group in wanted.group_by(["partition", "part"], maintain_order=True):
-            source, snapshot = partition.split("/", 1)
-            prefix = partition_prefix(CLEANED, PartitionRef(source, snapshot))
-            manifest = read_manifest(self.store, prefix)
-            if manifest is None:
-                raise FileNotFoundError(f"{self.store.uri(prefix)} has no manifest: its texts are needed to verify near duplicates")
-            texts = read_parquet_file(self.store, f"{prefix}/{manifest['files'][part]['key']}", columns=["text"]).column("text")
-            for doc, row in zip(group["doc"].to_list(), group["row"].to_list(), strict=True):
-                found[(partition, doc)] = texts[row].as_py()
-        return found
-
     def __call__(self, pairs: pl.DataFrame) -> np.ndarray:
-        wanted = pl.concat(
-            [pairs.select(partition="u_partition", doc="u_doc"), pairs.select(partition="v_partition", doc="v_doc")]
-        ).unique().sort("partition", "doc")
-        texts = self._texts(wanted)
-        keys = list(texts)
-        sets = dict(zip(keys, shingle_sets([texts[k] for k in keys], self.settings), strict=True))
-        return np.array(
-            [
-                jaccard(sets[(up, ud)], sets[(vp, vd)]) >= self.min_jaccard
-                for up, ud, vp, vd in pairs.iter_rows()
-            ],
-            dtype=bool,
+        wanted = (
+            pl.concat([pairs.select(partition="u_partition", doc="u_doc"), pairs.select(partition="v_partition", doc="v_doc")])
+            .unique()
+            .sort("partition", "doc")
+            .with_row_index("index")
         )
+        sets = ShingleSets.of(read_texts(self.store, wanted.select("partition", "doc")), self.settings)
+        located = pairs.with_row_index("pair").join(
+            wanted.rename({"partition": "u_partition", "doc": "u_doc", "index": "a"}), on=["u_partition", "u_doc"]
+        ).join(wanted.rename({"partition": "v_partition", "doc": "v_doc", "index": "b"}), on=["v_partition", "v_doc"]).sort("pair")
+        return pair_jaccard(sets, located["a"].to_numpy(), located["b"].to_numpy()) >= self.min_jaccard
 
 
 # --- one partition ----------------------------------------------------------------------------
