@@ -202,7 +202,7 @@ def test_ray_backend_gives_identical_outputs(local_run, tmp_path_factory, monkey
     import sluice.dedup
 
     # Match earlier partitions' band indexes in Ray tasks too (the sample's are below the inline threshold).
-    monkeypatch.setattr(sluice.dedup, "INLINE_MATCH_BELOW_BYTES", 0)
+    monkeypatch.setattr(sluice.dedup, "INLINE_BELOW_BYTES", 0)
     folder, _, _ = local_run
     try:
         other, report, _ = run_graph(tmp_path_factory, "ray", compute={"backend": "ray", "max_workers": 2})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -299,19 +300,46 @@ def test_pair_jaccard_equals_brute_force(monkeypatch):
     assert 0.8 < near[0] < 1.0
 
 
-def test_process_pool_gives_byte_identical_outputs(planted, monkeypatch):
-    from sluice.compute import LocalPoolExecutor
+class RecordingPool:
+    """A process pool that records which stage functions it ran, with how many tasks."""
+
+    backend = "local"
+
+    def __init__(self, workers: int) -> None:
+        from sluice.compute import LocalPoolExecutor
+
+        self.pool = LocalPoolExecutor(workers)
+        self.stages: list[tuple[str, int]] = []
+
+    def map(self, fn, tasks):
+        self.stages.append((fn.__name__, len(tasks)))
+        return self.pool.map(fn, tasks)
+
+
+@pytest.mark.parametrize("verify", [0.8, None])
+def test_process_pool_gives_byte_identical_outputs(planted, monkeypatch, verify):
     from tests.conftest import tree_digest
 
-    run_incremental(planted)
+    settings = DedupSettings(verify_min_jaccard=verify)
+    run_incremental(planted, settings)
     inline = tree_digest(planted.uri("deduped_documents"))
-    monkeypatch.setattr(dedup, "INLINE_MATCH_BELOW_BYTES", 0)  # index matching in worker processes too
     last = ORDER[3]  # two cleaned parts (two signature tasks), three earlier indexes (three match tasks)
     prefix = partition_prefix("deduped_documents", last)
-    result = dedup.deduplicate_partition(planted, last, prefix, executor=LocalPoolExecutor(2))
+    # The sample is below the inline threshold: only signing runs in the pool, the rest in this process.
+    small = RecordingPool(2)
+    dedup.deduplicate_partition(planted, last, prefix, settings=settings, executor=small)
+    assert small.stages == [("signature_part", 2)]
+    # Above it: matching, edges per band and verification in worker processes.
+    monkeypatch.setattr(dedup, "INLINE_BELOW_BYTES", 0)
+    pool = RecordingPool(2)
+    result = dedup.deduplicate_partition(planted, last, prefix, settings=settings, executor=pool)
+    expected = [("signature_part", 2), ("match_earlier", 3), ("band_edges", settings.bands)] + ([("verify_pairs", 1)] if verify else [])
+    assert pool.stages == expected
     write_manifest(planted, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
     assert tree_digest(planted.uri("deduped_documents")) == inline
     assert any(name.endswith("bands-00001.parquet") for name in inline)
+    assert not any(dedup.MATCHES_FOLDER in name for name in inline)  # the matched rows are deleted
+    assert not (Path(planted.uri(prefix)) / dedup.MATCHES_FOLDER).exists()
 
 
 def test_fuzzy_off_is_exact_only(planted):
