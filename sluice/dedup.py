@@ -23,10 +23,11 @@ this on the sample with planted near duplicates.
   (band, hash, doc); documents without any word have no rows (they never match).
 - `clusters.parquet`: `doc int64, doc_id string, keeper_partition string, keeper_doc int64, keeper_id
   string`: for each indexed document the kept document of its cluster (itself when kept).
-Deduplicating P reads only these files of earlier partitions (each partition's in its own executor task, a
-semi-join on P's (band, hash) keys), never their texts (except the candidates' when verifying). An earlier partition whose index is missing or
-was built with other MinHash settings is re-signed from its cleaned texts in the task (its documents then
-count as their own keepers) and named in `recomputed_band_indexes`.
+Deduplicating P reads only these files of earlier partitions (each partition's in its own executor
+task, a semi-join on P's (band, hash) keys), never their texts (except candidates' when verifying). An
+earlier partition whose index is missing or was built with other MinHash settings is re-signed from its
+cleaned texts in the task (its documents then count as their own keepers) and named in
+`recomputed_band_indexes`.
 
 **Clustering** runs on Polars frames: P's band rows plus the matched earlier rows, each earlier
 document replaced by its cluster's keeper (a kept document, so `duplicate_of` always names a document
@@ -42,8 +43,9 @@ before use, so outputs are byte-identical whatever the engine, worker count or t
 2. matching: one task per earlier partition; it writes its matched rows, sorted by band, to
    `_matches/earlier-NNNNN.parquet` under P's output folder (atomically; deleted once P is clustered);
 3. candidate edges: one task per band (`band_edges`): (band, hash) groups of different bands are
-   independent, so a task reads only its band's row groups of P's band files and of the matched rows,
-   and returns that band's edges (or, when verifying, candidate pairs), which are far fewer than rows;
+   independent, so a task reads only its band's rows of P's band files and of the matched rows (both
+   sorted by band: row groups of other bands are skipped), and returns that band's edges (or, when
+   verifying, candidate pairs), far fewer than the rows;
 4. verification: candidate pairs, de-duplicated across bands, in tasks of VERIFY_PAIRS_PER_TASK pairs
    (`verify_pairs`: each reads the texts of its pairs' documents);
 5. connected components over the union of the edges, in the driver process (edges and the keeper ids
