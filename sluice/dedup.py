@@ -50,8 +50,9 @@ before use, so outputs are byte-identical whatever the engine, worker count or t
    (`verify_pairs`: each reads the texts of its pairs' documents);
 5. connected components over the union of the edges, in the driver process (edges and the keeper ids
    of the earlier nodes they touch; plus P's document ids, which the driver holds anyway).
-Steps 2-4 run in the driver process itself (one task for all bands) when their input is smaller than
-INLINE_BELOW_BYTES: starting worker processes would cost more than the work.
+When the earlier band indexes plus P's band rows are smaller than INLINE_BELOW_BYTES, steps 2-5 run in
+the driver process instead, in memory (`cluster_partition`: the same functions, no matched-row files):
+starting worker processes, or a file per earlier partition, would cost more than the work.
 
 **Verification** (`dedup.verify_min_jaccard`, 0.8 by default; the false-positive check of NeMo
 Curator's fuzzy dedup; `null` turns it off for datatrove's rule, a shared bucket is enough): candidate
@@ -98,9 +99,9 @@ ROW_BITS = 24  # doc = part << ROW_BITS | row
 PARTITION_SHIFT = 40  # node = partition ordinal << PARTITION_SHIFT | doc
 PARTITION_UNIT = 1 << PARTITION_SHIFT
 MAX_COMPONENT_ITERATIONS = 64
-# Earlier band indexes (for matching), and this partition's band rows plus the matched rows (for edges
-# and verification), smaller than this in total are processed in the driver process, not in executor
-# tasks: starting worker processes costs more than the work.
+# Earlier band indexes plus this partition's band rows smaller than this in total are matched and
+# clustered in the driver process, in memory, not in executor tasks: starting worker processes (and
+# writing the matched rows to files) costs more than the work.
 INLINE_BELOW_BYTES = 32 << 20
 
 REMOVED_SCHEMA = pa.schema(
@@ -483,8 +484,10 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return common / (len(a) + len(b) - common)
 
 
-# Shingles looked up per block of pairs in `pair_jaccard` (bounds its temporary arrays to ~100 MB).
-_JACCARD_BLOCK = 1 << 22
+# Shingles looked up per block of pairs in `pair_jaccard` (bounds its temporary arrays to ~25 MB).
+_JACCARD_BLOCK = 1 << 19
+# Characters of candidate texts shingled at once when verifying (the tokenizer's arrays grow with it).
+_SHINGLE_BATCH_CHARS = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -496,10 +499,20 @@ class ShingleSets:
 
     @classmethod
     def of(cls, texts: list[str], settings: DedupSettings) -> ShingleSets:
-        hashes, counts = MinHasher.from_settings(settings).shingle_hashes(texts)
-        documents = np.repeat(np.arange(len(texts), dtype=np.uint64), counts)
-        keys = np.sort((documents << np.uint64(32)) | hashes.astype(np.uint64))
-        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys  # repeats dropped
+        hasher = MinHasher.from_settings(settings)
+        blocks: list[np.ndarray] = [np.empty(0, np.uint64)]
+        start = 0
+        while start < len(texts):  # batches of ~_SHINGLE_BATCH_CHARS: the tokenizer's arrays stay bounded
+            stop, chars = start + 1, len(texts[start])
+            while stop < len(texts) and chars + len(texts[stop]) <= _SHINGLE_BATCH_CHARS:
+                chars += len(texts[stop])
+                stop += 1
+            hashes, counts = hasher.shingle_hashes(texts[start:stop])
+            documents = np.repeat(np.arange(start, stop, dtype=np.uint64), counts)
+            keys = np.sort((documents << np.uint64(32)) | hashes.astype(np.uint64))
+            blocks.append(keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys)  # repeats dropped
+            start = stop
+        keys = np.concatenate(blocks)  # sorted: the batches hold increasing documents
         offsets = np.searchsorted(keys >> np.uint64(32), np.arange(len(texts) + 1, dtype=np.uint64)).astype(np.int64)
         return cls(keys, offsets)
 
@@ -651,19 +664,18 @@ def _cluster_with_tasks(
     """`cluster_partition` over storage: edges per band and verification in executor tasks, connected
     components over the union of the edges in this (the driver) process."""
     verify = settings.verify_min_jaccard
-    # In this process one pass over all bands; in worker tasks one band each (the result is the same).
-    band_groups = [tuple(range(settings.bands))] if executor.backend == "inline" else [(band,) for band in range(settings.bands)]
     output_url = store.uri(output_prefix)
-    results = executor.map(band_edges, [EdgeTask(output_url, band_keys, match_keys, bands, tuple(partitions), verify is not None, s3) for bands in band_groups])
+    tasks = [EdgeTask(output_url, band_keys, match_keys, (band,), tuple(partitions), verify is not None, s3) for band in range(settings.bands)]
+    results = executor.map(band_edges, tasks)
     edges = pl.concat([pl.from_arrow(r["edges"]) for r in results]).cast(EDGE_SCHEMA).unique().sort("u", "v")
     keeper_ids = pl.concat([pl.from_arrow(r["keeper_ids"]) for r in results]).cast(KEEPER_ID_SCHEMA).unique().sort("node")
     if verify is not None and edges.height:
         located = locate_pairs(edges, partitions).to_arrow()
-        tasks = [
+        chunks = [
             VerifyTask(store.uri(), located.slice(start, VERIFY_PAIRS_PER_TASK), settings, verify, s3)
             for start in range(0, located.num_rows, VERIFY_PAIRS_PER_TASK)
         ]
-        edges = edges.filter(pl.Series(np.concatenate(executor.map(verify_pairs, tasks)), dtype=pl.Boolean))
+        edges = edges.filter(pl.Series(np.concatenate(executor.map(verify_pairs, chunks)), dtype=pl.Boolean))
     # Every indexed document has a row in every band: band 0's documents are the indexed ones.
     indexed = pl.concat(
         [pl.from_arrow(_read_bands(store, f"{output_prefix}/{key}", (0,)).select(["doc"])) for key in band_keys]
@@ -731,21 +743,26 @@ def deduplicate_partition(
                     match_key=f"{MATCHES_FOLDER}/earlier-{len(match_tasks):05d}.parquet",
                 )
             )
-        # Matching a small index costs less than starting worker processes: such runs stay in this process.
-        index_bytes = sum(_index_bytes(store, other) for other in earlier)
-        match_executor = executor if index_bytes >= INLINE_BELOW_BYTES else Executor()
-        try:
-            matched = match_executor.map(match_earlier, match_tasks)
-            match_keys = [entry["key"] for entry in matched if entry["key"]]
-            band_bytes = sum(entry["bytes"] for entry in band_entries) + sum(entry["bytes"] for entry in matched)
-            cluster_executor = executor if band_bytes >= INLINE_BELOW_BYTES else Executor()
-            partitions = keeper_order([key for entry in matched for key in entry["keeper_partitions"]], ref)
-            labels = _cluster_with_tasks(
-                store, ref, output_prefix, band_keys, tuple(match_keys), doc_ids, partitions, settings, s3, cluster_executor
+        input_bytes = sum(_index_bytes(store, other) for other in earlier) + sum(entry["bytes"] for entry in band_entries)
+        if input_bytes < INLINE_BELOW_BYTES:
+            # Small: cheaper than starting worker processes; the same steps in memory (no matched-row files).
+            matches = [frame for frame in map(matched_rows, match_tasks) if frame.height]
+            current_bands = pl.concat(
+                [pl.from_arrow(read_parquet_file(store, f"{output_prefix}/{key}")) for key in band_keys]
+                or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})]
             )
-        finally:  # the matched rows are only needed while clustering (also written by failed runs' tasks)
-            store.delete([f"{output_prefix}/{task.match_key}" for task in match_tasks])
-            _remove_empty_folder(store, f"{output_prefix}/{MATCHES_FOLDER}")
+            verify = settings.verify_min_jaccard
+            pair_filter = None if verify is None else ExactJaccardFilter(store, settings, verify)
+            labels = cluster_partition(ref, current_bands, doc_ids, pl.concat(matches or [pl.DataFrame(schema=MATCH_SCHEMA)]), pair_filter)
+        else:
+            try:
+                matched = executor.map(match_earlier, match_tasks)
+                match_keys = tuple(entry["key"] for entry in matched if entry["key"])
+                partitions = keeper_order([key for entry in matched for key in entry["keeper_partitions"]], ref)
+                labels = _cluster_with_tasks(store, ref, output_prefix, band_keys, match_keys, doc_ids, partitions, settings, s3, executor)
+            finally:  # the matched rows are only needed while clustering (also written by failed runs' tasks)
+                store.delete([f"{output_prefix}/{task.match_key}" for task in match_tasks])
+                _remove_empty_folder(store, f"{output_prefix}/{MATCHES_FOLDER}")
         clusters = labels.join(doc_ids, on="doc").select("doc", "doc_id", "keeper_partition", "keeper_doc", "keeper_id").sort("doc")
         clusters_entry = write_parquet(store, f"{output_prefix}/{CLUSTERS_FILE}", clusters.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=1 << 16)
         side_files.extend([*band_entries, clusters_entry])

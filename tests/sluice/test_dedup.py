@@ -296,6 +296,9 @@ def test_pair_jaccard_equals_brute_force(monkeypatch):
     assert np.allclose(dedup.pair_jaccard(sets, b, a), expected)  # either side may be the smaller set
     monkeypatch.setattr(dedup, "_JACCARD_BLOCK", 100)  # many blocks, pairs split at block ends
     assert np.allclose(dedup.pair_jaccard(sets, a, b), expected)
+    monkeypatch.setattr(dedup, "_SHINGLE_BATCH_CHARS", 3000)  # texts shingled in several batches
+    batched = dedup.ShingleSets.of(texts, DedupSettings())
+    assert np.array_equal(batched.keys, sets.keys) and np.array_equal(batched.offsets, sets.offsets)
     near = expected[(a == 0) & (b == 12)]  # texts[0] and its edited copy: a near duplicate, not an exact one
     assert 0.8 < near[0] < 1.0
 
