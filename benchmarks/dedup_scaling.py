@@ -10,7 +10,12 @@ earlier partitions' hashes and band indexes), single process. Each scale runs in
 
 Goals (issue 4): time ~linear in the input; peak memory flat (<= 1.2x from 1x to 16x).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/dedup_scaling.py [--base 480 --partition-docs 120]
+`--verify-min-jaccard` (default: the config default, 0.8; `null`: LSH only, datatrove's rule). With
+verification, copies whose Jaccard to every kept document is below the bound are kept (two copies
+edited independently at 2 % are at J ~0.7 to each other), so the kept near-copies of a page pile up
+with the scale and every new copy is an LSH candidate of more of them, in more earlier partitions.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/dedup_scaling.py [--base 480 --partition-docs 120 --verify-min-jaccard null]
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ def generate(folder: str, scale: int, base: int, partition_docs: int) -> None:
         write_manifest(store, prefix, {"asset": "cleaned_documents", "files": [entry]})
 
 
-def run(folder: str) -> dict:
+def run(folder: str, verify: float | None) -> dict:
+    from sluice.config import DedupSettings
     from sluice.dedup import deduplicate_partition
     from sluice.layout import list_partitions, partition_prefix, write_manifest
     from sluice.storage import open_store
@@ -78,7 +84,7 @@ def run(folder: str) -> dict:
     for ref in refs:
         started = time.process_time()
         prefix = partition_prefix("deduped_documents", ref)
-        result = deduplicate_partition(store, ref, prefix)
+        result = deduplicate_partition(store, ref, prefix, settings=DedupSettings(verify_min_jaccard=verify))
         write_manifest(store, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
         documents += result.documents_in
         removed_exact += result.removed_exact
@@ -96,27 +102,37 @@ def run(folder: str) -> dict:
     }
 
 
+def verify_setting(value: str) -> float | None:
+    from sluice.config import DedupSettings
+
+    return DedupSettings().verify_min_jaccard if value == "default" else None if value == "null" else float(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=int, default=480)
     parser.add_argument("--partition-docs", type=int, default=120)
     parser.add_argument("--generate", nargs=2, metavar=("FOLDER", "SCALE"), help=argparse.SUPPRESS)
     parser.add_argument("--run", metavar="FOLDER", help=argparse.SUPPRESS)
+    parser.add_argument("--verify-min-jaccard", default="default", help="dedup.verify_min_jaccard: a number, null, or default (the config's)")
     args = parser.parse_args()
     if args.generate:
         generate(args.generate[0], int(args.generate[1]), args.base, args.partition_docs)
         return
     if args.run:
-        print(json.dumps(run(args.run)))
+        print(json.dumps(run(args.run, verify_setting(args.verify_min_jaccard))))
         return
 
     results = {}
     env_python = sys.executable
+    print(f"dedup.verify_min_jaccard = {verify_setting(args.verify_min_jaccard)}")
     for scale in SCALES:
         with tempfile.TemporaryDirectory(prefix="sluice-dedup-scale-") as folder:
             common = ["--base", str(args.base), "--partition-docs", str(args.partition_docs)]
             subprocess.run([env_python, __file__, *common, "--generate", folder, str(scale)], check=True)
-            out = subprocess.run([env_python, __file__, "--run", folder], check=True, capture_output=True, text=True)
+            out = subprocess.run(
+                [env_python, __file__, "--run", folder, "--verify-min-jaccard", args.verify_min_jaccard], check=True, capture_output=True, text=True
+            )
             results[scale] = json.loads(out.stdout.strip().splitlines()[-1])
         r = results[scale]
         print(

@@ -23,10 +23,11 @@ this on the sample with planted near duplicates.
   (band, hash, doc); documents without any word have no rows (they never match).
 - `clusters.parquet`: `doc int64, doc_id string, keeper_partition string, keeper_doc int64, keeper_id
   string`: for each indexed document the kept document of its cluster (itself when kept).
-Deduplicating P reads only these files of earlier partitions (each file in its own executor task, a
-semi-join on P's (band, hash) keys), never their texts. An earlier partition whose index is missing or
-was built with other MinHash settings is re-signed from its cleaned texts in the task (its documents then
-count as their own keepers) and named in `recomputed_band_indexes`.
+Deduplicating P reads only these files of earlier partitions (each partition's in its own executor
+task, a semi-join on P's (band, hash) keys), never their texts (except candidates' when verifying). An
+earlier partition whose index is missing or was built with other MinHash settings is re-signed from its
+cleaned texts in the task (its documents then count as their own keepers) and named in
+`recomputed_band_indexes`.
 
 **Clustering** runs on Polars frames: P's band rows plus the matched earlier rows, each earlier
 document replaced by its cluster's keeper (a kept document, so `duplicate_of` always names a document
@@ -36,15 +37,38 @@ Python dict of documents). Node ids are `partition ordinal << 40 | doc`, so a co
 first document in the global order: the keeper. `cluster_id` is the keeper's doc_id, `cluster_size` the
 component's size (P's documents plus the earlier keepers they reach).
 
-**Verification** (`dedup.verify_min_jaccard`, off by default as in datatrove): candidate pairs (all
-pairs of a bucket with at most MAX_VERIFIED_BUCKET members, else each member with the bucket's first)
-are linked only if the Jaccard similarity of their shingle-hash sets, computed from the texts, reaches
-the bound. An earlier document enters as its cluster's keeper, so a new document is compared with the
-kept document. Only the candidates' cleaned part files are read.
+**Where it runs** (the compute executor: local process pool or Ray; all results are unions sorted
+before use, so outputs are byte-identical whatever the engine, worker count or task split):
+1. signing: one task per cleaned part of P (writes `bands-NNNNN.parquet`);
+2. matching: one task per earlier partition; it writes its matched rows, sorted by band, to
+   `_matches/earlier-NNNNN.parquet` under P's output folder (atomically; deleted once P is clustered);
+3. candidate edges: one task per band (`band_edges`): (band, hash) groups of different bands are
+   independent, so a task reads only its band's rows of P's band files and of the matched rows (both
+   sorted by band: row groups of other bands are skipped), and returns that band's edges (or, when
+   verifying, candidate pairs), far fewer than the rows;
+4. verification: candidate pairs, de-duplicated across bands, in tasks of VERIFY_PAIRS_PER_TASK pairs
+   (`verify_pairs`: each reads the texts of its pairs' documents);
+5. connected components over the union of the edges, in the driver process (edges and the keeper ids
+   of the earlier nodes they touch; plus P's document ids, which the driver holds anyway).
+When the earlier band indexes plus P's band rows are smaller than INLINE_BELOW_BYTES, steps 2-5 run in
+the driver process instead, in memory (`cluster_partition`: the same functions, no matched-row files):
+starting worker processes, or a file per earlier partition, would cost more than the work.
+
+**Verification** (`dedup.verify_min_jaccard`, 0.8 by default; the false-positive check of NeMo
+Curator's fuzzy dedup; `null` turns it off for datatrove's rule, a shared bucket is enough): candidate
+pairs (all pairs of a bucket with at most MAX_VERIFIED_BUCKET members, else each member with the
+bucket's first) are linked only if the Jaccard similarity of their shingle-hash sets, computed from the
+texts, reaches the bound. LSH alone links many pairs below the bound (on benchmarks/dedup_quality.py
+pair precision at J >= 0.8 is 0.53 without, 1.0 with it, at the same recall). An earlier document
+enters as its cluster's keeper, so a new document is compared with the kept document. Only the
+candidates' cleaned part files are read; each candidate document is shingled once and all pairs are
+compared in one vectorized pass (`pair_jaccard`).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +78,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
@@ -66,7 +91,7 @@ from sluice.layout import (
     write_parquet,
 )
 from sluice.minhash import MAX_HASH32, MinHasher
-from sluice.storage import Store, StoreSpec
+from sluice.storage import Store, StoreSpec, local_temp_dir
 
 CLEANED = "cleaned_documents"
 DEDUPED = "deduped_documents"
@@ -74,8 +99,10 @@ ROW_BITS = 24  # doc = part << ROW_BITS | row
 PARTITION_SHIFT = 40  # node = partition ordinal << PARTITION_SHIFT | doc
 PARTITION_UNIT = 1 << PARTITION_SHIFT
 MAX_COMPONENT_ITERATIONS = 64
-# Earlier band indexes smaller than this in total are matched in the driver process, not in executor tasks.
-INLINE_MATCH_BELOW_BYTES = 32 << 20
+# Earlier band indexes plus this partition's band rows smaller than this in total are matched and
+# clustered in the driver process, in memory, not in executor tasks: starting worker processes (and
+# writing the matched rows to files) costs more than the work.
+INLINE_BELOW_BYTES = 32 << 20
 
 REMOVED_SCHEMA = pa.schema(
     [
@@ -192,13 +219,16 @@ class MatchTask:
     cleaned_keys: tuple[str, ...]
     settings: DedupSettings
     s3: S3Settings = field(default_factory=S3Settings)
+    match_key: str = ""  # where `match_earlier` writes the matched rows, relative to current_url
 
 
 MATCH_SCHEMA = {"band": pl.UInt8, "hash": pl.UInt64, "keeper_partition": pl.String, "keeper_doc": pl.Int64, "keeper_id": pl.String}
+MATCHES_FOLDER = "_matches"  # under the deduped partition: matched earlier rows while it is clustered, then deleted
 
 
-def match_earlier(task: MatchTask) -> pa.Table:
-    """(band, hash, keeper_partition, keeper_doc, keeper_id) of the earlier partition's matching rows."""
+def matched_rows(task: MatchTask) -> pl.DataFrame:
+    """(band, hash, keeper_partition, keeper_doc, keeper_id) of the earlier partition's matching rows,
+    sorted by (band, hash, keeper_partition, keeper_doc)."""
     current = StoreSpec(task.current_url, task.s3).open()
     keys = pl.concat(
         [pl.from_arrow(read_parquet_file(current, key, columns=["band", "hash"])) for key in task.current_band_keys]
@@ -212,7 +242,7 @@ def match_earlier(task: MatchTask) -> pa.Table:
             matched.append(rows.join(keys, on=["band", "hash"], how="semi"))
         rows = pl.concat(matched) if matched else pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})
         if rows.height == 0:  # nothing in common: the cluster file need not be read
-            return pl.DataFrame(schema=MATCH_SCHEMA).to_arrow()
+            return pl.DataFrame(schema=MATCH_SCHEMA)
         labels = pl.from_arrow(read_parquet_file(earlier, CLUSTERS_FILE, columns=["doc", "keeper_partition", "keeper_doc", "keeper_id"]))
         out = rows.join(labels, on="doc", how="left")
         missing = out.filter(pl.col("keeper_id").is_null())
@@ -229,7 +259,19 @@ def match_earlier(task: MatchTask) -> pa.Table:
         out = pl.concat(matched) if matched else pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64, "keeper_id": pl.String})
         # Without a cluster file every document is its own keeper (still ordered before the current partition).
         out = out.with_columns(keeper_partition=pl.lit(task.earlier), keeper_doc=pl.col("doc"))
-    return out.select(list(MATCH_SCHEMA)).cast(MATCH_SCHEMA).unique().sort(["band", "hash", "keeper_partition", "keeper_doc"]).to_arrow()
+    return out.select(list(MATCH_SCHEMA)).cast(MATCH_SCHEMA).unique().sort(["band", "hash", "keeper_partition", "keeper_doc"])
+
+
+def match_earlier(task: MatchTask) -> dict[str, Any]:
+    """Write the matched rows (`matched_rows`) to `task.match_key` under the current partition, sorted by
+    band so that each band's task reads only its row groups; returns the key (None when nothing
+    matched), the row count and the keeper partitions named."""
+    rows = matched_rows(task)
+    if rows.height == 0:
+        return {"key": None, "rows": 0, "bytes": 0, "keeper_partitions": []}
+    current = StoreSpec(task.current_url, task.s3).open()
+    entry = write_parquet(current, task.match_key, rows.to_arrow(), row_group_size=1 << 16)
+    return {"key": task.match_key, "rows": rows.height, "bytes": entry["bytes"], "keeper_partitions": sorted(rows["keeper_partition"].unique().to_list())}
 
 
 # --- clustering (columnar) ---------------------------------------------------------------------
@@ -263,6 +305,91 @@ PairFilter = Callable[[pl.DataFrame], np.ndarray]
 # Buckets with more members than this are linked to their first member only when pairs are verified
 # (all pairs of a huge bucket would be quadratic).
 MAX_VERIFIED_BUCKET = 64
+# Candidate pairs per verification task (each task reads the texts of its pairs' documents).
+VERIFY_PAIRS_PER_TASK = 1 << 15
+EDGE_SCHEMA = {"u": pl.Int64, "v": pl.Int64}
+KEEPER_ID_SCHEMA = {"node": pl.Int64, "keeper_id": pl.String}
+
+
+def keeper_order(keeper_partitions: list[str], ref: PartitionRef) -> list[str]:
+    """The keeper partitions in global order, then `ref`: a node's partition ordinal is its index here."""
+    ordered = sorted(set(keeper_partitions), key=lambda key: PartitionRef(*key.split("/")).sort_key())
+    for key in ordered:
+        if PartitionRef(*key.split("/")).sort_key() >= ref.sort_key():
+            raise ValueError(f"band index names keeper partition {key}, which is not before {ref.key}")
+    return [*ordered, ref.key]
+
+
+def bucket_edges(current_bands: pl.DataFrame, matches: pl.DataFrame, partitions: list[str], all_pairs: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Edges of the (band, hash) groups of these rows, and the keeper ids of the earlier nodes in them.
+
+    current_bands: band, hash, doc of the current partition (partitions[-1]); matches: MATCH_SCHEMA rows.
+    all_pairs False: each member linked to its group's first (smallest) node. True (pairs to verify):
+    every pair (u < v) of a group with at most MAX_VERIFIED_BUCKET members, else first-to-member, only
+    pairs with a current document. Groups are independent, so rows may be split by band among tasks."""
+    floor = (len(partitions) - 1) * PARTITION_UNIT
+    ordinals = pl.DataFrame({"keeper_partition": partitions[:-1], "ordinal": list(range(len(partitions) - 1))}, schema={"keeper_partition": pl.String, "ordinal": pl.Int64})
+    earlier = matches.join(ordinals, on="keeper_partition").with_columns(node=pl.col("ordinal") * PARTITION_UNIT + pl.col("keeper_doc"))
+    if earlier.height != matches.height:
+        raise ValueError("matched rows name a keeper partition missing from the partition order")
+    current = current_bands.select("band", "hash", node=pl.lit(floor, pl.Int64) + pl.col("doc"))
+    members = pl.concat([current, earlier.select("band", "hash", "node")]).unique()
+    group_min = members.group_by("band", "hash").agg(pl.col("node").min().alias("first"), pl.len().alias("members"))
+    if not all_pairs:
+        edges = members.join(group_min, on=["band", "hash"]).filter(pl.col("node") != pl.col("first")).select(u="first", v="node")
+    else:
+        small = members.join(group_min.filter(pl.col("members") <= MAX_VERIFIED_BUCKET).select("band", "hash"), on=["band", "hash"], how="semi")
+        every_pair = small.join(small, on=["band", "hash"], suffix="_b").select(u="node", v="node_b")
+        star = members.join(group_min.filter(pl.col("members") > MAX_VERIFIED_BUCKET), on=["band", "hash"]).select(u="first", v="node")
+        edges = pl.concat([every_pair, star]).filter((pl.col("u") < pl.col("v")) & (pl.col("v") >= floor))
+    edges = edges.unique().sort("u", "v")
+    in_edges = pl.concat([edges["u"], edges["v"]]).unique().to_frame("node")
+    keeper_ids = earlier.select("node", "keeper_id").unique().join(in_edges, on="node", how="semi").sort("node")
+    return edges.cast(EDGE_SCHEMA), keeper_ids.cast(KEEPER_ID_SCHEMA)
+
+
+def locate_pairs(edges: pl.DataFrame, partitions: list[str]) -> pl.DataFrame:
+    """(u_partition, u_doc, v_partition, v_doc) of each (u, v) node pair, in the same order."""
+    names = pl.Series(partitions, dtype=pl.String)
+    u_ordinal = (edges["u"] // PARTITION_UNIT).to_numpy()
+    v_ordinal = (edges["v"] // PARTITION_UNIT).to_numpy()
+    return pl.DataFrame(
+        {
+            "u_partition": names.gather(u_ordinal), "u_doc": edges["u"] % PARTITION_UNIT,
+            "v_partition": names.gather(v_ordinal), "v_doc": edges["v"] % PARTITION_UNIT,
+        }
+    )
+
+
+def resolve_clusters(
+    ref: PartitionRef, indexed: pl.Series, doc_ids: pl.DataFrame, edges: pl.DataFrame, keeper_ids: pl.DataFrame, partitions: list[str]
+) -> pl.DataFrame:
+    """Keeper and cluster size of each indexed document of `ref` from the linking edges: connected
+    components (`connected_components`, over the edges' nodes only; a document without edges is its own
+    cluster of one), the component's smallest node is its keeper."""
+    floor = (len(partitions) - 1) * PARTITION_UNIT
+    nodes = pl.concat([edges["u"], edges["v"]]).unique()
+    components = connected_components(nodes, edges) if edges.height else pl.DataFrame(schema={"node": pl.Int64, "label": pl.Int64})
+    sizes = components.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
+    names = pl.DataFrame({"ordinal": list(range(len(partitions))), "keeper_partition": partitions}, schema={"ordinal": pl.Int64, "keeper_partition": pl.String})
+    earlier_keepers = keeper_ids.select(
+        label="node", ordinal=pl.col("node") // PARTITION_UNIT, keeper_doc=pl.col("node") % PARTITION_UNIT, keeper_id="keeper_id"
+    ).join(names, on="ordinal").select("label", "keeper_partition", "keeper_doc", "keeper_id")
+    current_keepers = doc_ids.select(
+        label=pl.lit(floor, pl.Int64) + pl.col("doc"), keeper_partition=pl.lit(ref.key), keeper_doc=pl.col("doc"), keeper_id=pl.col("doc_id")
+    )
+    keepers = pl.concat([earlier_keepers, current_keepers])
+    return (
+        indexed.unique().to_frame("doc")
+        .with_columns(node=pl.lit(floor, pl.Int64) + pl.col("doc"))
+        .join(components, on="node", how="left")
+        .with_columns(label=pl.coalesce("label", "node"))
+        .join(sizes, on="label", how="left")
+        .with_columns(pl.col("cluster_size").fill_null(1))
+        .join(keepers, on="label", how="left")
+        .select("doc", "keeper_partition", "keeper_doc", "keeper_id", "cluster_size")
+        .sort("doc")
+    )
 
 
 def cluster_partition(
@@ -272,74 +399,76 @@ def cluster_partition(
     matches: pl.DataFrame,
     pair_filter: PairFilter | None = None,
 ) -> pl.DataFrame:
-    """Keeper and cluster size of every indexed document of `ref` (see the module docstring).
+    """Keeper and cluster size of every indexed document of `ref` (see the module docstring), in memory:
+    the same steps `deduplicate_partition` runs as tasks (`bucket_edges`, verification, `resolve_clusters`).
 
     current_bands: band, hash, doc; doc_ids: doc, doc_id; matches: MATCH_SCHEMA rows of earlier partitions.
     pair_filter (optional): given candidate pairs (u_partition, u_doc, v_partition, v_doc), which to link;
     without it every member of a bucket is linked (to the bucket's first member)."""
-    keeper_partitions = sorted(set(matches["keeper_partition"].unique().to_list()), key=lambda key: PartitionRef(*key.split("/")).sort_key())
-    for key in keeper_partitions:
-        if PartitionRef(*key.split("/")).sort_key() >= ref.sort_key():
-            raise ValueError(f"band index names keeper partition {key}, which is not before {ref.key}")
-    current_ordinal = len(keeper_partitions)
-    ordinal_frame = pl.DataFrame({"keeper_partition": keeper_partitions, "ordinal": list(range(current_ordinal))}, schema={"keeper_partition": pl.String, "ordinal": pl.Int64})
-    earlier = matches.join(ordinal_frame, on="keeper_partition").with_columns(
-        node=pl.col("ordinal") * PARTITION_UNIT + pl.col("keeper_doc")
-    )
-    current = current_bands.with_columns(node=pl.lit(current_ordinal * PARTITION_UNIT, pl.Int64) + pl.col("doc"))
-    members = pl.concat([current.select("band", "hash", "node"), earlier.select("band", "hash", "node")]).unique()
-    group_min = members.group_by("band", "hash").agg(pl.col("node").min().alias("first"), pl.len().alias("members"))
-    if pair_filter is None:
-        edges = members.join(group_min, on=["band", "hash"]).filter(pl.col("node") != pl.col("first")).select(u="node", v="first").unique()
-    else:
-        edges = _verified_edges(members, group_min, current_ordinal, keeper_partitions + [ref.key], pair_filter)
-    components = connected_components(members["node"], edges)
-    sizes = components.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
-
-    earlier_keepers = earlier.select("node", "keeper_partition", "keeper_doc", "keeper_id").unique()
-    current_keepers = doc_ids.select(
-        node=pl.lit(current_ordinal * PARTITION_UNIT, pl.Int64) + pl.col("doc"),
-        keeper_partition=pl.lit(ref.key),
-        keeper_doc=pl.col("doc"),
-        keeper_id=pl.col("doc_id"),
-    )
-    keepers = pl.concat([earlier_keepers, current_keepers]).rename({"node": "label"})
-    indexed = current.select("doc").unique()
-    return (
-        indexed.with_columns(node=pl.lit(current_ordinal * PARTITION_UNIT, pl.Int64) + pl.col("doc"))
-        .join(components, on="node")
-        .join(keepers, on="label", how="left")
-        .join(sizes, on="label")
-        .select("doc", "keeper_partition", "keeper_doc", "keeper_id", "cluster_size")
-        .sort("doc")
-    )
+    partitions = keeper_order(matches["keeper_partition"].to_list(), ref)
+    edges, keeper_ids = bucket_edges(current_bands, matches, partitions, all_pairs=pair_filter is not None)
+    if pair_filter is not None and edges.height:
+        edges = edges.filter(pl.Series(pair_filter(locate_pairs(edges, partitions)), dtype=pl.Boolean))
+    return resolve_clusters(ref, current_bands["doc"], doc_ids, edges, keeper_ids, partitions)
 
 
-def _verified_edges(
-    members: pl.DataFrame, group_min: pl.DataFrame, current_ordinal: int, partitions: list[str], pair_filter: PairFilter
-) -> pl.DataFrame:
-    """Candidate pairs (at least one document of the current partition), kept where `pair_filter` says."""
-    small = group_min.filter(pl.col("members") <= MAX_VERIFIED_BUCKET).select("band", "hash")
-    in_small = members.join(small, on=["band", "hash"], how="semi")
-    all_pairs = in_small.join(in_small, on=["band", "hash"], suffix="_b").select(u="node", v="node_b")
-    star = members.join(group_min.filter(pl.col("members") > MAX_VERIFIED_BUCKET), on=["band", "hash"]).select(u="node", v="first")
-    current_floor = current_ordinal * PARTITION_UNIT
-    pairs = (
-        pl.concat([all_pairs, star])
-        .filter((pl.col("u") < pl.col("v")) & (pl.col("v") >= current_floor))
-        .unique()
-        .sort("u", "v")
+@dataclass(frozen=True)
+class EdgeTask:
+    """Candidate edges of some bands of the partition being deduplicated (`band_edges`)."""
+
+    output_url: str  # deduped folder of the current partition: its bands-*.parquet and the matched rows
+    band_keys: tuple[str, ...]
+    match_keys: tuple[str, ...]  # MATCHES_FOLDER files (MATCH_SCHEMA rows sorted by band)
+    bands: tuple[int, ...]
+    partitions: tuple[str, ...]  # keeper_order: node ordinals
+    all_pairs: bool  # verification on: every candidate pair (see bucket_edges)
+    s3: S3Settings = field(default_factory=S3Settings)
+
+
+def _read_bands(store: Store, key: str, bands: tuple[int, ...]) -> pa.Table:
+    """The rows of `bands` of a Parquet file sorted by band: row groups of other bands are skipped."""
+    filters = [("band", "in", list(bands))]
+    local = store.local_path(key)
+    if local is not None:
+        return pq.read_table(local, filters=filters)
+    scratch = local_temp_dir()
+    try:
+        return pq.read_table(store.fetch(key, scratch), filters=filters).combine_chunks()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def band_edges(task: EdgeTask) -> dict[str, pa.Table]:
+    """Read the current partition's band rows and the matched earlier rows of `task.bands` from storage;
+    return their (u, v) edges and the keeper ids of the earlier nodes in them (`bucket_edges`)."""
+    store = StoreSpec(task.output_url, task.s3).open()
+    current = pl.concat(
+        [pl.from_arrow(_read_bands(store, key, task.bands)).cast({"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64}) for key in task.band_keys]
+        or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})]
     )
-    names = pl.DataFrame({"ordinal": list(range(len(partitions))), "partition": partitions}, schema={"ordinal": pl.Int64, "partition": pl.String})
-    located = pairs.with_columns(
-        u_ordinal=pl.col("u") // PARTITION_UNIT, u_doc=pl.col("u") % PARTITION_UNIT,
-        v_ordinal=pl.col("v") // PARTITION_UNIT, v_doc=pl.col("v") % PARTITION_UNIT,
+    matches = pl.concat(
+        [pl.from_arrow(_read_bands(store, key, task.bands)).cast(MATCH_SCHEMA) for key in task.match_keys]
+        or [pl.DataFrame(schema=MATCH_SCHEMA)]
     )
-    located = located.join(names.rename({"ordinal": "u_ordinal", "partition": "u_partition"}), on="u_ordinal").join(
-        names.rename({"ordinal": "v_ordinal", "partition": "v_partition"}), on="v_ordinal"
-    ).sort("u", "v")
-    keep = pair_filter(located.select("u_partition", "u_doc", "v_partition", "v_doc")) if located.height else np.zeros(0, bool)
-    return located.filter(pl.Series(keep, dtype=pl.Boolean)).select("u", "v")
+    edges, keeper_ids = bucket_edges(current, matches, list(task.partitions), task.all_pairs)
+    return {"edges": edges.to_arrow(), "keeper_ids": keeper_ids.to_arrow()}
+
+
+@dataclass(frozen=True)
+class VerifyTask:
+    """Candidate pairs to check on their texts (`verify_pairs`)."""
+
+    root_url: str  # the storage root (cleaned partitions are read under it)
+    pairs: pa.Table  # u_partition, u_doc, v_partition, v_doc
+    settings: DedupSettings
+    min_jaccard: float
+    s3: S3Settings = field(default_factory=S3Settings)
+
+
+def verify_pairs(task: VerifyTask) -> np.ndarray:
+    """Which pairs reach `min_jaccard` (ExactJaccardFilter): a boolean per pair, in order."""
+    store = StoreSpec(task.root_url, task.s3).open()
+    return ExactJaccardFilter(store, task.settings, task.min_jaccard)(pl.from_arrow(task.pairs))
 
 
 def shingle_sets(texts: list[str], settings: DedupSettings) -> list[np.ndarray]:
@@ -355,44 +484,112 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return common / (len(a) + len(b) - common)
 
 
+# Shingles looked up per block of pairs in `pair_jaccard` (bounds its temporary arrays to ~25 MB).
+_JACCARD_BLOCK = 1 << 19
+# Characters of candidate texts shingled at once when verifying (the tokenizer's arrays grow with it).
+_SHINGLE_BATCH_CHARS = 1 << 21
+
+
+@dataclass(frozen=True)
+class ShingleSets:
+    """The shingle-hash sets of many documents as one sorted array of `document << 32 | hash` keys."""
+
+    keys: np.ndarray  # uint64, sorted: document index, then hash
+    offsets: np.ndarray  # int64, len(documents) + 1: document i's keys are keys[offsets[i]:offsets[i + 1]]
+
+    @classmethod
+    def of(cls, texts: list[str], settings: DedupSettings) -> ShingleSets:
+        hasher = MinHasher.from_settings(settings)
+        blocks: list[np.ndarray] = [np.empty(0, np.uint64)]
+        start = 0
+        while start < len(texts):  # batches of ~_SHINGLE_BATCH_CHARS: the tokenizer's arrays stay bounded
+            stop, chars = start + 1, len(texts[start])
+            while stop < len(texts) and chars + len(texts[stop]) <= _SHINGLE_BATCH_CHARS:
+                chars += len(texts[stop])
+                stop += 1
+            hashes, counts = hasher.shingle_hashes(texts[start:stop])
+            documents = np.repeat(np.arange(start, stop, dtype=np.uint64), counts)
+            keys = np.sort((documents << np.uint64(32)) | hashes.astype(np.uint64))
+            blocks.append(keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys)  # repeats dropped
+            start = stop
+        keys = np.concatenate(blocks)  # sorted: the batches hold increasing documents
+        offsets = np.searchsorted(keys >> np.uint64(32), np.arange(len(texts) + 1, dtype=np.uint64)).astype(np.int64)
+        return cls(keys, offsets)
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def pair_jaccard(sets: ShingleSets, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Jaccard similarity of the shingle sets of documents a[i] and b[i], for all pairs at once.
+
+    Every shingle of the smaller set of a pair is looked up in the other document's keys with one
+    `searchsorted` over all pairs (blockwise): O(sum of the smaller sets x log), no Python per pair,
+    each document shingled once whatever the number of pairs it is in."""
+    sizes = sets.sizes()
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    swap = sizes[a] > sizes[b]
+    small, large = np.where(swap, b, a), np.where(swap, a, b)
+    common = np.zeros(len(a), dtype=np.int64)
+    lengths = sizes[small]
+    ends = np.cumsum(lengths)
+    start = 0
+    while start < len(a):
+        stop = max(start + 1, int(np.searchsorted(ends, ends[start] - lengths[start] + _JACCARD_BLOCK, side="right")))
+        block_lengths = lengths[start:stop]
+        total = int(block_lengths.sum())
+        if total:
+            pair = np.repeat(np.arange(start, stop), block_lengths)
+            within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(block_lengths) - block_lengths, block_lengths)
+            hashes = sets.keys[sets.offsets[small[pair]] + within] & np.uint64(0xFFFFFFFF)
+            query = (large[pair].astype(np.uint64) << np.uint64(32)) | hashes
+            found = sets.keys[np.minimum(np.searchsorted(sets.keys, query), len(sets.keys) - 1)] == query
+            common[start:stop] = np.bincount(pair - start, weights=found, minlength=stop - start).astype(np.int64)
+        start = stop
+    union = sizes[a] + sizes[b] - common
+    return np.where(union > 0, common / np.maximum(union, 1), 1.0)
+
+
+def read_texts(store: Store, documents: pl.DataFrame) -> list[str]:
+    """Texts of (partition, doc) rows from the cleaned partitions, in the rows' order; reads only the part
+    files that hold them, one at a time."""
+    located = documents.with_row_index("position").with_columns(part=pl.col("doc") // (1 << ROW_BITS), row=pl.col("doc") % (1 << ROW_BITS))
+    texts: list[str | None] = [None] * documents.height
+    for (partition, part), group in located.group_by(["partition", "part"], maintain_order=True):
+        source, snapshot = partition.split("/", 1)
+        prefix = partition_prefix(CLEANED, PartitionRef(source, snapshot))
+        manifest = read_manifest(store, prefix)
+        if manifest is None:
+            raise FileNotFoundError(f"{store.uri(prefix)} has no manifest: its texts are needed to verify near duplicates")
+        column = read_parquet_file(store, f"{prefix}/{manifest['files'][part]['key']}", columns=["text"]).column("text")
+        for position, text in zip(group["position"].to_list(), column.take(group["row"].to_arrow()).to_pylist(), strict=True):
+            texts[position] = text
+    return texts  # type: ignore[return-value]
+
+
 class ExactJaccardFilter:
     """Links a candidate pair only if the Jaccard similarity of the two documents' shingle sets (32-bit
-    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. Texts of the pair's documents
-    are read from the cleaned partitions (only the candidates' part files)."""
+    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. Texts of the pairs' documents
+    are read from the cleaned partitions (only the candidates' part files), each document is shingled
+    once, and all pairs are compared at once (`pair_jaccard`)."""
 
     def __init__(self, store: Store, settings: DedupSettings, min_jaccard: float) -> None:
         self.store = store
         self.settings = settings
         self.min_jaccard = min_jaccard
 
-    def _texts(self, wanted: pl.DataFrame) -> dict[tuple[str, int], str]:
-        found: dict[tuple[str, int], str] = {}  # candidates only
-        wanted = wanted.with_columns(part=pl.col("doc") // (1 << ROW_BITS), row=pl.col("doc") % (1 << ROW_BITS))
-        for (partition, part), group in wanted.group_by(["partition", "part"], maintain_order=True):
-            source, snapshot = partition.split("/", 1)
-            prefix = partition_prefix(CLEANED, PartitionRef(source, snapshot))
-            manifest = read_manifest(self.store, prefix)
-            if manifest is None:
-                raise FileNotFoundError(f"{self.store.uri(prefix)} has no manifest: its texts are needed to verify near duplicates")
-            texts = read_parquet_file(self.store, f"{prefix}/{manifest['files'][part]['key']}", columns=["text"]).column("text")
-            for doc, row in zip(group["doc"].to_list(), group["row"].to_list(), strict=True):
-                found[(partition, doc)] = texts[row].as_py()
-        return found
-
     def __call__(self, pairs: pl.DataFrame) -> np.ndarray:
-        wanted = pl.concat(
-            [pairs.select(partition="u_partition", doc="u_doc"), pairs.select(partition="v_partition", doc="v_doc")]
-        ).unique().sort("partition", "doc")
-        texts = self._texts(wanted)
-        keys = list(texts)
-        sets = dict(zip(keys, shingle_sets([texts[k] for k in keys], self.settings), strict=True))
-        return np.array(
-            [
-                jaccard(sets[(up, ud)], sets[(vp, vd)]) >= self.min_jaccard
-                for up, ud, vp, vd in pairs.iter_rows()
-            ],
-            dtype=bool,
+        wanted = (
+            pl.concat([pairs.select(partition="u_partition", doc="u_doc"), pairs.select(partition="v_partition", doc="v_doc")])
+            .unique()
+            .sort("partition", "doc")
+            .with_row_index("index")
         )
+        sets = ShingleSets.of(read_texts(self.store, wanted.select("partition", "doc")), self.settings)
+        located = pairs.with_row_index("pair").join(
+            wanted.rename({"partition": "u_partition", "doc": "u_doc", "index": "a"}), on=["u_partition", "u_doc"]
+        ).join(wanted.rename({"partition": "v_partition", "doc": "v_doc", "index": "b"}), on=["v_partition", "v_doc"]).sort("pair")
+        return pair_jaccard(sets, located["a"].to_numpy(), located["b"].to_numpy()) >= self.min_jaccard
 
 
 # --- one partition ----------------------------------------------------------------------------
@@ -443,6 +640,48 @@ def _usable_band_index(store: Store, other: PartitionRef, settings: DedupSetting
     if not index or index.get("minhash") != minhash_identity(settings):
         return ()
     return tuple(index["files"])
+
+
+def _remove_empty_folder(store: Store, key: str) -> None:
+    """A local folder left empty by deleting its files (object stores have no folders)."""
+    local = store.local_path(key)
+    if local is not None and os.path.isdir(local) and not os.listdir(local):
+        os.rmdir(local)
+
+
+def _cluster_with_tasks(
+    store: Store,
+    ref: PartitionRef,
+    output_prefix: str,
+    band_keys: tuple[str, ...],
+    match_keys: tuple[str, ...],
+    doc_ids: pl.DataFrame,
+    partitions: list[str],
+    settings: DedupSettings,
+    s3: S3Settings,
+    executor: Executor,
+) -> pl.DataFrame:
+    """`cluster_partition` over storage: edges per band and verification in executor tasks, connected
+    components over the union of the edges in this (the driver) process."""
+    verify = settings.verify_min_jaccard
+    output_url = store.uri(output_prefix)
+    tasks = [EdgeTask(output_url, band_keys, match_keys, (band,), tuple(partitions), verify is not None, s3) for band in range(settings.bands)]
+    results = executor.map(band_edges, tasks)
+    edges = pl.concat([pl.from_arrow(r["edges"]) for r in results]).cast(EDGE_SCHEMA).unique().sort("u", "v")
+    keeper_ids = pl.concat([pl.from_arrow(r["keeper_ids"]) for r in results]).cast(KEEPER_ID_SCHEMA).unique().sort("node")
+    if verify is not None and edges.height:
+        located = locate_pairs(edges, partitions).to_arrow()
+        chunks = [
+            VerifyTask(store.uri(), located.slice(start, VERIFY_PAIRS_PER_TASK), settings, verify, s3)
+            for start in range(0, located.num_rows, VERIFY_PAIRS_PER_TASK)
+        ]
+        edges = edges.filter(pl.Series(np.concatenate(executor.map(verify_pairs, chunks)), dtype=pl.Boolean))
+    # Every indexed document has a row in every band: band 0's documents are the indexed ones.
+    indexed = pl.concat(
+        [pl.from_arrow(_read_bands(store, f"{output_prefix}/{key}", (0,)).select(["doc"])) for key in band_keys]
+        or [pl.DataFrame(schema={"doc": pl.Int64})]
+    )["doc"]
+    return resolve_clusters(ref, indexed, doc_ids, edges, keeper_ids, partitions)
 
 
 def deduplicate_partition(
@@ -501,19 +740,29 @@ def deduplicate_partition(
                 MatchTask(
                     output_url, band_keys, other.key, store.uri(partition_prefix(DEDUPED, other)), index_keys,
                     store.uri(partition_prefix(CLEANED, other)), tuple(e["key"] for e in other_manifest["files"]), settings, s3,
+                    match_key=f"{MATCHES_FOLDER}/earlier-{len(match_tasks):05d}.parquet",
                 )
             )
-        # Matching a small index costs less than starting worker processes: such runs stay in this process.
-        index_bytes = sum(_index_bytes(store, other) for other in earlier)
-        match_executor = executor if index_bytes >= INLINE_MATCH_BELOW_BYTES else Executor()
-        matches = [pl.from_arrow(table) for table in match_executor.map(match_earlier, match_tasks)]
-        matches_frame = pl.concat(matches) if matches else pl.DataFrame(schema=MATCH_SCHEMA)
-        current_bands = pl.concat(
-            [pl.from_arrow(read_parquet_file(store, f"{output_prefix}/{key}")) for key in band_keys]
-            or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})]
-        )
-        pair_filter = None if settings.verify_min_jaccard is None else ExactJaccardFilter(store, settings, settings.verify_min_jaccard)
-        labels = cluster_partition(ref, current_bands, doc_ids, matches_frame.cast(MATCH_SCHEMA), pair_filter)
+        input_bytes = sum(_index_bytes(store, other) for other in earlier) + sum(entry["bytes"] for entry in band_entries)
+        if input_bytes < INLINE_BELOW_BYTES:
+            # Small: cheaper than starting worker processes; the same steps in memory (no matched-row files).
+            matches = [frame for frame in map(matched_rows, match_tasks) if frame.height]
+            current_bands = pl.concat(
+                [pl.from_arrow(read_parquet_file(store, f"{output_prefix}/{key}")) for key in band_keys]
+                or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})]
+            )
+            verify = settings.verify_min_jaccard
+            pair_filter = None if verify is None else ExactJaccardFilter(store, settings, verify)
+            labels = cluster_partition(ref, current_bands, doc_ids, pl.concat(matches or [pl.DataFrame(schema=MATCH_SCHEMA)]), pair_filter)
+        else:
+            try:
+                matched = executor.map(match_earlier, match_tasks)
+                match_keys = tuple(entry["key"] for entry in matched if entry["key"])
+                partitions = keeper_order([key for entry in matched for key in entry["keeper_partitions"]], ref)
+                labels = _cluster_with_tasks(store, ref, output_prefix, band_keys, match_keys, doc_ids, partitions, settings, s3, executor)
+            finally:  # the matched rows are only needed while clustering (also written by failed runs' tasks)
+                store.delete([f"{output_prefix}/{task.match_key}" for task in match_tasks])
+                _remove_empty_folder(store, f"{output_prefix}/{MATCHES_FOLDER}")
         clusters = labels.join(doc_ids, on="doc").select("doc", "doc_id", "keeper_partition", "keeper_doc", "keeper_id").sort("doc")
         clusters_entry = write_parquet(store, f"{output_prefix}/{CLUSTERS_FILE}", clusters.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=1 << 16)
         side_files.extend([*band_entries, clusters_entry])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -22,7 +23,7 @@ from sluice.layout import (
     write_manifest,
     write_parquet,
 )
-from sluice.minhash import MAX_HASH32, MinHasher
+from sluice.minhash import MAX_HASH32, MinHasher, shingles
 from sluice.storage import Store, open_store
 from tests.sluice.test_minhash import sample_texts
 
@@ -100,9 +101,16 @@ def deduped_view(store: Store) -> tuple[set[str], dict[str, tuple[str, str]]]:
     return kept, removed
 
 
+def exact_jaccard(a: str, b: str, ngram_size: int = 5) -> float:
+    """Brute force: Jaccard of the two documents' sets of shingle strings (no hashing)."""
+    sa, sb = set(shingles(a, ngram_size)), set(shingles(b, ngram_size))
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
 def one_batch(store: Store, settings: DedupSettings | None = None) -> tuple[set[str], dict[str, str]]:
-    """Reference: every cleaned document at once in global order; exact by hash; union-find over shared
-    (band, hash); a document is kept when it is the first of its hash and the first of its component."""
+    """Reference: every cleaned document at once in global order; exact by hash; union-find over pairs
+    sharing a (band, hash) (with `verify_min_jaccard`: only pairs whose brute-force Jaccard reaches it);
+    a document is kept when it is the first of its hash and the first of its component."""
     settings = settings or DedupSettings()
     ids, hashes, texts = [], [], []
     for ref in list_partitions(store, "cleaned_documents"):
@@ -123,12 +131,16 @@ def one_batch(store: Store, settings: DedupSettings | None = None) -> tuple[set[
             i = parent[i]
         return i
 
-    first_in_bucket: dict[tuple[int, int], int] = {}
+    buckets: dict[tuple[int, int], list[int]] = {}
     for i in range(len(ids)):
         if (signatures[i] == MAX_HASH32).all():
             continue
         for band, value in enumerate(bands[i].tolist()):
-            j = first_in_bucket.setdefault((band, value), i)
+            buckets.setdefault((band, value), []).append(i)
+    bound = settings.verify_min_jaccard
+    linked = {(i, j) for members in buckets.values() for i in members for j in members if i < j}
+    for i, j in sorted(linked):
+        if bound is None or exact_jaccard(texts[i], texts[j], settings.ngram_size) >= bound:
             a, b = find(i), find(j)
             parent[max(a, b)] = min(a, b)
     seen: set[str] = set()
@@ -164,25 +176,36 @@ def test_incremental_equals_one_batch_on_sample_with_planted_duplicates(planted)
 
 
 def test_side_output_and_counts(planted):
+    texts = cleaned_texts(planted)
+    # Besides the planted ones, the sample itself holds two LSH candidates: w1-15 and w2-33, the same
+    # untranslated chapter as r1-3 with other surroundings, below the default bound of 0.8 (verified
+    # away); without verification both go (a shared LSH bucket is enough).
+    natural = {doc: exact_jaccard(texts[doc], texts["r1-3"]) for doc in ("w1-15", "w2-33")}
+    assert all(0.7 < value < 0.8 for value in natural.values()), natural
+    lsh_only = run_incremental(planted, DedupSettings(verify_min_jaccard=None))
+    assert (lsh_only["web/2026-02"].removed_exact, lsh_only["web/2026-02"].removed_fuzzy) == (1, 3)
+    assert lsh_only["web/2026-01"].cluster_sizes == {2: 4}
     results = run_incremental(planted)
     last = results["web/2026-02"]
-    # planted: one exact, two near; plus w2-33, an untranslated chapter that is also in reference/2026-01
-    assert (last.removed_exact, last.removed_fuzzy) == (1, 3)
-    assert last.removed_against_snapshot == {"2026-01": 4}
-    assert last.removed_against == {"reference/2026-01": 2, "web/2026-01": 2}
-    assert last.documents_in == last.documents_out + 4
+    # planted: one exact (w2-exact-w1-12), two near (w2-near-r2-near, w2-near-r1-2), all kept copies in 2026-01
+    assert (last.removed_exact, last.removed_fuzzy) == (1, 2)
+    assert last.removed_against_snapshot == {"2026-01": 3}
+    assert last.removed_against == {"reference/2026-01": 1, "web/2026-01": 2}
+    assert last.documents_in == last.documents_out + 3
     table = read_parquet_file(planted, f"{partition_prefix('deduped_documents', ORDER[3])}/removed.parquet")
     assert table.schema == dedup.REMOVED_SCHEMA
     rows = {row["doc_id"]: row for row in table.to_pylist()}
     chain = rows["w2-near-r2-near"]
     assert chain["duplicate_of_partition"] == "web/2026-01" and chain["cluster_id"] == "w1-11"
     assert chain["cluster_size"] >= 2
-    # w1-near-r1-0, w1-exact-r1-1, w1-near-w1-10 and the sample's own w1-15 (same chapter as r1-3)
-    assert results["web/2026-01"].cluster_sizes == {2: 4}
+    # w1-near-r1-0, w1-exact-r1-1, w1-near-w1-10 (w1-15 is not a near duplicate of r1-3 at 0.8, see above)
+    assert results["web/2026-01"].cluster_sizes == {2: 3}
 
 
-def test_no_two_kept_documents_share_a_band_bucket(planted):
-    run_incremental(planted)
+@pytest.mark.parametrize("verify", [0.8, None])
+def test_no_two_kept_documents_are_linked(planted, verify):
+    """LSH only: no two kept documents share a band bucket. Verified: those that do are below the bound."""
+    run_incremental(planted, DedupSettings(verify_min_jaccard=verify))
     kept, _ = deduped_view(planted)
     rows = []
     for ref in list_partitions(planted, "deduped_documents"):
@@ -193,7 +216,14 @@ def test_no_two_kept_documents_share_a_band_bucket(planted):
             rows.append(bands.filter(pl.col("doc_id").is_in(sorted(kept))).select("band", "hash", "doc_id"))
     index = pl.concat(rows)
     assert index.height > 0
-    assert index.group_by("band", "hash").agg(pl.len().alias("n")).filter(pl.col("n") > 1).height == 0
+    shared = index.join(index, on=["band", "hash"], suffix="_b").filter(pl.col("doc_id") < pl.col("doc_id_b"))
+    pairs = set(shared.select("doc_id", "doc_id_b").iter_rows())
+    if verify is None:
+        assert not pairs
+    else:
+        texts = cleaned_texts(planted)
+        assert pairs  # the sample's w1-15 and r1-3 (J ~0.77) stay side by side
+        assert all(exact_jaccard(texts[a], texts[b]) < verify for a, b in pairs)
 
 
 def test_later_partitions_read_band_indexes_instead_of_resigning(planted, monkeypatch):
@@ -243,9 +273,10 @@ def test_exact_verification_links_only_pairs_above_the_bound(planted):
         sa, sb = dedup.shingle_sets([texts[a], texts[b]], DedupSettings())
         return dedup.jaccard(sa, sb)
 
-    run_incremental(planted)
+    run_incremental(planted, DedupSettings(verify_min_jaccard=None))
     _, unverified = deduped_view(planted)
-    run_incremental(planted, DedupSettings(verify_min_jaccard=0.8))
+    assert DedupSettings().verify_min_jaccard == 0.8  # verification is on by default
+    run_incremental(planted)
     kept, verified = deduped_view(planted)
     fuzzy = {doc: target for doc, (kind, target) in verified.items() if kind == "fuzzy"}
     assert fuzzy and all(similarity(doc, target) >= 0.8 for doc, target in fuzzy.items())
@@ -255,19 +286,63 @@ def test_exact_verification_links_only_pairs_above_the_bound(planted):
     assert {"w1-near-r1-0", "w1-near-w1-10", "r2-near-w1-11", "w2-near-r1-2"} <= set(fuzzy)
 
 
-def test_process_pool_gives_byte_identical_outputs(planted, monkeypatch):
-    from sluice.compute import LocalPoolExecutor
+def test_pair_jaccard_equals_brute_force(monkeypatch):
+    texts = [t for t in sample_texts() if len(t.split()) > 50][:12]
+    texts += [edit(texts[0]), edit(texts[0], 7), "", "only three words"]
+    a, b = np.triu_indices(len(texts), 1)
+    expected = np.array([exact_jaccard(texts[i], texts[j]) for i, j in zip(a, b, strict=True)])
+    sets = dedup.ShingleSets.of(texts, DedupSettings())
+    assert np.allclose(dedup.pair_jaccard(sets, a, b), expected)
+    assert np.allclose(dedup.pair_jaccard(sets, b, a), expected)  # either side may be the smaller set
+    monkeypatch.setattr(dedup, "_JACCARD_BLOCK", 100)  # many blocks, pairs split at block ends
+    assert np.allclose(dedup.pair_jaccard(sets, a, b), expected)
+    monkeypatch.setattr(dedup, "_SHINGLE_BATCH_CHARS", 3000)  # texts shingled in several batches
+    batched = dedup.ShingleSets.of(texts, DedupSettings())
+    assert np.array_equal(batched.keys, sets.keys) and np.array_equal(batched.offsets, sets.offsets)
+    near = expected[(a == 0) & (b == 12)]  # texts[0] and its edited copy: a near duplicate, not an exact one
+    assert 0.8 < near[0] < 1.0
+
+
+class RecordingPool:
+    """A process pool that records which stage functions it ran, with how many tasks."""
+
+    backend = "local"
+
+    def __init__(self, workers: int) -> None:
+        from sluice.compute import LocalPoolExecutor
+
+        self.pool = LocalPoolExecutor(workers)
+        self.stages: list[tuple[str, int]] = []
+
+    def map(self, fn, tasks):
+        self.stages.append((fn.__name__, len(tasks)))
+        return self.pool.map(fn, tasks)
+
+
+@pytest.mark.parametrize("verify", [0.8, None])
+def test_process_pool_gives_byte_identical_outputs(planted, monkeypatch, verify):
     from tests.conftest import tree_digest
 
-    run_incremental(planted)
+    settings = DedupSettings(verify_min_jaccard=verify)
+    run_incremental(planted, settings)
     inline = tree_digest(planted.uri("deduped_documents"))
-    monkeypatch.setattr(dedup, "INLINE_MATCH_BELOW_BYTES", 0)  # index matching in worker processes too
     last = ORDER[3]  # two cleaned parts (two signature tasks), three earlier indexes (three match tasks)
     prefix = partition_prefix("deduped_documents", last)
-    result = dedup.deduplicate_partition(planted, last, prefix, executor=LocalPoolExecutor(2))
+    # The sample is below the inline threshold: only signing runs in the pool, the rest in this process.
+    small = RecordingPool(2)
+    dedup.deduplicate_partition(planted, last, prefix, settings=settings, executor=small)
+    assert small.stages == [("signature_part", 2)]
+    # Above it: matching, edges per band and verification in worker processes.
+    monkeypatch.setattr(dedup, "INLINE_BELOW_BYTES", 0)
+    pool = RecordingPool(2)
+    result = dedup.deduplicate_partition(planted, last, prefix, settings=settings, executor=pool)
+    expected = [("signature_part", 2), ("match_earlier", 3), ("band_edges", settings.bands)] + ([("verify_pairs", 1)] if verify else [])
+    assert pool.stages == expected
     write_manifest(planted, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
     assert tree_digest(planted.uri("deduped_documents")) == inline
     assert any(name.endswith("bands-00001.parquet") for name in inline)
+    assert not any(dedup.MATCHES_FOLDER in name for name in inline)  # the matched rows are deleted
+    assert not (Path(planted.uri(prefix)) / dedup.MATCHES_FOLDER).exists()
 
 
 def test_fuzzy_off_is_exact_only(planted):
@@ -296,6 +371,25 @@ def test_kept_documents_are_never_removed_by_a_later_bridge():
     )
     labels = dedup.cluster_partition(ref_b, current, doc_ids, matches)
     assert labels.to_dicts() == [{"doc": 0, "keeper_partition": "web/2026-01", "keeper_doc": 3, "keeper_id": "a", "cluster_size": 3}]
+
+
+def test_verified_bucket_larger_than_the_pair_limit_links_members_to_its_first():
+    """A bucket with more than MAX_VERIFIED_BUCKET members is verified member-to-first, not all pairs."""
+    ref = PartitionRef("web", "2026-01")
+    size = dedup.MAX_VERIFIED_BUCKET + 6
+    current = pl.DataFrame({"band": [0] * size, "hash": [7] * size, "doc": list(range(size))}, schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})
+    doc_ids = pl.DataFrame({"doc": list(range(size)), "doc_id": [f"d{i}" for i in range(size)]}, schema={"doc": pl.Int64, "doc_id": pl.String})
+    asked: list[int] = []
+
+    def odd_docs_only(pairs: pl.DataFrame) -> np.ndarray:  # links the first document with the odd ones
+        asked.append(pairs.height)
+        return (pairs["v_doc"] % 2 == 1).to_numpy()
+
+    labels = dedup.cluster_partition(ref, current, doc_ids, pl.DataFrame(schema=dedup.MATCH_SCHEMA), odd_docs_only)
+    assert asked == [size - 1]  # one pair per member besides the first, not size * (size - 1) / 2
+    keepers = dict(zip(labels["doc"].to_list(), labels["keeper_id"].to_list(), strict=True))
+    assert keepers == {i: "d0" if i % 2 == 1 or i == 0 else f"d{i}" for i in range(size)}
+    assert labels.filter(pl.col("doc") == 0)["cluster_size"].item() == 1 + size // 2
 
 
 def test_band_rows_skip_documents_without_words():
