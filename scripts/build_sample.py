@@ -4,7 +4,9 @@ web (WARC):        2026-01: Debian Handbook pages in en, de, ru, zh-CN
                    2026-02: the en pages re-crawled (exact duplicates of 2026-01), fr, ja
 reference (JSONL): 2026-01: Debian Reference chapters in en, de as text (.jsonl.gz)
                    2026-02: chapters in fr, ja (.jsonl.zst), plus three handbook pages exported as
-                   text (exact duplicates, across sources, of web/2026-01)
+                   text (exact duplicates, across sources, of web/2026-01), and a mirror of the first en
+                   chapter with a header line and every 100th word changed (a near duplicate, across
+                   snapshots, of reference/2026-01: word 5-gram Jaccard about 0.9)
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ def reference_records(lang: str, chapters: int, date: str) -> list[dict]:
     return out
 
 
+def mirrored(record: dict, date: str) -> dict:
+    """A near-duplicate copy: a mirror header line, and every 100th word replaced (deterministic)."""
+    words = record["text"].split(" ")
+    edited = [("mirror" if index % 100 == 99 else word) for index, word in enumerate(words)]
+    text = f"Mirrored copy, retrieved {date[:10]}.\n" + " ".join(edited)
+    return {**record, "id": record["id"] + "-mirror", "url": record["url"].replace("https://", "https://mirror."), "date": date, "text": text}
+
+
 def main() -> None:
     web = CORPUS / "web"
     cut_warc(web / "2026-01/handbook-en-US.warc.gz", OUT / "web/2026-01/handbook-en-US.warc.gz", 24)
@@ -85,6 +95,7 @@ def main() -> None:
     # Three handbook pages exported as text: exact duplicates, across sources, of web/2026-01.
     for url, body in zh[2:5]:
         second.append({"id": url.rsplit("/", 1)[-1], "url": url, "date": "2026-02-20T00:00:00Z", "text": extract(body), "lang": "zh"})
+    second.append(mirrored(first[0], "2026-02-20T00:00:00Z"))
     path = OUT / "reference/2026-02/debian-reference.jsonl.zst"
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in second).encode()
