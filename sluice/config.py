@@ -374,6 +374,11 @@ class DedupSettings(_Model):
     # benchmarks/dedup_quality.py); reads only the candidates' texts. None: documents sharing a bucket are
     # near duplicates (datatrove's rule, no texts read).
     verify_min_jaccard: float | None = Field(0.8, ge=0.0, le=1.0)
+    # With verification, each document of a bucket is checked against the bucket's first `verify_anchors`
+    # documents in the global order (its anchors), not against every member: the pairs to verify grow
+    # linearly with a bucket, not quadratically (NeMo Curator's num_anchors, 2 there). Members near-equal to
+    # an anchor are linked through it.
+    verify_anchors: int = Field(4, ge=1, le=1024)
     # Share of a partition's documents removed (exact + fuzzy) outside these bounds makes the
     # `removed_share_within_bounds` check warn.
     min_removed_share: float = Field(0.0, ge=0.0, le=1.0)

@@ -56,8 +56,9 @@ starting worker processes, or a file per earlier partition, would cost more than
 
 **Verification** (`dedup.verify_min_jaccard`, 0.8 by default; the false-positive check of NeMo
 Curator's fuzzy dedup; `null` turns it off for datatrove's rule, a shared bucket is enough): candidate
-pairs (all pairs of a bucket with at most MAX_VERIFIED_BUCKET members, else each member with the
-bucket's first) are linked only if the Jaccard similarity of their shingle-hash sets, computed from the
+pairs (each member of a bucket with each of the bucket's first `dedup.verify_anchors` members in the
+global order, its anchors, as Curator's num_anchors: linear in the bucket's size, where all pairs would
+be quadratic) are linked only if the Jaccard similarity of their shingle-hash sets, computed from the
 texts, reaches the bound. LSH alone links many pairs below the bound (on benchmarks/dedup_quality.py
 pair precision at J >= 0.8 is 0.53 without, 1.0 with it, at the same recall). An earlier document
 enters as its cluster's keeper, so a new document is compared with the kept document. Only the
@@ -160,6 +161,7 @@ def minhash_identity(settings: DedupSettings) -> dict[str, Any]:
         "seed": settings.seed,
         "hash_function": settings.hash_function,
         "verify_min_jaccard": settings.verify_min_jaccard,  # changes the clusters' keepers
+        "verify_anchors": settings.verify_anchors,
     }
 
 
@@ -302,9 +304,6 @@ def connected_components(nodes: pl.Series, edges: pl.DataFrame) -> pl.DataFrame:
 
 
 PairFilter = Callable[[pl.DataFrame], np.ndarray]
-# Buckets with more members than this are linked to their first member only when pairs are verified
-# (all pairs of a huge bucket would be quadratic).
-MAX_VERIFIED_BUCKET = 64
 # Candidate pairs per verification task (each task reads the texts of its pairs' documents).
 VERIFY_PAIRS_PER_TASK = 1 << 15
 EDGE_SCHEMA = {"u": pl.Int64, "v": pl.Int64}
@@ -320,13 +319,13 @@ def keeper_order(keeper_partitions: list[str], ref: PartitionRef) -> list[str]:
     return [*ordered, ref.key]
 
 
-def bucket_edges(current_bands: pl.DataFrame, matches: pl.DataFrame, partitions: list[str], all_pairs: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+def bucket_edges(current_bands: pl.DataFrame, matches: pl.DataFrame, partitions: list[str], anchors: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Edges of the (band, hash) groups of these rows, and the keeper ids of the earlier nodes in them.
 
     current_bands: band, hash, doc of the current partition (partitions[-1]); matches: MATCH_SCHEMA rows.
-    all_pairs False: each member linked to its group's first (smallest) node. True (pairs to verify):
-    every pair (u < v) of a group with at most MAX_VERIFIED_BUCKET members, else first-to-member, only
-    pairs with a current document. Groups are independent, so rows may be split by band among tasks."""
+    anchors 0 (no verification): each member linked to its group's first (smallest) node. anchors K > 0
+    (pairs to verify): each member paired with each of its group's K smallest nodes before it, only pairs
+    with a current document. Groups are independent, so rows may be split by band among tasks."""
     floor = (len(partitions) - 1) * PARTITION_UNIT
     ordinals = pl.DataFrame({"keeper_partition": partitions[:-1], "ordinal": list(range(len(partitions) - 1))}, schema={"keeper_partition": pl.String, "ordinal": pl.Int64})
     earlier = matches.join(ordinals, on="keeper_partition").with_columns(node=pl.col("ordinal") * PARTITION_UNIT + pl.col("keeper_doc"))
@@ -334,14 +333,14 @@ def bucket_edges(current_bands: pl.DataFrame, matches: pl.DataFrame, partitions:
         raise ValueError("matched rows name a keeper partition missing from the partition order")
     current = current_bands.select("band", "hash", node=pl.lit(floor, pl.Int64) + pl.col("doc"))
     members = pl.concat([current, earlier.select("band", "hash", "node")]).unique()
-    group_min = members.group_by("band", "hash").agg(pl.col("node").min().alias("first"), pl.len().alias("members"))
-    if not all_pairs:
+    if not anchors:
+        group_min = members.group_by("band", "hash").agg(pl.col("node").min().alias("first"))
         edges = members.join(group_min, on=["band", "hash"]).filter(pl.col("node") != pl.col("first")).select(u="first", v="node")
     else:
-        small = members.join(group_min.filter(pl.col("members") <= MAX_VERIFIED_BUCKET).select("band", "hash"), on=["band", "hash"], how="semi")
-        every_pair = small.join(small, on=["band", "hash"], suffix="_b").select(u="node", v="node_b")
-        star = members.join(group_min.filter(pl.col("members") > MAX_VERIFIED_BUCKET), on=["band", "hash"]).select(u="first", v="node")
-        edges = pl.concat([every_pair, star]).filter((pl.col("u") < pl.col("v")) & (pl.col("v") >= floor))
+        first_nodes = members.filter(pl.col("node").rank("ordinal").over("band", "hash") <= anchors).select("band", "hash", u="node")
+        edges = first_nodes.join(members.select("band", "hash", v="node"), on=["band", "hash"]).filter(
+            (pl.col("u") < pl.col("v")) & (pl.col("v") >= floor)
+        ).select("u", "v")
     edges = edges.unique().sort("u", "v")
     in_edges = pl.concat([edges["u"], edges["v"]]).unique().to_frame("node")
     keeper_ids = earlier.select("node", "keeper_id").unique().join(in_edges, on="node", how="semi").sort("node")
@@ -398,15 +397,17 @@ def cluster_partition(
     doc_ids: pl.DataFrame,
     matches: pl.DataFrame,
     pair_filter: PairFilter | None = None,
+    anchors: int = DedupSettings().verify_anchors,
 ) -> pl.DataFrame:
     """Keeper and cluster size of every indexed document of `ref` (see the module docstring), in memory:
     the same steps `deduplicate_partition` runs as tasks (`bucket_edges`, verification, `resolve_clusters`).
 
     current_bands: band, hash, doc; doc_ids: doc, doc_id; matches: MATCH_SCHEMA rows of earlier partitions.
     pair_filter (optional): given candidate pairs (u_partition, u_doc, v_partition, v_doc), which to link;
-    without it every member of a bucket is linked (to the bucket's first member)."""
+    without it every member of a bucket is linked (to the bucket's first member); with it, the pairs are each
+    member with the bucket's first `anchors` members."""
     partitions = keeper_order(matches["keeper_partition"].to_list(), ref)
-    edges, keeper_ids = bucket_edges(current_bands, matches, partitions, all_pairs=pair_filter is not None)
+    edges, keeper_ids = bucket_edges(current_bands, matches, partitions, anchors if pair_filter is not None else 0)
     if pair_filter is not None and edges.height:
         edges = edges.filter(pl.Series(pair_filter(locate_pairs(edges, partitions)), dtype=pl.Boolean))
     return resolve_clusters(ref, current_bands["doc"], doc_ids, edges, keeper_ids, partitions)
@@ -421,7 +422,7 @@ class EdgeTask:
     match_keys: tuple[str, ...]  # MATCHES_FOLDER files (MATCH_SCHEMA rows sorted by band)
     bands: tuple[int, ...]
     partitions: tuple[str, ...]  # keeper_order: node ordinals
-    all_pairs: bool  # verification on: every candidate pair (see bucket_edges)
+    anchors: int  # 0: no verification; else pairs with the bucket's first `anchors` members (see bucket_edges)
     s3: S3Settings = field(default_factory=S3Settings)
 
 
@@ -450,7 +451,7 @@ def band_edges(task: EdgeTask) -> dict[str, pa.Table]:
         [pl.from_arrow(_read_bands(store, key, task.bands)).cast(MATCH_SCHEMA) for key in task.match_keys]
         or [pl.DataFrame(schema=MATCH_SCHEMA)]
     )
-    edges, keeper_ids = bucket_edges(current, matches, list(task.partitions), task.all_pairs)
+    edges, keeper_ids = bucket_edges(current, matches, list(task.partitions), task.anchors)
     return {"edges": edges.to_arrow(), "keeper_ids": keeper_ids.to_arrow()}
 
 
@@ -665,7 +666,8 @@ def _cluster_with_tasks(
     components over the union of the edges in this (the driver) process."""
     verify = settings.verify_min_jaccard
     output_url = store.uri(output_prefix)
-    tasks = [EdgeTask(output_url, band_keys, match_keys, (band,), tuple(partitions), verify is not None, s3) for band in range(settings.bands)]
+    anchors = 0 if verify is None else settings.verify_anchors
+    tasks = [EdgeTask(output_url, band_keys, match_keys, (band,), tuple(partitions), anchors, s3) for band in range(settings.bands)]
     results = executor.map(band_edges, tasks)
     edges = pl.concat([pl.from_arrow(r["edges"]) for r in results]).cast(EDGE_SCHEMA).unique().sort("u", "v")
     keeper_ids = pl.concat([pl.from_arrow(r["keeper_ids"]) for r in results]).cast(KEEPER_ID_SCHEMA).unique().sort("node")
@@ -753,7 +755,9 @@ def deduplicate_partition(
             )
             verify = settings.verify_min_jaccard
             pair_filter = None if verify is None else ExactJaccardFilter(store, settings, verify)
-            labels = cluster_partition(ref, current_bands, doc_ids, pl.concat(matches or [pl.DataFrame(schema=MATCH_SCHEMA)]), pair_filter)
+            labels = cluster_partition(
+                ref, current_bands, doc_ids, pl.concat(matches or [pl.DataFrame(schema=MATCH_SCHEMA)]), pair_filter, settings.verify_anchors
+            )
         else:
             try:
                 matched = executor.map(match_earlier, match_tasks)

@@ -109,7 +109,8 @@ def exact_jaccard(a: str, b: str, ngram_size: int = 5) -> float:
 
 def one_batch(store: Store, settings: DedupSettings | None = None) -> tuple[set[str], dict[str, str]]:
     """Reference: every cleaned document at once in global order; exact by hash; union-find over pairs
-    sharing a (band, hash) (with `verify_min_jaccard`: only pairs whose brute-force Jaccard reaches it);
+    sharing a (band, hash) (with `verify_min_jaccard`: pairs of a member with one of the bucket's first
+    `verify_anchors` members, linked only if their brute-force Jaccard reaches the bound);
     a document is kept when it is the first of its hash and the first of its component."""
     settings = settings or DedupSettings()
     ids, hashes, texts = [], [], []
@@ -138,7 +139,9 @@ def one_batch(store: Store, settings: DedupSettings | None = None) -> tuple[set[
         for band, value in enumerate(bands[i].tolist()):
             buckets.setdefault((band, value), []).append(i)
     bound = settings.verify_min_jaccard
-    linked = {(i, j) for members in buckets.values() for i in members for j in members if i < j}
+    # With verification, each member is paired with the bucket's first `verify_anchors` members.
+    anchors = len(ids) if bound is None else settings.verify_anchors
+    linked = {(i, j) for members in buckets.values() for i in sorted(members)[:anchors] for j in members if i < j}
     for i, j in sorted(linked):
         if bound is None or exact_jaccard(texts[i], texts[j], settings.ngram_size) >= bound:
             a, b = find(i), find(j)
@@ -373,20 +376,21 @@ def test_kept_documents_are_never_removed_by_a_later_bridge():
     assert labels.to_dicts() == [{"doc": 0, "keeper_partition": "web/2026-01", "keeper_doc": 3, "keeper_id": "a", "cluster_size": 3}]
 
 
-def test_verified_bucket_larger_than_the_pair_limit_links_members_to_its_first():
-    """A bucket with more than MAX_VERIFIED_BUCKET members is verified member-to-first, not all pairs."""
+def test_verification_pairs_each_member_with_the_buckets_anchors_only():
+    """With verification, a bucket's members are paired with its first `verify_anchors` members (linear in
+    the bucket), not all pairs; members are linked only where the pair filter says."""
     ref = PartitionRef("web", "2026-01")
-    size = dedup.MAX_VERIFIED_BUCKET + 6
+    size, anchors = 70, 3
     current = pl.DataFrame({"band": [0] * size, "hash": [7] * size, "doc": list(range(size))}, schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})
     doc_ids = pl.DataFrame({"doc": list(range(size)), "doc_id": [f"d{i}" for i in range(size)]}, schema={"doc": pl.Int64, "doc_id": pl.String})
-    asked: list[int] = []
+    asked: list[tuple[int, int]] = []
 
-    def odd_docs_only(pairs: pl.DataFrame) -> np.ndarray:  # links the first document with the odd ones
-        asked.append(pairs.height)
-        return (pairs["v_doc"] % 2 == 1).to_numpy()
+    def odd_docs_with_the_first(pairs: pl.DataFrame) -> np.ndarray:  # only d0 -- odd document pairs verify
+        asked.extend(zip(pairs["u_doc"].to_list(), pairs["v_doc"].to_list(), strict=True))
+        return ((pairs["u_doc"] == 0) & (pairs["v_doc"] % 2 == 1)).to_numpy()
 
-    labels = dedup.cluster_partition(ref, current, doc_ids, pl.DataFrame(schema=dedup.MATCH_SCHEMA), odd_docs_only)
-    assert asked == [size - 1]  # one pair per member besides the first, not size * (size - 1) / 2
+    labels = dedup.cluster_partition(ref, current, doc_ids, pl.DataFrame(schema=dedup.MATCH_SCHEMA), odd_docs_with_the_first, anchors)
+    assert sorted(asked) == sorted((u, v) for u in range(anchors) for v in range(u + 1, size))
     keepers = dict(zip(labels["doc"].to_list(), labels["keeper_id"].to_list(), strict=True))
     assert keepers == {i: "d0" if i % 2 == 1 or i == 0 else f"d{i}" for i in range(size)}
     assert labels.filter(pl.col("doc") == 0)["cluster_size"].item() == 1 + size // 2
