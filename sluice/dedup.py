@@ -23,8 +23,11 @@ this on the sample with planted near duplicates.
   (band, hash, doc); documents without any word have no rows (they never match).
 - `clusters.parquet`: `doc int64, doc_id string, keeper_partition string, keeper_doc int64, keeper_id
   string`: for each indexed document the kept document of its cluster (itself when kept).
+- `shingles-NNNNN.parquet` (when verifying; listed under `shingles`), one per cleaned part: `doc int64,
+  shingles large_list<uint32>`, every document of the part in order, its sorted shingle-hash set (from
+  the same shingling as its signature), in row groups of SHINGLE_ROW_GROUP documents.
 Deduplicating P reads only these files of earlier partitions (each partition's in its own executor
-task, a semi-join on P's (band, hash) keys), never their texts (except candidates' when verifying). An
+task, a semi-join on P's (band, hash) keys), never their texts. An
 earlier partition whose index is missing or was built with other MinHash settings is re-signed from its
 cleaned texts in the task (its documents then count as their own keepers) and named in
 `recomputed_band_indexes`.
@@ -58,12 +61,13 @@ starting worker processes, or a file per earlier partition, would cost more than
 Curator's fuzzy dedup; `null` turns it off for datatrove's rule, a shared bucket is enough): candidate
 pairs (each member of a bucket with each of the bucket's first `dedup.verify_anchors` members in the
 global order, its anchors, as Curator's num_anchors: linear in the bucket's size, where all pairs would
-be quadratic) are linked only if the Jaccard similarity of their shingle-hash sets, computed from the
-texts, reaches the bound. LSH alone links many pairs below the bound (on benchmarks/dedup_quality.py
-pair precision at J >= 0.8 is 0.53 without, 1.0 with it, at the same recall). An earlier document
-enters as its cluster's keeper, so a new document is compared with the kept document. Only the
-candidates' cleaned part files are read; each candidate document is shingled once and all pairs are
-compared in one vectorized pass (`pair_jaccard`).
+be quadratic) are linked only if the Jaccard similarity of their shingle-hash sets reaches the bound.
+LSH alone links many pairs below the bound (on benchmarks/dedup_quality.py pair precision at J >= 0.8
+is 0.53 without, 1.0 with it, at the same recall). An earlier document enters as its cluster's keeper,
+so a new document is compared with the kept document. The sets come from the `shingles-*` sidecars
+(only the row groups holding the candidates; an earlier partition without sidecars, e.g. indexed by an
+older version, has its candidates' texts read and shingled instead), and all pairs are compared in one
+vectorized pass (`pair_jaccard`).
 """
 
 from __future__ import annotations
@@ -129,6 +133,12 @@ CLUSTERS_SCHEMA = pa.schema(
     ]
 )
 CLUSTERS_FILE = "clusters.parquet"
+# Shingle-hash sets per document (written when pairs are verified): later partitions verify against an
+# earlier document by reading its set here instead of re-reading and re-shingling its text. Row groups of
+# SHINGLE_ROW_GROUP documents, so a read of a few candidates skips the others.
+SHINGLES_PREFIX = "shingles-"
+SHINGLE_ROW_GROUP = 128
+SHINGLES_SCHEMA = pa.schema([pa.field("doc", pa.int64(), nullable=False), pa.field("shingles", pa.large_list(pa.uint32()))])
 
 
 @dataclass
@@ -178,12 +188,12 @@ class SignatureTask:
     s3: S3Settings = field(default_factory=S3Settings)
 
 
-def band_table(texts: list[str], part: int, settings: DedupSettings) -> pa.Table:
-    """Band rows of one part's documents, sorted by (band, hash, doc)."""
+def band_table(texts: list[str], part: int, settings: DedupSettings, shingle_sink: Callable[[int, np.ndarray, np.ndarray], None] | None = None) -> pa.Table:
+    """Band rows of one part's documents, sorted by (band, hash, doc). `shingle_sink`: see MinHasher.signatures."""
     if len(texts) >= 1 << ROW_BITS:
         raise ValueError(f"a cleaned part holds {len(texts)} documents; at most {(1 << ROW_BITS) - 1} are supported")
     hasher = MinHasher.from_settings(settings)
-    signatures = hasher.signatures(texts)
+    signatures = hasher.signatures(texts, shingle_sink)
     has_words = (signatures != MAX_HASH32).any(axis=1)
     rows = np.flatnonzero(has_words)
     bands = hasher.band_hashes(signatures[rows])
@@ -199,13 +209,29 @@ def band_table(texts: list[str], part: int, settings: DedupSettings) -> pa.Table
     return frame.to_arrow().cast(BANDS_SCHEMA)
 
 
+def shingle_table(sets: ShingleSets, part: int) -> pa.Table:
+    """Each document's shingle-hash set (sorted unique uint32, the MinHash input), by doc."""
+    docs = (np.int64(part) << ROW_BITS) | np.arange(len(sets.offsets) - 1, dtype=np.int64)
+    hashes = (sets.keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    shingles = pa.LargeListArray.from_arrays(pa.array(sets.offsets, pa.int64()), pa.array(hashes, pa.uint32()))
+    return pa.Table.from_arrays([pa.array(docs, pa.int64()), shingles], schema=SHINGLES_SCHEMA)
+
+
 def signature_part(task: SignatureTask) -> dict[str, Any]:
-    """Sign one cleaned part file and publish its `bands-NNNNN.parquet`; returns the manifest entry."""
+    """Sign one cleaned part file and publish its `bands-NNNNN.parquet` (and, when pairs are verified, its
+    `shingles-NNNNN.parquet`); returns their manifest entries {"bands": ..., "shingles": ... or None}."""
     cleaned = StoreSpec(task.cleaned_url, task.s3).open()
     texts = read_parquet_file(cleaned, task.cleaned_key, columns=["text"]).column("text").to_pylist()
-    table = band_table(texts, task.part, task.settings)
+    verify = task.settings.verify_min_jaccard is not None
+    blocks: list[np.ndarray] = [np.empty(0, np.uint64)]
+    table = band_table(texts, task.part, task.settings, (lambda start, hashes, counts: blocks.append(_set_keys(start, hashes, counts))) if verify else None)
     output = StoreSpec(task.output_url, task.s3).open()
-    return write_parquet(output, f"bands-{task.part:05d}.parquet", table, row_group_size=1 << 16)
+    bands = write_parquet(output, f"bands-{task.part:05d}.parquet", table, row_group_size=1 << 16)
+    shingles = None
+    if verify:  # the sets from the same shingling as the signatures
+        sets = ShingleSets.from_keys(np.concatenate(blocks), len(texts))
+        shingles = write_parquet(output, f"{SHINGLES_PREFIX}{task.part:05d}.parquet", shingle_table(sets, task.part), row_group_size=SHINGLE_ROW_GROUP)
+    return {"bands": bands, "shingles": shingles}
 
 
 @dataclass(frozen=True)
@@ -228,14 +254,20 @@ MATCH_SCHEMA = {"band": pl.UInt8, "hash": pl.UInt64, "keeper_partition": pl.Stri
 MATCHES_FOLDER = "_matches"  # under the deduped partition: matched earlier rows while it is clustered, then deleted
 
 
-def matched_rows(task: MatchTask) -> pl.DataFrame:
-    """(band, hash, keeper_partition, keeper_doc, keeper_id) of the earlier partition's matching rows,
-    sorted by (band, hash, keeper_partition, keeper_doc)."""
+def current_keys(task: MatchTask) -> pl.DataFrame:
+    """The (band, hash) keys of the partition being deduplicated."""
     current = StoreSpec(task.current_url, task.s3).open()
-    keys = pl.concat(
+    return pl.concat(
         [pl.from_arrow(read_parquet_file(current, key, columns=["band", "hash"])) for key in task.current_band_keys]
         or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64})]
     ).unique()
+
+
+def matched_rows(task: MatchTask, keys: pl.DataFrame | None = None) -> pl.DataFrame:
+    """(band, hash, keeper_partition, keeper_doc, keeper_id) of the earlier partition's matching rows,
+    sorted by (band, hash, keeper_partition, keeper_doc). `keys`: `current_keys(task)` when the caller
+    has them (matching many earlier partitions in one process reads them once)."""
+    keys = current_keys(task) if keys is None else keys
     matched: list[pl.DataFrame] = []
     if task.earlier_band_keys:
         earlier = StoreSpec(task.earlier_url, task.s3).open()
@@ -464,12 +496,13 @@ class VerifyTask:
     settings: DedupSettings
     min_jaccard: float
     s3: S3Settings = field(default_factory=S3Settings)
+    shingle_folders: tuple[tuple[str, str], ...] = ()  # partition -> sidecar folder (the unpublished current one)
 
 
 def verify_pairs(task: VerifyTask) -> np.ndarray:
     """Which pairs reach `min_jaccard` (ExactJaccardFilter): a boolean per pair, in order."""
     store = StoreSpec(task.root_url, task.s3).open()
-    return ExactJaccardFilter(store, task.settings, task.min_jaccard)(pl.from_arrow(task.pairs))
+    return ExactJaccardFilter(store, task.settings, task.min_jaccard, dict(task.shingle_folders))(pl.from_arrow(task.pairs))
 
 
 def shingle_sets(texts: list[str], settings: DedupSettings) -> list[np.ndarray]:
@@ -508,17 +541,25 @@ class ShingleSets:
             while stop < len(texts) and chars + len(texts[stop]) <= _SHINGLE_BATCH_CHARS:
                 chars += len(texts[stop])
                 stop += 1
-            hashes, counts = hasher.shingle_hashes(texts[start:stop])
-            documents = np.repeat(np.arange(start, stop, dtype=np.uint64), counts)
-            keys = np.sort((documents << np.uint64(32)) | hashes.astype(np.uint64))
-            blocks.append(keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys)  # repeats dropped
+            blocks.append(_set_keys(start, *hasher.shingle_hashes(texts[start:stop])))
             start = stop
-        keys = np.concatenate(blocks)  # sorted: the batches hold increasing documents
-        offsets = np.searchsorted(keys >> np.uint64(32), np.arange(len(texts) + 1, dtype=np.uint64)).astype(np.int64)
+        return cls.from_keys(np.concatenate(blocks), len(texts))
+
+    @classmethod
+    def from_keys(cls, keys: np.ndarray, documents: int) -> ShingleSets:
+        """From sorted unique keys (blocks of `_set_keys` in document order)."""
+        offsets = np.searchsorted(keys >> np.uint64(32), np.arange(documents + 1, dtype=np.uint64)).astype(np.int64)
         return cls(keys, offsets)
 
     def sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
+
+
+def _set_keys(first_document: int, hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sorted unique `document << 32 | hash` keys of a batch of documents' shingle hashes."""
+    documents = np.repeat(np.arange(first_document, first_document + len(counts), dtype=np.uint64), counts)
+    keys = np.sort((documents << np.uint64(32)) | hashes.astype(np.uint64))
+    return keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
 
 
 def pair_jaccard(sets: ShingleSets, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -568,16 +609,84 @@ def read_texts(store: Store, documents: pl.DataFrame) -> list[str]:
     return texts  # type: ignore[return-value]
 
 
+def _read_shingle_rows(store: Store, key: str, docs: list[int]) -> pa.Table:
+    """Rows of a shingle sidecar for `docs`: a sidecar holds every document of its part in order, in row
+    groups of SHINGLE_ROW_GROUP, so only the row groups holding them are read."""
+    rows = np.asarray(docs, dtype=np.int64) & ((1 << ROW_BITS) - 1)
+    groups = np.unique(rows // SHINGLE_ROW_GROUP).tolist()
+    local = store.local_path(key)
+    scratch = None if local is not None else local_temp_dir()
+    try:
+        parquet = pq.ParquetFile(local if local is not None else store.fetch(key, scratch))
+        if groups and groups[-1] >= parquet.num_row_groups:
+            return SHINGLES_SCHEMA.empty_table()
+        table = parquet.read_row_groups(groups)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    first_rows = np.asarray(groups, dtype=np.int64) * SHINGLE_ROW_GROUP  # part row of each read group's first row
+    group_of_row = np.searchsorted(first_rows, rows, side="right") - 1
+    read_offsets = np.concatenate([[0], np.cumsum([parquet.metadata.row_group(g).num_rows for g in groups])])[:-1]
+    positions = read_offsets[group_of_row] + rows - first_rows[group_of_row]
+    if len(positions) and positions.max() >= table.num_rows:  # not this part's sidecar
+        return SHINGLES_SCHEMA.empty_table()
+    return table.take(pa.array(positions))
+
+
+def read_shingle_sets(
+    store: Store, documents: pl.DataFrame, settings: DedupSettings, shingle_folders: dict[str, str] | None = None
+) -> tuple[ShingleSets, int]:
+    """ShingleSets of (partition, doc) rows sorted by (partition, doc), document i = row i, and how many
+    documents were shingled from their texts. A partition's sets come from its `shingles-*.parquet`
+    sidecar (in `shingle_folders[partition]`, else in its deduped manifest's band index when built with
+    these MinHash settings); without one, from its cleaned texts."""
+    shingle_folders = shingle_folders or {}
+    located = documents.with_row_index("index").with_columns(part=pl.col("doc") // (1 << ROW_BITS))
+    blocks: list[np.ndarray] = [np.empty(0, np.uint64)]
+    from_texts = 0
+    for (partition, part), group in located.group_by(["partition", "part"], maintain_order=True):
+        indexes = group["index"].to_numpy().astype(np.uint64)
+        key = _shingles_key(store, partition, part, settings, shingle_folders)
+        table = _read_shingle_rows(store, key, group["doc"].to_list()) if key is not None else None
+        if table is not None and table.num_rows == group.height and table.column("doc").to_pylist() == group["doc"].to_list():
+            column = table.column("shingles").combine_chunks()
+            hashes = column.flatten().to_numpy().astype(np.uint64)
+            lengths = pc.list_value_length(column).to_numpy()
+            blocks.append((np.repeat(indexes, lengths) << np.uint64(32)) | hashes)
+            continue
+        sets = ShingleSets.of(read_texts(store, group.select("partition", "doc")), settings)
+        from_texts += group.height
+        blocks.append((indexes[(sets.keys >> np.uint64(32)).astype(np.int64)] << np.uint64(32)) | (sets.keys & np.uint64(0xFFFFFFFF)))
+    keys = np.concatenate(blocks)  # sorted: groups hold increasing indexes, each set sorted
+    offsets = np.searchsorted(keys >> np.uint64(32), np.arange(documents.height + 1, dtype=np.uint64)).astype(np.int64)
+    return ShingleSets(keys, offsets), from_texts
+
+
+def _shingles_key(store: Store, partition: str, part: int, settings: DedupSettings, shingle_folders: dict[str, str]) -> str | None:
+    name = f"{SHINGLES_PREFIX}{part:05d}.parquet"
+    if partition in shingle_folders:
+        return f"{shingle_folders[partition]}/{name}"
+    source, snapshot = partition.split("/", 1)
+    prefix = partition_prefix(DEDUPED, PartitionRef(source, snapshot))
+    index = (read_manifest(store, prefix) or {}).get("band_index") or {}
+    if index.get("minhash") != minhash_identity(settings) or name not in index.get("shingles", []):
+        return None
+    return f"{prefix}/{name}"
+
+
 class ExactJaccardFilter:
     """Links a candidate pair only if the Jaccard similarity of the two documents' shingle sets (32-bit
-    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. Texts of the pairs' documents
-    are read from the cleaned partitions (only the candidates' part files), each document is shingled
-    once, and all pairs are compared at once (`pair_jaccard`)."""
+    shingle hashes, so exact up to hash collisions) reaches `min_jaccard`. The sets are read from the
+    partitions' shingle sidecars (`read_shingle_sets`; the texts only where a partition has none), and
+    all pairs are compared at once (`pair_jaccard`). `shingle_folders`: partition -> folder of its
+    sidecars for partitions not published yet (the one being deduplicated)."""
 
-    def __init__(self, store: Store, settings: DedupSettings, min_jaccard: float) -> None:
+    def __init__(self, store: Store, settings: DedupSettings, min_jaccard: float, shingle_folders: dict[str, str] | None = None) -> None:
         self.store = store
         self.settings = settings
         self.min_jaccard = min_jaccard
+        self.shingle_folders = dict(shingle_folders or {})
+        self.shingled_from_texts = 0
 
     def __call__(self, pairs: pl.DataFrame) -> np.ndarray:
         wanted = (
@@ -586,7 +695,8 @@ class ExactJaccardFilter:
             .sort("partition", "doc")
             .with_row_index("index")
         )
-        sets = ShingleSets.of(read_texts(self.store, wanted.select("partition", "doc")), self.settings)
+        sets, from_texts = read_shingle_sets(self.store, wanted.select("partition", "doc"), self.settings, self.shingle_folders)
+        self.shingled_from_texts += from_texts
         located = pairs.with_row_index("pair").join(
             wanted.rename({"partition": "u_partition", "doc": "u_doc", "index": "a"}), on=["u_partition", "u_doc"]
         ).join(wanted.rename({"partition": "v_partition", "doc": "v_doc", "index": "b"}), on=["v_partition", "v_doc"]).sort("pair")
@@ -674,7 +784,7 @@ def _cluster_with_tasks(
     if verify is not None and edges.height:
         located = locate_pairs(edges, partitions).to_arrow()
         chunks = [
-            VerifyTask(store.uri(), located.slice(start, VERIFY_PAIRS_PER_TASK), settings, verify, s3)
+            VerifyTask(store.uri(), located.slice(start, VERIFY_PAIRS_PER_TASK), settings, verify, s3, ((ref.key, output_prefix),))
             for start in range(0, located.num_rows, VERIFY_PAIRS_PER_TASK)
         ]
         edges = edges.filter(pl.Series(np.concatenate(executor.map(verify_pairs, chunks)), dtype=pl.Boolean))
@@ -725,10 +835,12 @@ def deduplicate_partition(
     sizes_by_doc: dict[int, int] = {}
     if settings.fuzzy:
         output_url = store.uri(output_prefix)
-        band_entries = executor.map(
+        signed = executor.map(
             signature_part,
             [SignatureTask(store.uri(cleaned_prefix), key, index, output_url, settings, s3) for index, key in enumerate(parts)],
         )
+        band_entries = [entry["bands"] for entry in signed]
+        shingle_entries = [entry["shingles"] for entry in signed if entry["shingles"] is not None]
         band_keys = tuple(entry["key"] for entry in band_entries)
         match_tasks = []
         for other in earlier:
@@ -748,13 +860,14 @@ def deduplicate_partition(
         input_bytes = sum(_index_bytes(store, other) for other in earlier) + sum(entry["bytes"] for entry in band_entries)
         if input_bytes < INLINE_BELOW_BYTES:
             # Small: cheaper than starting worker processes; the same steps in memory (no matched-row files).
-            matches = [frame for frame in map(matched_rows, match_tasks) if frame.height]
+            keys = current_keys(match_tasks[0]) if match_tasks else None
+            matches = [frame for frame in (matched_rows(task, keys) for task in match_tasks) if frame.height]
             current_bands = pl.concat(
                 [pl.from_arrow(read_parquet_file(store, f"{output_prefix}/{key}")) for key in band_keys]
                 or [pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64})]
             )
             verify = settings.verify_min_jaccard
-            pair_filter = None if verify is None else ExactJaccardFilter(store, settings, verify)
+            pair_filter = None if verify is None else ExactJaccardFilter(store, settings, verify, {ref.key: output_prefix})
             labels = cluster_partition(
                 ref, current_bands, doc_ids, pl.concat(matches or [pl.DataFrame(schema=MATCH_SCHEMA)]), pair_filter, settings.verify_anchors
             )
@@ -769,8 +882,10 @@ def deduplicate_partition(
                 _remove_empty_folder(store, f"{output_prefix}/{MATCHES_FOLDER}")
         clusters = labels.join(doc_ids, on="doc").select("doc", "doc_id", "keeper_partition", "keeper_doc", "keeper_id").sort("doc")
         clusters_entry = write_parquet(store, f"{output_prefix}/{CLUSTERS_FILE}", clusters.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=1 << 16)
-        side_files.extend([*band_entries, clusters_entry])
+        side_files.extend([*band_entries, *shingle_entries, clusters_entry])
         band_index = {"files": list(band_keys), "labels": CLUSTERS_FILE, "minhash": minhash_identity(settings)}
+        if shingle_entries:
+            band_index["shingles"] = [entry["key"] for entry in shingle_entries]
         for doc, keeper_partition, keeper_doc, keeper_id, size in labels.iter_rows():
             sizes_by_doc[doc] = size
             if not (keeper_partition == ref.key and keeper_doc == doc):

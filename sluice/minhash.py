@@ -46,7 +46,7 @@ import hashlib
 import re
 import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -372,14 +372,19 @@ class MinHasher:
             return (np.concatenate(per_doc) if per_doc else np.empty(0, np.uint32)), counts
         return batch_shingle_hashes(texts, self.ngram_size)
 
-    def signatures(self, texts: Sequence[str]) -> np.ndarray:
-        """(len(texts), num_perm) uint32 signatures, equal to datasketch's (see the module docstring)."""
+    def signatures(self, texts: Sequence[str], shingle_sink: Callable[[int, np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
+        """(len(texts), num_perm) uint32 signatures, equal to datasketch's (see the module docstring).
+
+        `shingle_sink(first_document, hashes, counts)`, if given, receives each batch's shingle hashes (so a
+        caller that also needs the shingle sets does not shingle twice)."""
         out = np.full((len(texts), self.num_perm), MAX_HASH32, dtype=np.uint32)
         batch_start, batch_chars = 0, 0
         for index, text in enumerate(texts):
             batch_chars += len(text)
             if batch_chars >= _BATCH_CHARS or index == len(texts) - 1:
                 hashes, counts = self.shingle_hashes(texts[batch_start : index + 1])
+                if shingle_sink is not None:
+                    shingle_sink(batch_start, hashes, counts)
                 self._reduce(hashes, counts, out[batch_start : index + 1])
                 batch_start, batch_chars = index + 1, 0
         return out

@@ -234,9 +234,9 @@ def test_later_partitions_read_band_indexes_instead_of_resigning(planted, monkey
     signed: list[int] = []
     original = dedup.band_table
 
-    def counting(texts, part, settings):
+    def counting(texts, part, settings, shingle_sink=None):
         signed.append(len(texts))
-        return original(texts, part, settings)
+        return original(texts, part, settings, shingle_sink)
 
     monkeypatch.setattr(dedup, "band_table", counting)
     last = ORDER[3]
@@ -413,3 +413,37 @@ def test_dedup_config_errors_name_key_and_allowed_values(make_config):
         load_config(make_config(dedup={"bandz": 4}))
     assert "dedup.bandz" in str(error.value)
     assert load_config(make_config()).dedup == DedupSettings()  # sluice.yaml states the defaults
+
+
+def test_verification_reads_earlier_shingle_sets_from_sidecars_not_texts(planted, tmp_path, monkeypatch):
+    """Signing publishes each part's shingle sets (`shingles-*.parquet`, listed in the band index); later
+    partitions verify against earlier documents from those, so no text is re-read or re-shingled, and the
+    result is the same as from the texts (an earlier partition without sidecars falls back to its texts)."""
+    import shutil
+
+    store = open_store(str(shutil.copytree(planted.root, tmp_path / "store")))
+    texts_read: list[int] = []
+    real_read_texts = dedup.read_texts
+    monkeypatch.setattr(dedup, "read_texts", lambda s, documents: texts_read.append(documents.height) or real_read_texts(s, documents))
+    results = run_incremental(store)
+    assert texts_read == [] and sum(r.removed_fuzzy for r in results.values()) > 0
+    last = list_partitions(store, "deduped_documents")[-1]
+    prefix = partition_prefix("deduped_documents", last)
+    manifest = read_manifest(store, prefix)
+    assert manifest["band_index"]["shingles"] and all(store.exists(f"{prefix}/{key}") for key in manifest["band_index"]["shingles"])
+    sidecar = read_parquet_file(store, f"{prefix}/{manifest['band_index']['shingles'][0]}")
+    cleaned_prefix = partition_prefix("cleaned_documents", last)
+    first_text = read_parquet_file(store, f"{cleaned_prefix}/{read_manifest(store, cleaned_prefix)['files'][0]['key']}", columns=["text"]).column("text")[0].as_py()
+    assert sidecar.column("shingles")[0].as_py() == dedup.shingle_sets([first_text], DedupSettings())[0].tolist()
+    expected_removed = read_parquet_file(store, f"{prefix}/removed.parquet")
+
+    # Earlier partitions deduplicated without sidecars (e.g. by an older version): the texts are used.
+    for ref in list_partitions(store, "deduped_documents")[:-1]:
+        earlier_prefix = partition_prefix("deduped_documents", ref)
+        earlier = read_manifest(store, earlier_prefix)
+        earlier["band_index"].pop("shingles")
+        write_manifest(store, earlier_prefix, earlier)
+    result = dedup.deduplicate_partition(store, last, prefix, settings=DedupSettings())
+    assert texts_read and sum(texts_read) > 0
+    assert read_parquet_file(store, f"{prefix}/removed.parquet").equals(expected_removed)
+    assert result.removed_fuzzy == results[last.key].removed_fuzzy
