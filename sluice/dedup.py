@@ -50,9 +50,10 @@ before use, so outputs are byte-identical whatever the engine, worker count or t
    sorted by band: row groups of other bands are skipped), and returns that band's edges (or, when
    verifying, candidate pairs), far fewer than the rows;
 4. verification: candidate pairs, de-duplicated across bands, in tasks of VERIFY_PAIRS_PER_TASK pairs
-   (`verify_pairs`: each reads the texts of its pairs' documents);
-5. connected components over the union of the edges, in the driver process (edges and the keeper ids
-   of the earlier nodes they touch; plus P's document ids, which the driver holds anyway).
+   (`verify_pairs`: each reads the shingle sets of its pairs' documents);
+5. connected components over the union of the edges, in one executor task (`cluster_components`; given
+   the edges, the keeper ids of the earlier nodes they touch and P's document ids): on Ray a cluster
+   worker, not the Dagster run's process, computes them (a local pool runs a single task in process).
 When the earlier band indexes plus P's band rows are smaller than INLINE_BELOW_BYTES, steps 2-5 run in
 the driver process instead, in memory (`cluster_partition`: the same functions, no matched-row files):
 starting worker processes, or a file per earlier partition, would cost more than the work.
@@ -772,8 +773,8 @@ def _cluster_with_tasks(
     s3: S3Settings,
     executor: Executor,
 ) -> pl.DataFrame:
-    """`cluster_partition` over storage: edges per band and verification in executor tasks, connected
-    components over the union of the edges in this (the driver) process."""
+    """`cluster_partition` over storage: edges per band and verification in executor tasks, then the
+    connected components over the union of the edges in one more executor task (`cluster_components`)."""
     verify = settings.verify_min_jaccard
     output_url = store.uri(output_prefix)
     anchors = 0 if verify is None else settings.verify_anchors
@@ -792,8 +793,31 @@ def _cluster_with_tasks(
     indexed = pl.concat(
         [pl.from_arrow(_read_bands(store, f"{output_prefix}/{key}", (0,)).select(["doc"])) for key in band_keys]
         or [pl.DataFrame(schema={"doc": pl.Int64})]
-    )["doc"]
-    return resolve_clusters(ref, indexed, doc_ids, edges, keeper_ids, partitions)
+    )
+    task = ComponentsTask(ref.source, ref.snapshot, indexed.to_arrow(), doc_ids.to_arrow(), edges.to_arrow(), keeper_ids.to_arrow(), tuple(partitions))
+    return pl.from_arrow(executor.map(cluster_components, [task])[0])
+
+
+@dataclass(frozen=True)
+class ComponentsTask:
+    """The connected components of one partition's verified edges (`cluster_components`)."""
+
+    source: str
+    snapshot: str
+    indexed: pa.Table  # doc
+    doc_ids: pa.Table  # doc, doc_id
+    edges: pa.Table  # u, v
+    keeper_ids: pa.Table  # node, keeper_id
+    partitions: tuple[str, ...]
+
+
+def cluster_components(task: ComponentsTask) -> pa.Table:
+    """`resolve_clusters` as an executor task: on Ray it runs on a cluster worker, not in the Dagster run's
+    process (a single task of the local pool runs in this process)."""
+    return resolve_clusters(
+        PartitionRef(task.source, task.snapshot), pl.from_arrow(task.indexed)["doc"], pl.from_arrow(task.doc_ids),
+        pl.from_arrow(task.edges), pl.from_arrow(task.keeper_ids), list(task.partitions),
+    ).to_arrow()
 
 
 def deduplicate_partition(

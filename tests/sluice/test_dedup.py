@@ -340,6 +340,7 @@ def test_process_pool_gives_byte_identical_outputs(planted, monkeypatch, verify)
     pool = RecordingPool(2)
     result = dedup.deduplicate_partition(planted, last, prefix, settings=settings, executor=pool)
     expected = [("signature_part", 2), ("match_earlier", 3), ("band_edges", settings.bands)] + ([("verify_pairs", 1)] if verify else [])
+    expected.append(("cluster_components", 1))
     assert pool.stages == expected
     write_manifest(planted, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
     assert tree_digest(planted.uri("deduped_documents")) == inline
