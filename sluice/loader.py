@@ -437,7 +437,6 @@ class MixedTokens:
 # Tokens packed per call: batches are built this many at a time, then cut apart (per-call numpy costs are
 # amortized over more batches; 2^18 int64 tokens x 3 fields is 6 MiB of host memory per call).
 PACK_TOKENS = 1 << 18
-PACK_TOKENS_TRANSPORT = 1 << 18
 _ARANGES: dict[tuple[int, str], np.ndarray] = {}
 
 
@@ -659,10 +658,9 @@ class RankBatches(IterableDataset):
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
         # Permutations cost a fixed numpy overhead per call (cycle walking): evaluate ~4096 positions at once.
         self._ids, self._stride, self._chunk = {}, workers, max(16, 4096 // self.plan.batch_size)
-        # Likewise packing: build PACK_TOKENS per call (fixed numpy costs per call), then cut them into batches.
-        # Workers send larger groups: each one crossing the process boundary has a fixed cost.
-        group_tokens = PACK_TOKENS_TRANSPORT if self.transport else PACK_TOKENS
-        group = max(1, min(64, group_tokens // (self.plan.batch_size * self.data.sequence_length)))
+        # Likewise packing: build PACK_TOKENS per call (fixed numpy costs per call; for workers, also the fixed
+        # cost of each group crossing the process boundary), then cut them into batches.
+        group = max(1, min(64, PACK_TOKENS // (self.plan.batch_size * self.data.sequence_length)))
         shards = self.data.shards()
         ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
         next_planned = worker_id
