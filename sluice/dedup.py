@@ -74,7 +74,6 @@ vectorized pass (`pair_jaccard`).
 from __future__ import annotations
 
 import os
-import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,13 +90,14 @@ from sluice.config import DedupSettings, S3Settings
 from sluice.layout import (
     PartitionRef,
     list_partitions,
+    local_copy,
     partition_prefix,
     read_manifest,
     read_parquet_file,
     write_parquet,
 )
 from sluice.minhash import MAX_HASH32, MinHasher
-from sluice.storage import Store, StoreSpec, local_temp_dir
+from sluice.storage import Store, StoreSpec
 
 CLEANED = "cleaned_documents"
 DEDUPED = "deduped_documents"
@@ -461,15 +461,9 @@ class EdgeTask:
 
 def _read_bands(store: Store, key: str, bands: tuple[int, ...]) -> pa.Table:
     """The rows of `bands` of a Parquet file sorted by band: row groups of other bands are skipped."""
-    filters = [("band", "in", list(bands))]
-    local = store.local_path(key)
-    if local is not None:
-        return pq.read_table(local, filters=filters)
-    scratch = local_temp_dir()
-    try:
-        return pq.read_table(store.fetch(key, scratch), filters=filters).combine_chunks()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with local_copy(store, key) as path:
+        table = pq.read_table(path, filters=[("band", "in", list(bands))])
+        return table if store.local_path(key) is not None else table.combine_chunks()
 
 
 def band_edges(task: EdgeTask) -> dict[str, pa.Table]:
@@ -615,16 +609,11 @@ def _read_shingle_rows(store: Store, key: str, docs: list[int]) -> pa.Table:
     groups of SHINGLE_ROW_GROUP, so only the row groups holding them are read."""
     rows = np.asarray(docs, dtype=np.int64) & ((1 << ROW_BITS) - 1)
     groups = np.unique(rows // SHINGLE_ROW_GROUP).tolist()
-    local = store.local_path(key)
-    scratch = None if local is not None else local_temp_dir()
-    try:
-        parquet = pq.ParquetFile(local if local is not None else store.fetch(key, scratch))
+    with local_copy(store, key) as path:
+        parquet = pq.ParquetFile(path)
         if groups and groups[-1] >= parquet.num_row_groups:
             return SHINGLES_SCHEMA.empty_table()
         table = parquet.read_row_groups(groups)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     first_rows = np.asarray(groups, dtype=np.int64) * SHINGLE_ROW_GROUP  # part row of each read group's first row
     group_of_row = np.searchsorted(first_rows, rows, side="right") - 1
     read_offsets = np.concatenate([[0], np.cumsum([parquet.metadata.row_group(g).num_rows for g in groups])])[:-1]
@@ -645,9 +634,14 @@ def read_shingle_sets(
     located = documents.with_row_index("index").with_columns(part=pl.col("doc") // (1 << ROW_BITS))
     blocks: list[np.ndarray] = [np.empty(0, np.uint64)]
     from_texts = 0
+    sidecars: dict[str, tuple[str, frozenset[str] | None] | None] = {}  # partition -> its folder and files, read once
     for (partition, part), group in located.group_by(["partition", "part"], maintain_order=True):
         indexes = group["index"].to_numpy().astype(np.uint64)
-        key = _shingles_key(store, partition, part, settings, shingle_folders)
+        if partition not in sidecars:
+            sidecars[partition] = _shingle_sidecars(store, partition, settings, shingle_folders)
+        folder, names = sidecars[partition] or (None, frozenset())
+        name = f"{SHINGLES_PREFIX}{part:05d}.parquet"
+        key = f"{folder}/{name}" if folder is not None and (names is None or name in names) else None
         table = _read_shingle_rows(store, key, group["doc"].to_list()) if key is not None else None
         if table is not None and table.num_rows == group.height and table.column("doc").to_pylist() == group["doc"].to_list():
             column = table.column("shingles").combine_chunks()
@@ -658,21 +652,23 @@ def read_shingle_sets(
         sets = ShingleSets.of(read_texts(store, group.select("partition", "doc")), settings)
         from_texts += group.height
         blocks.append((indexes[(sets.keys >> np.uint64(32)).astype(np.int64)] << np.uint64(32)) | (sets.keys & np.uint64(0xFFFFFFFF)))
-    keys = np.concatenate(blocks)  # sorted: groups hold increasing indexes, each set sorted
-    offsets = np.searchsorted(keys >> np.uint64(32), np.arange(documents.height + 1, dtype=np.uint64)).astype(np.int64)
-    return ShingleSets(keys, offsets), from_texts
+    # sorted: groups hold increasing indexes, each set sorted
+    return ShingleSets.from_keys(np.concatenate(blocks), documents.height), from_texts
 
 
-def _shingles_key(store: Store, partition: str, part: int, settings: DedupSettings, shingle_folders: dict[str, str]) -> str | None:
-    name = f"{SHINGLES_PREFIX}{part:05d}.parquet"
+def _shingle_sidecars(
+    store: Store, partition: str, settings: DedupSettings, shingle_folders: dict[str, str]
+) -> tuple[str, frozenset[str] | None] | None:
+    """Where a partition's shingle sidecars are and which exist (None: any part's, for the unpublished
+    current partition), or None when its band index has none built with these MinHash settings."""
     if partition in shingle_folders:
-        return f"{shingle_folders[partition]}/{name}"
+        return shingle_folders[partition], None
     source, snapshot = partition.split("/", 1)
     prefix = partition_prefix(DEDUPED, PartitionRef(source, snapshot))
     index = (read_manifest(store, prefix) or {}).get("band_index") or {}
-    if index.get("minhash") != minhash_identity(settings) or name not in index.get("shingles", []):
+    if index.get("minhash") != minhash_identity(settings) or not index.get("shingles"):
         return None
-    return f"{prefix}/{name}"
+    return prefix, frozenset(index["shingles"])
 
 
 class ExactJaccardFilter:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,22 +144,31 @@ def read_manifest(store: Store, prefix: str) -> dict[str, Any] | None:
     return json.loads(store.read_bytes(key))
 
 
-def read_parquet_file(store: Store, key: str, columns: list[str] | None = None, scratch: str | None = None) -> pa.Table:
-    # ParquetFile.read, not pq.read_table: the dataset layer of read_table costs ~1 ms a call, which
-    # dominates reading the many small files of band indexes and manifests' parts.
+@contextmanager
+def local_copy(store: Store, key: str, scratch: str | None = None) -> Iterator[str]:
+    """A local path holding `key`: the file itself on a local store, else a download into `scratch` (a
+    temporary folder, removed on exit, when not given)."""
     local = store.local_path(key)
     if local is not None:
-        return pq.ParquetFile(local).read(columns=columns)
+        yield local
+        return
     own_scratch = scratch is None
     scratch = scratch or local_temp_dir()
     try:
-        path = store.fetch(key, scratch)
-        table = pq.ParquetFile(path).read(columns=columns)
-        # read_table may memory-map lazily; make the data independent of the file before removal.
-        return table.combine_chunks() if own_scratch else table
+        yield store.fetch(key, scratch)
     finally:
         if own_scratch:
             _remove_tree(scratch)
+
+
+def read_parquet_file(store: Store, key: str, columns: list[str] | None = None, scratch: str | None = None) -> pa.Table:
+    # ParquetFile.read, not pq.read_table: the dataset layer of read_table costs ~1 ms a call, which
+    # dominates reading the many small files of band indexes and manifests' parts.
+    downloaded_here = scratch is None and store.local_path(key) is None
+    with local_copy(store, key, scratch) as path:
+        table = pq.ParquetFile(path).read(columns=columns)
+        # A download into our own scratch is removed on exit: hold the data in one buffer per column first.
+        return table.combine_chunks() if downloaded_here else table
 
 
 def list_partitions(store: Store, asset: str) -> list[PartitionRef]:
