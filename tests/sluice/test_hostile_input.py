@@ -21,7 +21,6 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +29,7 @@ from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
 from sluice.extract import ExtractHtml
 from sluice.ingest import IngestTask, ingest_file
 from sluice.readers import Quarantined, RawRecord, read_records
-from tests.sluice.test_readers import WARC_FILES, warc_members, warcio_responses
+from tests.sluice.test_readers import WARC_FILES, compress, warc_members, warcio_responses
 
 EXAMPLES = int(os.environ.get("SLUICE_HYPOTHESIS_EXAMPLES", "25"))
 PROPERTY = settings(max_examples=EXAMPLES, deadline=20_000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
@@ -80,12 +79,6 @@ def damage_line(kind: str, line: bytes, rng: random.Random) -> bytes:
 DAMAGES = ["truncate", "invalid_utf8", "nul", "wrong_encoding", "big_line", "deep_nesting", "not_object", "missing_text"]
 
 
-def compress(data: bytes, name: str) -> bytes:
-    if name.endswith(".gz"):
-        return gzip.compress(data, mtime=0)
-    if name.endswith(".zst"):
-        return zstandard.ZstdCompressor().compress(data)
-    return data
 
 
 @PROPERTY
