@@ -772,20 +772,24 @@ def _background(iterable, depth: int) -> Iterator[Any]:
     items: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
 
+    def offer(item: Any) -> bool:
+        """Queue `item` unless the consumer stopped (then False): never blocks past a stop."""
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for item in iterable:
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(item):
                     return
-            items.put(_END)
+            offer(_END)
         except BaseException as error:  # noqa: BLE001 - handed to the consumer
-            items.put(_Failure(error))
+            offer(_Failure(error))
 
     thread = threading.Thread(target=produce, name="sluice-loader", daemon=True)
     thread.start()
@@ -798,7 +802,11 @@ def _background(iterable, depth: int) -> Iterator[Any]:
                 raise item.error
             yield item
     finally:
+        # Wait for the producer to see the stop (it finishes the batch in hand first): a daemon thread left
+        # running inside numpy/torch when the interpreter exits can abort the process
+        # ("terminate called without an active exception"), e.g. after taking one batch and exiting.
         stop.set()
+        thread.join()
 
 
 class TrainingLoader:

@@ -457,3 +457,19 @@ def test_a_killed_trainer_leaves_no_shared_memory_behind(mix_root, tmp_path):
     pids = {trainer.pid, *workers}
     left = [name for name in os.listdir("/dev/shm") if name.startswith("torch_") and int(name.split("_")[1]) in pids]
     assert left == []
+
+
+def test_closing_the_loader_early_stops_its_background_thread(data):
+    """Taking some batches and dropping the iterator (as a script that exits after one batch does) stops
+    and joins the producer thread, also when its queue is full: no thread is left inside numpy/torch at
+    interpreter exit (which can abort the process)."""
+    import threading
+    import time
+
+    for prefetch in (1, 4):
+        batches = iter(TrainingLoader(data, 4, seed=2, prefetch_batches=prefetch, num_epochs=None))
+        next(batches)
+        time.sleep(0.2)  # the producer fills the queue and blocks on it
+        assert any(t.name == "sluice-loader" and t.is_alive() for t in threading.enumerate())
+        batches.close()
+        assert not any(t.name == "sluice-loader" and t.is_alive() for t in threading.enumerate())
