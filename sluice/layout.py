@@ -1,11 +1,18 @@
 """Where each asset's partitions live in storage, and the manifest that makes a partition visible.
 
 Layout: `<root>/<asset>/source=<source>/snapshot=<snapshot>/` for source x snapshot partitions and
-`<root>/<asset>/<name>/` for others. Data files are written (each atomically) first; the partition's
-`_manifest.json` is written last and lists them with row counts and SHA-256 digests. Readers go through
-the manifest only, so a partition is either absent or complete; files a re-run no longer produces, and
-temporary files of writers that crashed (SIGKILL, OOM, lost node), are deleted after the new manifest
-is in place.
+`<root>/<asset>/<key>=<name>/` for others (e.g. `mix=default`). Each asset's folder is one dataset: its
+partitions hold files of one schema only. Side outputs (dropped or removed documents, quarantine, indexes,
+sidecars) live in their own datasets beside it, `<root>/<side dataset>/source=.../snapshot=.../`
+(`side_prefix`), and are published by the primary partition's manifest.
+
+Data files are written (each atomically) first; the partition's `_manifest.json` is written last, in the
+primary folder, and lists them with row counts and SHA-256 digests: `files` (the dataset's own) and
+`side_files`, each entry `{"key": <file name>, "rows", "bytes", "sha256"}` plus `"prefix"` (root-relative
+folder) when the file is not in the manifest's own folder (`entry_key`). Readers go through the manifest
+only, so a partition is either absent or complete; files a re-run no longer produces, in the primary folder
+and in every side folder its entries name, and temporary files of writers that crashed (SIGKILL, OOM, lost
+node), are deleted after the new manifest is in place.
 """
 
 from __future__ import annotations
@@ -53,6 +60,17 @@ def partition_prefix(asset: str, ref: PartitionRef) -> str:
 def named_prefix(asset: str, name: str) -> str:
     check_name(name, f"{asset} partition")
     return f"{asset}/{name}"
+
+
+def side_prefix(dataset: str, ref: PartitionRef) -> str:
+    """Folder of a side dataset's part for one source x snapshot partition (published by the primary
+    partition's manifest, whose entries name this folder as their `prefix`)."""
+    return partition_prefix(dataset, ref)
+
+
+def entry_key(manifest_prefix: str, entry: dict[str, Any]) -> str:
+    """Store key of a manifest entry: in its own `prefix` folder when it names one, else next to the manifest."""
+    return f"{entry.get('prefix', manifest_prefix)}/{entry['key']}"
 
 
 def sha256_file(path: str) -> str:
@@ -127,14 +145,18 @@ def _remove_tree(path: str) -> None:
 
 
 def write_manifest(store: Store, prefix: str, manifest: dict[str, Any]) -> None:
-    """Publish a partition: write its manifest, then delete files under `prefix` it no longer lists."""
-    listed = {entry["key"] for group in ("files", "side_files") for entry in manifest.get(group, [])}
-    listed |= set(manifest.get("extra_keys", []))
+    """Publish a partition: write its manifest, then delete files it no longer lists under `prefix` and
+    under every side folder (`prefix` of an entry) it names."""
+    entries = [entry for group in ("files", "side_files") for entry in manifest.get(group, [])]
+    listed: dict[str, set[str]] = {prefix: set(manifest.get("extra_keys", [])) | {MANIFEST}}
+    for entry in entries:
+        listed.setdefault(entry.get("prefix", prefix), set()).add(entry["key"])
     body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
     store.write_bytes(f"{prefix}/{MANIFEST}", body)
-    store.remove_stale_temp(prefix)  # temp files of writers that crashed before their rename
-    stale = [key for key in store.list_files(prefix) if key.rsplit("/", 1)[-1] not in listed | {MANIFEST}]
-    store.delete(stale)
+    for folder, names in listed.items():
+        store.remove_stale_temp(folder)  # temp files of writers that crashed before their rename
+        stale = [key for key in store.list_files(folder) if key.rsplit("/", 1)[-1] not in names]
+        store.delete(stale)
 
 
 def read_manifest(store: Store, prefix: str) -> dict[str, Any] | None:
