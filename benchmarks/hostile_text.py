@@ -1,0 +1,119 @@
+"""Hostile text: is every per-document text function linear in its input? Checked by input doubling.
+
+    python benchmarks/hostile_text.py [--sizes 262144,524288,1048576] [--only tokenize]
+
+Each adversarial family (`sluice.hostile.FAMILIES`: long runs of every punctuation class, dotted
+table-of-contents leaders, nested brackets, one-token megabytes, mixed scripts with combining marks,
+newline and whitespace runs, PII- and URL-like repetitions) is built at each size (characters) and fed to
+every function that sees document text (`sluice.hostile.text_functions`): the word tokenizer in both
+modes, each quality filter, PII search and redaction, the URL filter, the hash and MinHash normalizers,
+shingling, decontamination n-grams, language ID, charset detection, and the byte-level pre-tokenizer of
+the tokenization fast path. Time per call is the best of `--repeats` (CPU seconds of this process).
+
+Figures: worst seconds per MB over all (family, function) pairs at the largest size, and the worst growth
+per doubling of the input, (t_largest / t_smallest) ** (1 / doublings): a linear function gives ~2, a
+quadratic one ~4, an exponential one never finishes (each call is stopped after --limit-s and reported as
+such). The ratio over the whole range is less disturbed by other jobs on a shared machine than one taken
+between neighbouring sizes. Pairs faster than 10 ms at the largest size are left out of the ratio (timer
+noise), not out of seconds per MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.peers import figure  # noqa: E402
+from sluice.hostile import FAMILIES, text_functions  # noqa: E402
+
+NOISE_FLOOR_S = 0.010
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _alarm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise _Stopped
+
+
+def timed(function, text: str, repeats: int, limit_s: float) -> float | None:
+    """Best CPU seconds of `repeats` calls, or None when one call ran past `limit_s` (interrupted: Python
+    code and the `re` engine check signals)."""
+    best = float("inf")
+    signal.signal(signal.SIGALRM, _alarm)
+    for _ in range(repeats):
+        signal.setitimer(signal.ITIMER_REAL, limit_s)
+        started = time.process_time()
+        try:
+            function(text)
+        except _Stopped:
+            return None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="131072,262144,524288,1048576", help="characters per input, doubling")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--limit-s", type=float, default=20.0, help="a call running longer is stopped")
+    parser.add_argument("--only", default="", help="comma-separated function names to run (default: all)")
+    parser.add_argument("--families", default="", help="comma-separated family names to run (default: all)")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+    functions = text_functions()
+    if args.only:
+        functions = {name: fn for name, fn in functions.items() if name in args.only.split(",")}
+    families = FAMILIES if not args.families else {k: v for k, v in FAMILIES.items() if k in args.families.split(",")}
+    print(f"{len(families)} families x {len(functions)} functions, sizes {sizes} characters, best of {args.repeats}")
+
+    worst_per_mb = (0.0, "", "")
+    worst_ratio = (0.0, "", "")
+    stopped: list[str] = []
+    per_function: dict[str, tuple[float, float]] = {}
+    for function_name, function in functions.items():
+        function_worst = (0.0, 0.0)
+        for family_name, build in families.items():
+            times: list[float | None] = []
+            for size in sizes:
+                seconds = timed(function, build(size), args.repeats, args.limit_s)
+                times.append(seconds)
+                if seconds is None:
+                    break
+            if times[-1] is None:
+                stopped.append(f"{function_name} on {family_name} (size {sizes[len(times) - 1]})")
+                print(f"  {function_name:24} {family_name:28} STOPPED after {args.limit_s} s at {sizes[len(times) - 1]} characters")
+                continue
+            per_mb = times[-1] / (sizes[-1] / 1e6)
+            doublings = math.log2(sizes[-1] / sizes[0])
+            ratio = (times[-1] / times[0]) ** (1 / doublings) if times[-1] >= NOISE_FLOOR_S and times[0] > 0 else 0.0
+            worst_per_mb = max(worst_per_mb, (per_mb, function_name, family_name))
+            worst_ratio = max(worst_ratio, (ratio, function_name, family_name))
+            function_worst = (max(function_worst[0], per_mb), max(function_worst[1], ratio))
+            if ratio > 2.2 or per_mb > 0.5:
+                print(f"  {function_name:24} {family_name:28} {per_mb:8.4f} s/MB  doubling x{ratio:.2f}")
+        per_function[function_name] = function_worst
+        print(f"{function_name:26} worst {function_worst[0]:8.4f} s/MB, worst doubling x{function_worst[1]:.2f}", flush=True)
+
+    print(f"worst seconds per MB: {worst_per_mb[1]} on {worst_per_mb[2]}; worst doubling: {worst_ratio[1]} on {worst_ratio[2]}")
+    if stopped:
+        print("stopped (superlinear): " + "; ".join(stopped))
+    config = f"{len(families)} families x {len(functions)} functions, {sizes[0]}..{sizes[-1]} chars, best of {args.repeats}"
+    figure(f"hostile text worst seconds per MB ({config})", worst_per_mb[0] if not stopped else float("inf"), "< 1 s/MB, far inside the per-step budget")
+    figure("hostile text worst doubling ratio", worst_ratio[0] if not stopped else float("inf"), "<= 2.2 (linear)")
+    figure("hostile text calls stopped", len(stopped), "0")
+    return 0 if not stopped and worst_ratio[0] <= 2.2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
