@@ -124,7 +124,12 @@ class JsonlOptions(_Model):
     url_field: str | None = "url"
     date_field: str | None = "date"
     content_type: Literal["text/plain", "text/html"] = "text/plain"
+    # A longer line (after decompression) is quarantined as record_too_large; reading goes on at the next.
     max_line_bytes: int = Field(64 << 20, ge=1024)
+    # A compressed file (.gz/.zst/.bz2) whose decompressed bytes exceed this many times the compressed bytes
+    # read (past its first GiB) stops there (`expansion_limit`): a decompression bomb costs bounded time.
+    # Text rarely compresses 20-fold; gzip cannot exceed ~1,030-fold.
+    max_expansion_ratio: float = Field(1000.0, ge=10.0)
 
 
 class ParquetOptions(_Model):
@@ -134,11 +139,16 @@ class ParquetOptions(_Model):
     date_field: str | None = "date"
     content_type: Literal["text/plain", "text/html"] = "text/plain"
     batch_rows: int = Field(1024, ge=1)
+    # A longer text cell is quarantined as record_too_large; a row group whose page headers declare a page
+    # larger than this (decompressed) is quarantined unread (Arrow allocates a page at once).
+    max_record_bytes: int = Field(64 << 20, ge=1024)
 
 
 class WarcOptions(_Model):
     # Response records with one of these HTTP content types are read; other records are counted and skipped.
     content_types: tuple[str, ...] = ("text/html", "application/xhtml+xml", "text/plain")
+    # A longer record, or one whose HTTP payload decodes (Content-Encoding) to more, is quarantined as
+    # record_too_large; reading resumes at the next record.
     max_record_bytes: int = Field(64 << 20, ge=1024)
 
 
