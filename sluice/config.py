@@ -304,6 +304,12 @@ class CleaningSettings(_Model):
     # Model-based quality filter (the `quality_model` asset must exist): null = off; a number = score into
     # the `quality_score` column and drop below it (`low_quality_score`); 0 = score only.
     quality_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    # CPU seconds one step may spend on one document. A step over it (a pathological page in C code that
+    # nothing else interrupts) gets the document dropped as `step_timeout:<step>`, kept in the dropped
+    # output, and the part goes on: the chain runs in a supervised worker process that is killed and
+    # restarted after that document (sluice.budget). Normal documents take milliseconds. null: the chain
+    # runs in the task's own process, unbudgeted.
+    step_cpu_budget_s: float | None = Field(10.0, gt=0.0)
     extraction: ExtractionSettings = ExtractionSettings()
     gopher_repetition: GopherRepetitionSettings = GopherRepetitionSettings()
     gopher_quality: GopherQualitySettings = GopherQualitySettings()
