@@ -505,7 +505,24 @@ class SluiceConfig(_Model):
                 )
         if not self.mixes:
             raise ValueError("at least one mix is required")
+        scored = [name for name in names if self.cleaning.for_source(name).quality_threshold is not None]
+        unavailable = self.quality_model_unavailable()
+        if scored and unavailable:
+            raise ValueError(
+                f"cleaning.quality_threshold is set (sources {scored}) but the quality model cannot be trained: "
+                f"{unavailable}; remove the threshold or fix quality_model"
+            )
         return self
+
+    def quality_model_unavailable(self) -> str | None:
+        """Why this config cannot feed the optional `quality_model` asset (None when it can): the classifier
+        needs a positive source and at least one other source for its negatives."""
+        positive = self.quality_model.positive_source
+        if not positive:
+            return "quality_model.positive_source is not set"
+        if not [source.name for source in self.sources if source.name != positive]:
+            return f"it needs two classes, and {positive!r} (quality_model.positive_source) is the only source"
+        return None
 
     @property
     def source_names(self) -> list[str]:
