@@ -10,6 +10,10 @@ modes, each quality filter, PII search and redaction, the URL filter, the hash a
 shingling, decontamination n-grams, language ID, charset detection, and the byte-level pre-tokenizer of
 the tokenization fast path. Time per call is the best of `--repeats` (CPU seconds of this process).
 
+It also measures what the per-document CPU budget costs: clean_part on real corpus pages
+(../shared/corpus) with the budget (the chain in a supervised worker process, a heartbeat before every
+step) against without it, wall time, best of --repeats.
+
 Figures: worst seconds per MB over all (family, function) pairs at the largest size, and the worst growth
 per doubling of the input, (t_largest / t_smallest) ** (1 / doublings): a linear function gives ~2, a
 quadratic one ~4, an exponential one never finishes (each call is stopped after --limit-s and reported as
@@ -73,6 +77,43 @@ def growth(sizes: list[int], times: list[float]) -> float:
     return 0.0
 
 
+def budget_overhead(pages: int, repeats: int) -> None:
+    """Wall time of clean_part on real corpus pages with the per-document budget (the chain in a supervised
+    worker, heartbeat before every step) and without it (the chain in this process), best of `repeats`."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from warcio.archiveiterator import ArchiveIterator
+
+    from benchmarks.peers import SHARED
+    from sluice.clean import CleanTask, clean_part
+    from sluice.config import CleaningSettings
+    from sluice.ingest import RAW_SCHEMA
+
+    rows = []
+    for path in sorted((SHARED / "corpus" / "web" / "2026-01").glob("*.warc.gz")):
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type == "response" and len(rows) < pages:
+                    rows.append({
+                        "doc_id": str(len(rows)), "source": "web", "snapshot": "s", "url": record.rec_headers.get_header("WARC-Target-URI"),
+                        "fetch_date": None, "content_type": "text/html", "content": record.content_stream().read(), "charset": None,
+                        "content_hash": "", "file": path.name, "ordinal": len(rows), "source_id": None,
+                    })
+    with tempfile.TemporaryDirectory() as folder:
+        pq.write_table(pa.Table.from_pylist(rows, schema=RAW_SCHEMA), f"{folder}/part-00000.parquet")
+        best = {}
+        for _ in range(repeats):
+            for budget in (None, 10.0):
+                task = CleanTask(folder, "part-00000.parquet", f"{folder}/out-{budget}", 0, CleaningSettings(step_cpu_budget_s=budget))
+                started = time.perf_counter()
+                clean_part(task)
+                best[budget] = min(best.get(budget, float("inf")), time.perf_counter() - started)
+    print(f"clean_part on {len(rows)} corpus pages: unbudgeted {best[None]:.2f} s, budgeted {best[10.0]:.2f} s (best of {repeats})")
+    figure(f"budget overhead (clean_part wall, {len(rows)} pages of corpus web/2026-01, best of {repeats})", best[10.0] / best[None], "<= 1.05")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="131072,262144,524288,1048576", help="characters per input, doubling")
@@ -80,12 +121,17 @@ def main() -> int:
     parser.add_argument("--limit-s", type=float, default=20.0, help="a call running longer is stopped")
     parser.add_argument("--only", default="", help="comma-separated function names to run (default: all)")
     parser.add_argument("--families", default="", help="comma-separated family names to run (default: all)")
+    parser.add_argument("--budget-pages", type=int, default=1000, help="corpus pages for the budget overhead (0: skip)")
     args = parser.parse_args()
+    if args.budget_pages:
+        budget_overhead(args.budget_pages, args.repeats)
     sizes = [int(size) for size in args.sizes.split(",")]
     functions = text_functions()
     if args.only:
         functions = {name: fn for name, fn in functions.items() if name in args.only.split(",")}
     families = FAMILIES if not args.families else {k: v for k, v in FAMILIES.items() if k in args.families.split(",")}
+    if not families:
+        return 0
     print(f"{len(families)} families x {len(functions)} functions, sizes {sizes} characters, best of {args.repeats}")
 
     worst_per_mb = (0.0, "", "")
@@ -125,5 +171,5 @@ def main() -> int:
     return 0 if not stopped and worst_ratio[0] <= 2.2 else 1
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # (the guard matters: the budget's worker processes import this module)
     sys.exit(main())

@@ -304,6 +304,8 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         return export_mix(args.mix, args.split, args.out)
     home = ensure_dagster_home()
+    # Stage progress: a bar on a terminal, else the progress lines on stderr (logs, pipes).
+    os.environ.setdefault("SLUICE_PROGRESS", "bar" if sys.stderr.isatty() else "lines")
     from dagster import DagsterInstance
 
     from data_assets.definitions import build_resources

@@ -3,16 +3,21 @@
 `StageProgress(label, total, log)` is called once per finished task (`update(documents, nbytes)`, e.g. from
 `Executor.map(..., progress=...)`). On a terminal (stderr is a TTY) it draws a tqdm bar; whatever the
 output, it sends a line to `log` (a Dagster run's `context.log.info`, so the UI shows it) at most every
-`every_s` seconds and when the stage ends:
+`every_s` seconds and when the stage ends. `$SLUICE_PROGRESS` overrides the terminal choice: `bar`, `lines`
+(the same lines on stderr, for logs and pipes; `sluice materialize` sets it when stderr is no terminal) or
+`off`:
 
     cleaned_documents web/2026-01: 12/40 files, 3,456 documents (85.2/s), 120.5 MB (3.0 MB/s), 40 s, ETA 1m20s
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
+
+PROGRESS_ENV_VAR = "SLUICE_PROGRESS"
 
 
 def _duration(seconds: float) -> str:
@@ -46,15 +51,17 @@ class StageProgress:
         self.bytes = 0
         self.started = time.monotonic()
         self.last_log = self.started
-        show = sys.stderr.isatty() if bar is None else bar
+        mode = os.environ.get(PROGRESS_ENV_VAR, "")
+        show = (mode == "bar" or (not mode and sys.stderr.isatty())) if bar is None else bar
+        self.echo = mode == "lines" and bar is None
         self.bar = None
         if show and total > 0:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=label, unit=unit.rstrip("s") or "task", leave=False, file=sys.stderr, dynamic_ncols=True)
 
-    def line(self) -> str:
-        elapsed = time.monotonic() - self.started
+    def line(self, now: float | None = None) -> str:
+        elapsed = (time.monotonic() if now is None else now) - self.started
         rate = self.documents / elapsed if elapsed > 0 else 0.0
         parts = [f"{self.label}: {self.done}/{self.total} {self.unit}", f"{self.documents:,} documents ({rate:,.1f}/s)"]
         if self.bytes:
@@ -72,9 +79,13 @@ class StageProgress:
             self.bar.set_postfix_str(f"{self.documents:,} docs, {self.bytes / 1e6:,.1f} MB", refresh=False)
             self.bar.update(1)
         now = time.monotonic()
-        if self.log is not None and (self.done == self.total or now - self.last_log >= self.every_s):
+        if self.done == self.total or now - self.last_log >= self.every_s:
             self.last_log = now
-            self.log(self.line())
+            line = self.line(now)
+            if self.log is not None:
+                self.log(line)
+            if self.echo:
+                print(f"    {line}", file=sys.stderr, flush=True)
         if self.done >= self.total:
             self.close()
 
