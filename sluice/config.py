@@ -257,8 +257,19 @@ class PIISettings(_Model):
 
     enabled: bool = True
     email: bool = True
-    ip_address: bool = True
+    # public: redact globally reachable addresses only; loopback, private, link-local, documentation and the
+    # other special-purpose ranges of the IANA registries (127.0.0.1, 10.0.0.0/8, ::1, fe80::/10,
+    # 2001:db8::/32, ...) in docs and configs are not personal data and stay (datatrove's default too).
+    # all: every address; none: no address. true / false mean all / none (the earlier boolean).
+    ip_address: Literal["public", "all", "none"] = "public"
     phone: bool = True
+
+    @field_validator("ip_address", mode="before")
+    @classmethod
+    def _ip_address(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return "all" if value else "none"
+        return value
 
 
 class QualityModelSettings(_Model):
