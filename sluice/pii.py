@@ -216,6 +216,7 @@ class PIIRedactor(Step):
     """Never drops; replaces PII in the text and records the counts on the document."""
 
     name = "pii"
+    on_routed = True  # documents routed to a side dataset are redacted too
 
     def __init__(self, settings: PIISettings | None = None) -> None:
         self.settings = settings or PIISettings()
