@@ -136,7 +136,9 @@ def load_model(path: str) -> object:
     if path not in _MODELS:
         import kenlm
 
-        _MODELS[path] = kenlm.Model(path)
+        config = kenlm.Config()
+        config.show_progress = False  # no progress bar on stderr per load
+        _MODELS[path] = kenlm.Model(path, config)
     return _MODELS[path]
 
 
