@@ -225,8 +225,9 @@ def cleaned_documents(
             "languages": markdown_table(["language", "identified", "kept"], language_rows),
             "dropped_documents": MetadataValue.md(
                 "Dropped documents with step, reason and detail: "
-                + ", ".join(f"`{entry['key']}`" for entry in side_files)
+                + ", ".join(f"`{r['dropped']['key']}`" for r in results)
                 + " (`polars.read_parquet(...)`)."
+                + (f" Routed code-heavy documents: `{code_prefix}/`." if routed else "")
             ),
             **(
                 {

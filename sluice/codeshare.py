@@ -15,7 +15,7 @@ linear in the line's length):
   `for i in $(seq 3); do` does;
 - it assigns: `key = value`, `key == value`, `KEY=value` with an identifier as the key (configs, shell);
 - two of the weaker signs: operator/bracket density (characters of `{}[]()<>=;$|&*\\/_#@%^~` make up 12 % or
-  more of the line), a `KEY=value` / `--option` token, a first word that is a keyword, no letter at all.
+  more of the line), a `-x` / `--option` token, a first word that is a keyword, no letter at all.
 
 `code_share` = code-like lines / non-empty lines. The step records it on every document; with
 `route_above` a document above it goes to the side dataset `cleaned_code` (a Route: it is language-
@@ -27,6 +27,7 @@ measured only. The step runs before language ID: code defeats language identifie
 from __future__ import annotations
 
 from sluice.config import CodeShareSettings
+from sluice.filters import HAS_LETTER
 from sluice.steps import Document, Drop, Route, Step
 
 CODE_DATASET = "cleaned_code"
@@ -85,12 +86,14 @@ def is_code_line(line: str) -> bool:
         rest = stripped[len(word) :]
         if any(mark in rest for mark in _CODE_PUNCT):
             return True
-    weak = keyword
-    symbols = len(stripped) - len(stripped.translate(_DELETE_SYMBOLS))
-    weak += symbols >= 0.12 * len(stripped)
-    weak += ("=" in word and not word.startswith("=")) or _has_flag(stripped)
-    weak += not any(ch.isalpha() for ch in stripped[:200])
-    return weak >= 2
+    # Two of the weak signs, cheapest first, stopping as soon as the answer is known.
+    weak = keyword + (len(stripped) - len(stripped.translate(_DELETE_SYMBOLS)) >= 0.12 * len(stripped))
+    if weak == 2:
+        return True
+    weak += _has_flag(stripped)
+    if weak == 0:
+        return False
+    return weak + (HAS_LETTER(stripped) is None) >= 2
 
 
 _ASSIGN = frozenset({"=", "==", ":=", "+=", "-=", "?=", "|="})
