@@ -138,8 +138,24 @@ def load_model(path: str) -> object:
 
         config = kenlm.Config()
         config.show_progress = False  # no progress bar on stderr per load
-        _MODELS[path] = kenlm.Model(path, config)
+        _MODELS[path] = _quiet(lambda: kenlm.Model(path, config))
     return _MODELS[path]
+
+
+def _quiet(load: Callable[[], object]) -> object:
+    """Run `load` with file descriptor 2 on /dev/null: KenLM's C++ loader prints a hint per ARPA file
+    ("Loading the LM will be faster if you build a binary file") that would fill every worker's log."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                return load()
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
 
 
 def perplexity(model: object, line: str) -> float:
