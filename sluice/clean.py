@@ -397,8 +397,9 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
         model_path = model_store.fetch(MODEL_FILE, scratch)
     perplexity_models = None
     if task.perplexity_model_url and task.perplexity_models is not None:
-        lm_store = StoreSpec(task.perplexity_model_url, task.s3).open()
-        perplexity_models = (task.perplexity_models, lambda key: lm_store.fetch(key, scratch))
+        from sluice.perplexity import ModelFetcher
+
+        perplexity_models = (task.perplexity_models, ModelFetcher(task.perplexity_model_url, task.s3, scratch))
     pipeline = CleaningPipeline.from_settings(task.settings, model_path, task.quality_max_chars, perplexity_models)
     # With redaction off for a source every kind is looked for, so the check reports what is left.
     pii_kinds = task.settings.pii if task.settings.pii.enabled else PIISettings()

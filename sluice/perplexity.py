@@ -198,6 +198,22 @@ class SeededSample:
         return [item for _, _, item in sorted(self.heaps.get(language, []), key=lambda entry: entry[1])]
 
 
+class ModelFetcher:
+    """fetch(key) -> local path of a file of the perplexity_model asset, downloaded into `scratch` on first
+    use (a plain object, so it pickles into a cleaning worker process)."""
+
+    def __init__(self, url: str, s3: object, scratch: str) -> None:
+        self.url, self.s3, self.scratch = url, s3, scratch
+        self._paths: dict[str, str] = {}
+
+    def __call__(self, key: str) -> str:
+        if key not in self._paths:
+            from sluice.storage import StoreSpec
+
+            self._paths[key] = StoreSpec(self.url, self.s3).open().fetch(key, self.scratch)  # type: ignore[arg-type]
+        return self._paths[key]
+
+
 class PerplexityScorer(Step):
     """Records `perplexity` and `perplexity_bucket` for documents in a modelled language; drops above
     `max_perplexity` (`high_perplexity`) or in `drop_buckets` (`perplexity_<bucket>`)."""
