@@ -7,7 +7,9 @@ default cleaning chain, on the shared corpus's WARC pages.
    snapshot by the perplexity_model code path) runs over the pages; each step's `apply` is timed with the
    process CPU clock. Printed: microseconds per document reaching each step, and the new steps' share of the
    chain's CPU time. benchmarks/cleaning.py compares the chain with datatrove's; the new steps' share says
-   how much of its ratio they take (ratio with them = ratio without / (1 + share)).
+   how much of its ratio they take (ratio with them = ratio without / (1 + share)). The models' cut-offs here
+   come from the reference pages themselves (no other-source sample), so nearly every web page lands in
+   `tail`; the asset takes them from the other sources.
 2. What the steps flag on the corpus: pages by code share (the Debian handbook has code listings), pages
    with listed terms and dropped by toxicity, perplexity buckets.
 
