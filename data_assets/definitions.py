@@ -10,6 +10,7 @@ from data_assets.cleaned import cleaned_documents
 from data_assets.deduped import deduped_documents
 from data_assets.jobs import ingest_job, mix_job, tokenizer_job
 from data_assets.mixed import mixed_dataset
+from data_assets.perplexity_model import perplexity_model
 from data_assets.quality_model import quality_model
 from data_assets.raw import raw_documents
 from data_assets.schedules import daily_mix_rebuild
@@ -26,7 +27,7 @@ from resources import (
 )
 from sluice.config import SluiceConfig
 
-ASSETS = [raw_documents, quality_model, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
+ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
 
 # Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
 # with that reason instead of failing (a config that needs them and cannot feed them fails at load).
