@@ -519,6 +519,10 @@ class CleaningSettings(_Model):
         return scores
 
 
+def _perplexity_enabled(cleaning: CleaningSettings) -> bool:
+    return cleaning.perplexity.enabled or any(o.get("perplexity", {}).get("enabled") for o in cleaning.languages.values())
+
+
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in override.items():
@@ -687,7 +691,19 @@ class SluiceConfig(_Model):
                 f"cleaning.quality_threshold is set (sources {scored}) but the quality model cannot be trained: "
                 f"{unavailable}; remove the threshold or fix quality_model"
             )
+        perplexity = [name for name in names if _perplexity_enabled(self.cleaning.for_source(name))]
+        if perplexity and not (self.perplexity_model.reference_source or self.perplexity_model.sources):
+            raise ValueError(
+                f"cleaning.perplexity is enabled (sources {perplexity}) but perplexity_model.reference_source is not set: "
+                "no model can be trained; name the reference source or disable cleaning.perplexity"
+            )
         return self
+
+    def perplexity_model_unavailable(self) -> str | None:
+        """Why this config cannot feed the optional `perplexity_model` asset (None when it can)."""
+        if not (self.perplexity_model.reference_source or self.perplexity_model.sources):
+            return "perplexity_model.reference_source is not set"
+        return None
 
     def quality_model_unavailable(self) -> str | None:
         """Why this config cannot feed the optional `quality_model` asset (None when it can): the classifier

@@ -82,11 +82,14 @@ def text_functions() -> dict[str, Callable[[str], object]]:
     """name -> f(text) for every function that sees a document's text (filters on a fresh Document each call,
     so no token cache is shared between calls)."""
     from sluice.clean import LanguageFilter, normalize_for_hash, text_hash
+    from sluice.codeshare import CodeShare
     from sluice.config import (
         C4Settings,
+        CodeShareSettings,
         FineWebQualitySettings,
         GopherQualitySettings,
         GopherRepetitionSettings,
+        ToxicitySettings,
     )
     from sluice.decontaminate import words as eval_words
     from sluice.extract import DecodeText, detect_charset
@@ -97,8 +100,10 @@ def text_functions() -> dict[str, Callable[[str], object]]:
         GopherRepetitionFilter,
     )
     from sluice.minhash import MinHasher
+    from sluice.perplexity import text_line
     from sluice.pii import find_pii, redact
     from sluice.steps import Document
+    from sluice.toxicity import ToxicityFilter
     from sluice.urlfilter import URLFilter
     from sluice.words import spaceless_share, tokenize
 
@@ -130,6 +135,9 @@ def text_functions() -> dict[str, Callable[[str], object]]:
         "c4 multilingual": step(C4QualityFilter(C4Settings(), True)),
         "c4 english": step(C4QualityFilter(C4Settings(), False)),
         "fineweb quality": step(FineWebQualityFilter(FineWebQualitySettings(), True)),
+        "toxicity": step(ToxicityFilter(ToxicitySettings(extra_languages=("en",)), True)),
+        "code share": step(CodeShare(CodeShareSettings())),
+        "perplexity line": text_line,
         "language id": step(language),
         "pii find": find_pii,
         "pii redact": redact,

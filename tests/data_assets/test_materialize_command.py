@@ -133,15 +133,15 @@ def test_everything_else_completes(poisoned_run):
     for source in ("web", "reference"):
         for asset in ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"):
             assert status[f"{asset} {source}/2026-01"].startswith("ok"), (asset, source)
-    for asset in ("quality_model", "tokenizer", "mixed_dataset default"):
+    for asset in ("quality_model", "perplexity_model", "tokenizer", "mixed_dataset default"):
         assert status[asset].startswith("ok"), status[asset]
-    assert len(status) == 15  # 4 per-partition assets x 3 sources, quality model, tokenizer, one mix
+    assert len(status) == 16  # 4 per-partition assets x 3 sources, quality and perplexity models, tokenizer, one mix
     assert "tokenizer ran without failed upstream partitions: deduped_documents poisoned/2026-01" in done.stdout
     mix = folder / "data" / "mixed_dataset"
     assert any(mix.rglob("_manifest.json"))
     # Per-stage wall times are printed for every stage.
     stages = done.stdout.split("Stages (wall time", 1)[1].split("\n\n", 1)[0]
-    for asset in ("raw_documents", "quality_model", "cleaned_documents", "deduped_documents", "tokenizer", "tokenized_shards", "mixed_dataset"):
+    for asset in ("raw_documents", "quality_model", "perplexity_model", "cleaned_documents", "deduped_documents", "tokenizer", "tokenized_shards", "mixed_dataset"):
         assert f"  {asset} " in stages
 
 
@@ -179,6 +179,7 @@ def test_one_source_skips_the_quality_model_with_its_reason(tmp_path, dagster_in
     raw = base_config(str(tmp_path / "data"))
     raw["sources"] = [source for source in raw["sources"] if source["name"] == "web"]
     raw["quality_model"] = {"positive_source": "web"}
+    raw.pop("perplexity_model", None)
     raw["tokenizer"] = {**raw["tokenizer"], "train_sources": [], "vocab_size": 1024}
     raw["cleaning"].pop("per_source", None)
     raw["mixes"]["default"].update({"weights": {"web": 1.0}, "token_budget": 20_000})
@@ -190,6 +191,7 @@ def test_one_source_skips_the_quality_model_with_its_reason(tmp_path, dagster_in
     assert report["failed"] == []
     reason = "it needs two classes, and 'web' (quality_model.positive_source) is the only source"
     assert f"  skipped quality_model: optional: {reason}" in lines  # in the summary
+    assert "  skipped perplexity_model: optional: perplexity_model.reference_source is not set" in lines
     assert any(line.endswith(f"quality_model: skipped (optional: {reason})") for line in lines)  # as it happened
     assert {key[0] for key in report["partitions"]} == {"web"}
     assert report["mixes"]["default"]["tokens"] == 20_000
@@ -199,6 +201,7 @@ def test_a_config_that_cannot_feed_what_it_asks_for_fails_at_load(tmp_path):
     raw = base_config(str(tmp_path / "data"))
     raw["sources"] = [source for source in raw["sources"] if source["name"] == "web"]
     raw["quality_model"] = {"positive_source": "web"}
+    raw.pop("perplexity_model", None)
     raw["tokenizer"] = {**raw["tokenizer"], "train_sources": []}
     raw["cleaning"] = {**{k: v for k, v in raw["cleaning"].items() if k != "per_source"}, "quality_threshold": 0.5}
     raw["mixes"]["default"]["weights"] = {"web": 1.0}
