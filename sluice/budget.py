@@ -122,7 +122,11 @@ def _context() -> Any:
     methods = multiprocessing.get_all_start_methods()
     if START_METHOD is not None:
         return multiprocessing.get_context(START_METHOD)
-    if "forkserver" in methods:
+    # The forkserver listens on a Unix socket in multiprocessing's temporary folder (under $TMPDIR), and a
+    # socket path has at most 107 bytes: with a deeper $TMPDIR the workers are spawned instead (slower start).
+    from multiprocessing import util
+
+    if "forkserver" in methods and len(os.fsencode(util.get_temp_dir())) + len("/listener-xxxxxxxx") < 100:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(_PRELOAD)
         return context

@@ -156,3 +156,37 @@ def test_cpu_seconds_reads_this_process():
         pytest.skip("no /proc here: the budget falls back to wall-clock time")
     sum(i * i for i in range(3_000_000))
     assert sluice.budget.cpu_seconds(os.getpid()) > before
+
+
+LONG_TMPDIR_PROBE = """
+import os, sys, tempfile
+from pathlib import Path
+deep = Path(sys.argv[1])
+os.environ["TMPDIR"] = str(deep)
+tempfile.tempdir = None
+from tests.sluice.test_budget import page, raw_part
+from sluice.budget import _context
+from sluice.clean import CleanTask, clean_part
+from sluice.config import CleaningSettings
+url = raw_part(deep / "in", [(f"d{i}", page(i)) for i in range(3)])
+result = clean_part(CleanTask(url, "part-00000.parquet", str(deep / "out"), 0, CleaningSettings()))
+print(_context().get_start_method(), result["stats"]["documents_out"])
+"""
+
+
+def test_a_temporary_folder_too_deep_for_a_unix_socket_still_cleans(tmp_path):
+    """The forkserver's socket lives under $TMPDIR and a socket path has at most 107 bytes: workers are
+    then spawned instead (the crash tests run with such a TMPDIR)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_ROOT
+
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    deep.mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, "-c", LONG_TMPDIR_PROBE, str(deep)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["spawn", "3"]
