@@ -175,13 +175,19 @@ def write_index(path: str, ranges: dict[str, np.ndarray], sequence_length: int) 
 
 
 class MixIndex:
-    """Reads an index file with pread; opened lazily per process, so pickling sends the path and header."""
+    """Reads an index file, opened lazily per process, so pickling sends the path and header.
 
-    def __init__(self, path: str, name: str | None = None) -> None:
+    By default each lookup is a pread. `mapped=True` maps the file instead and gathers with numpy: faster,
+    but every probe maps page-cache folios into the process (RSS grows towards the file's size), so the
+    loader maps only small mixes (`MixedTokens`, read_mode)."""
+
+    def __init__(self, path: str, name: str | None = None, mapped: bool = False) -> None:
         self.path = path
         self.name = name or path
+        self.mapped = mapped
         self._fd: int | None = None
         self._pid: int | None = None
+        self._maps: tuple[np.ndarray, np.ndarray] | None = None
         with open(path, "rb") as handle:
             self.header = IndexHeader.from_bytes(handle.read(HEADER.itemsize), self.name)
         size = os.path.getsize(path)
@@ -189,7 +195,7 @@ class MixIndex:
             raise MixIndexError(f"{self.name}: {size} bytes, its header says {self.header.file_bytes}; the index is truncated or corrupt")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "name": self.name, "header": self.header, "_fd": None, "_pid": None}
+        return {"path": self.path, "name": self.name, "mapped": self.mapped, "header": self.header, "_fd": None, "_pid": None, "_maps": None}
 
     def __len__(self) -> int:
         return self.header.ranges
@@ -204,14 +210,24 @@ class MixIndex:
 
     def _file(self) -> int:
         if self._fd is None or self._pid != os.getpid():
-            self._fd = os.open(self.path, os.O_RDONLY)
+            self._fd, self._maps = os.open(self.path, os.O_RDONLY), None
             self._pid = os.getpid()
         return self._fd
+
+    def _mapped(self) -> tuple[np.ndarray, np.ndarray]:
+        """(records, sample table) mapped read-only (plain ndarrays over the maps)."""
+        self._file()
+        if self._maps is None:
+            header = self.header
+            records = np.memmap(self.path, RECORD, "r", offset=header.records_at, shape=(header.ranges,)) if header.ranges else np.zeros(0, RECORD)
+            samples = np.memmap(self.path, SAMPLE, "r", offset=header.samples_at, shape=(header.samples + 1,))
+            self._maps = (records.view(np.ndarray), samples.view(np.ndarray))
+        return self._maps
 
     def close(self) -> None:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
-        self._fd = None
+        self._fd, self._maps = None, None
 
     def _read(self, dtype: np.dtype, offset: int, count: int) -> np.ndarray:
         size = count * dtype.itemsize
@@ -236,6 +252,12 @@ class MixIndex:
         ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.header.samples):
             raise IndexError(f"sample index out of range [0, {self.header.samples})")
+        if self.mapped:
+            records, table = self._mapped()
+            first = table[ids].astype(np.int64)
+            counts = table[ids + 1].astype(np.int64) - first + 1
+            wanted = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+            return records[wanted], counts
         fd, table, size = self._file(), self.header.samples_at, SAMPLE.itemsize
         probe = b"".join([os.pread(fd, 2 * size, table + sample * size) for sample in ids.tolist()])
         bounds = np.frombuffer(probe, SAMPLE).reshape(-1, 2).astype(np.int64)

@@ -68,6 +68,15 @@ class ShardFile:
             raise ShardError(f"{name}: token file holds {size} bytes but its index says {max(tokens, 0) * self.itemsize}; the shard is truncated or corrupt")
         self.tokens = tokens
         self.fd = self._file.fileno()
+        self._array: np.ndarray | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        """The tokens memory-mapped (for small mixes: `MixedTokens` read_mode; slices cost no syscall)."""
+        if self._array is None:
+            mapped = np.memmap(self._file, dtype=self.dtype, mode="r") if self.tokens else np.zeros(0, self.dtype)
+            self._array = mapped.view(np.ndarray)
+        return self._array
 
     def __len__(self) -> int:
         return self.tokens

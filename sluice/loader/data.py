@@ -1,9 +1,15 @@
 """`MixedTokens`: one split of a built mix as random-access samples, opened lazily in every process.
 
 The split's token stream is its index's ranges concatenated (`sluice.mixindex`); sample i is stream
-[i*L, i*L + L + 1). Nothing of the index's size is loaded: the index file is read with pread per lookup,
-on a local store in place and from S3 through a copy in the local cache (downloaded once per host and
-index version, its SHA-256 checked against the mix manifest). Pickling (to DataLoader workers) sends the
+[i*L, i*L + L + 1). Nothing of the index's size is loaded: the index file is read per lookup, on a local
+store in place and from S3 through a copy in the local cache (downloaded once per host and index version,
+its SHA-256 checked against the mix manifest).
+
+Reads (`read_mode`): "pread" copies exactly the bytes asked for, so a rank's RSS stays flat however large
+the mix; "mmap" maps the index and shards, which is faster when they stay mapped (no syscall per piece) but
+each random probe maps whole page-cache folios (up to 2 MB on ext4/xfs with large folios) into the
+process, so RSS grows towards the mix's size. "auto" (default) maps a local mix of at most `mmap_max_bytes`
+(1 GiB: index + shards) and preads anything larger or remote. Pickling (to DataLoader workers) sends the
 store, the mix name and a few numbers; each process re-opens the manifest, index and shards itself.
 """
 
@@ -26,6 +32,8 @@ from sluice.mixindex import MixIndex
 from sluice.shards import ShardError
 from sluice.storage import StorageError, Store
 
+MMAP_MAX_BYTES = 1 << 30  # read_mode="auto": local mixes up to this size (index + shards) are memory-mapped
+
 
 def default_cache_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "sluice")
@@ -44,6 +52,8 @@ class MixedTokens:
         prefetch_threads: int = 2,
         verify_checksums: bool = True,
         cache_shards: bool | None = None,
+        read_mode: str = "auto",
+        mmap_max_bytes: int = MMAP_MAX_BYTES,
     ) -> None:
         self.store = store
         self.mix = mix
@@ -73,6 +83,7 @@ class MixedTokens:
         self.num_samples = int(info["samples"])
         # Remote stores always go through the byte-limited cache; local ones are read in place.
         self.remote = store.local_path(self.manifest_key) is None if cache_shards is None else cache_shards
+        self.mapped = self._choose_mapped(read_mode, mmap_max_bytes)
         self.cache_slot = "rank0"  # TrainingLoader sets its rank here: ranks on one host get separate caches
         self._pid: int | None = None
         self._index: MixIndex | None = None
@@ -83,6 +94,19 @@ class MixedTokens:
         # Per process: the manifest (O(shards)) is re-read, files re-opened, threads re-started.
         state.update(_manifest=None, _refs=None, _pid=None, _index=None, _provider=None)
         return state
+
+    def _choose_mapped(self, read_mode: str, mmap_max_bytes: int) -> bool:
+        """Memory maps for a small local mix (fastest; RSS grows at most by its size), pread otherwise."""
+        if read_mode not in ("auto", "mmap", "pread"):
+            raise ValueError(f"read_mode must be auto, mmap or pread, got {read_mode!r}")
+        if self.remote or read_mode == "pread":
+            return False
+        if read_mode == "mmap":
+            return True
+        shard_tokens = [shard.get("tokens") for shard in self.manifest["shards"]]
+        if any(tokens is None for tokens in shard_tokens):
+            return False
+        return self.index_bytes + sum(shard_tokens) * np.dtype(self.dtype).itemsize <= mmap_max_bytes
 
     # -- the manifest, index and shards of this process
     @property
@@ -119,7 +143,7 @@ class MixedTokens:
             path = local if local is not None else self._cached_index()
             if not os.path.isfile(path):
                 raise ShardError(f"{self.store.uri(self.index_key)}: the mix index is missing")
-            index = MixIndex(path, name=self.store.uri(self.index_key))
+            index = MixIndex(path, name=self.store.uri(self.index_key), mapped=self.mapped)
             if (index.header.tokens, index.header.samples, index.header.sequence_length) != (self.total_tokens, self.num_samples, self.sequence_length):
                 raise ShardError(f"{self.store.uri(self.index_key)}: its header does not match the mix manifest; the mix was rebuilt or the file is corrupt")
             self._index = index

@@ -15,6 +15,7 @@ A segment is the piece of one index record (one document) inside one sample's in
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,8 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
 
     One probe of the index per sample gives the records covering its window; the segments (pieces of one
     record inside one window) are computed with a few numpy calls and read from the shards with one pread
-    each, straight into the window buffer (the segments tile the windows in order).
+    each, straight into the window buffer (the segments tile the windows in order), or, for a mix read
+    through memory maps, copied by one concatenate of their slices.
     """
     length = data.sequence_length
     width = length + 1
@@ -62,10 +64,29 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     window = np.empty(count * width, dtype=data.token_dtype)  # token dtype: the reads move 2 (or 4) bytes a token
     view = memoryview(window).cast("B")
     item = window.itemsize
+    shard_ids = records["shard"].tolist()
+    # Each shard once per call, in read order (the references keep files open even if the cache evicts one).
+    files = {shard: None for shard in shard_ids}
     get = data.shards().get
-    destination = (np.cumsum(sizes) - sizes) * item
-    for shard, start, at, size in zip(records["shard"].tolist(), source.tolist(), destination.tolist(), sizes.tolist(), strict=True):
-        get(shard).read_into(view[at : at + size * item], start, size)
+    for shard in files:
+        files[shard] = get(shard)
+    if data.mapped:  # small mixes: slices of the memory maps, one concatenate fills every window
+        pieces = [files[shard].array[a:b] for shard, a, b in zip(shard_ids, source.tolist(), (source + sizes).tolist(), strict=True)]
+        if sum(map(len, pieces)) != len(window):
+            for shard, start, size in zip(shard_ids, source.tolist(), sizes.tolist(), strict=True):
+                files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
+        if pieces:
+            np.concatenate(pieces, out=window)
+        return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records}
+    fds = [files[shard].fd for shard in shard_ids]
+    ends = np.cumsum(sizes) * item
+    read = 0
+    preadv = os.preadv
+    for fd, begin, end, at in zip(fds, (ends - sizes * item).tolist(), ends.tolist(), (source * item).tolist(), strict=True):
+        read += preadv(fd, [view[begin:end]], at)
+    if read != len(view):  # a shard shorter than the mix says: name it
+        for shard, start, size in zip(shard_ids, source.tolist(), sizes.tolist(), strict=True):
+            files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
     return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records}
 
 

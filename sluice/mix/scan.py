@@ -154,7 +154,8 @@ def scan_sources(store: Store, settings: MixSettings, folder: str, flags: FlagRe
                 if shard_id >= U32_LIMIT:
                     raise MixError("a mix can index at most 2^32 shards")
                 scan.shards.append(
-                    {"id": shard_id, "prefix": prefix, "name": shard["name"], "source": ref.source, "partition": ref.key, "documents": int(shard["documents"])}
+                    {"id": shard_id, "prefix": prefix, "name": shard["name"], "source": ref.source, "partition": ref.key,
+                     "documents": int(shard["documents"]), "tokens": int(shard["tokens"])}
                 )
                 with local_copy(store, f"{prefix}/{shard['name']}.idx", scratch) as path:
                     offsets = np.fromfile(path, dtype="<u8")

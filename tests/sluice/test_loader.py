@@ -27,9 +27,12 @@ def mix_root(tmp_path_factory) -> str:
     return root
 
 
-@pytest.fixture
-def data(mix_root, tmp_path) -> MixedTokens:
-    return MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "cache"))
+@pytest.fixture(params=["mmap", "pread"])
+def data(mix_root, tmp_path, request) -> MixedTokens:
+    """The test mix read both ways: memory-mapped (what "auto" picks for a small mix) and with pread."""
+    mixed = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "cache"), read_mode=request.param)
+    assert mixed.mapped == (request.param == "mmap")
+    return mixed
 
 
 def take(loader: TrainingLoader, steps: int) -> list[dict]:

@@ -74,6 +74,8 @@ def test_sample_lookups_deep_in_a_large_index_match_the_oracle(large):
         assert len(got) == len(expected)
         for name in ("offset", "shard", "start", "doc", "length", "component", "copy"):
             assert np.array_equal(got[name].astype(np.int64), data[name][expected]), (sample, name)
+    mapped_records, mapped_counts = MixIndex(path, mapped=True).sample_records(samples)  # the memory-mapped reader agrees
+    assert np.array_equal(mapped_counts, counts) and np.array_equal(mapped_records, records)
     # arbitrary token spans, including the tail after the last complete sample
     for begin in [*rng.integers(0, index.tokens - 5000, 200).tolist(), index.tokens - 3]:
         end = min(index.tokens, begin + int(rng.integers(1, 5000)))
@@ -132,7 +134,7 @@ def synthetic_mix(root: str, data: dict[str, np.ndarray], index_path: str) -> No
     manifest = {
         "format": "sluice-mix", "mix": "big", "seed": 1, "sequence_length": SEQ, "dtype": "uint16", "vocab_size": MODULUS,
         "splits": {"train": {"index": "mixed_index/mix=big/train.idx", "tokens": index.tokens, "samples": index.samples}},
-        "shards": [{"id": k, "prefix": prefix, "name": f"shard-{k}"} for k in range(SHARDS)], "side_files": [entry], "files": [],
+        "shards": [{"id": k, "prefix": prefix, "name": f"shard-{k}", "tokens": SHARD_TOKENS} for k in range(SHARDS)], "side_files": [entry], "files": [],
     }
     os.makedirs(os.path.join(root, "mixed_dataset", "mix=big"), exist_ok=True)
     with open(os.path.join(root, "mixed_dataset", "mix=big", "_manifest.json"), "w") as handle:
@@ -159,9 +161,11 @@ def test_the_loader_resumes_deep_in_a_large_mix_and_reads_the_right_tokens(large
     linked = str(tmp_path / "train.idx")
     os.link(path, linked)
     synthetic_mix(root, data, linked)
-    mix = MixedTokens(open_store(root), "big", cache_dir=str(tmp_path / "cache"))
-    assert len(pickle.dumps(mix)) < 4096  # what a DataLoader worker receives
-    for position in (0, 987_654 % len(mix), len(mix) - 9):
+    auto = MixedTokens(open_store(root), "big", cache_dir=str(tmp_path / "cache"), mmap_max_bytes=1 << 20)
+    assert not auto.mapped  # larger than the map limit: read with pread
+    mapped = MixedTokens(open_store(root), "big", cache_dir=str(tmp_path / "cache"), read_mode="mmap")
+    for mix, position in ((auto, 0), (auto, 987_654 % len(auto)), (mapped, 987_654 % len(auto)), (auto, len(auto) - 9)):
+        assert len(pickle.dumps(mix)) < 4096  # what a DataLoader worker receives
         loader = TrainingLoader(mix, 4, seed=3, prefetch_batches=0)
         loader.load_state_dict({"version": 1, "seed": 3, "epoch": 0, "position": position, "num_samples": len(mix), "block_size": 1})
         batch = next(iter(loader))
