@@ -212,6 +212,8 @@ class MixIndex:
         if self._fd is None or self._pid != os.getpid():
             self._fd, self._maps = os.open(self.path, os.O_RDONLY), None
             self._pid = os.getpid()
+            if not self.mapped:  # probes are random: no readahead of pages nobody asked for
+                os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         return self._fd
 
     def _mapped(self) -> tuple[np.ndarray, np.ndarray]:

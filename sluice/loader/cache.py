@@ -28,7 +28,16 @@ import numpy as np
 from sluice.shards import ShardError, sha256_path
 from sluice.storage import StorageError, Store
 
-MAX_OPEN_SHARDS = 256  # file descriptors a process keeps open for local shards (least recently used closed)
+
+def _max_open_shards() -> int:
+    """Shard files a process keeps open (least recently used closed): half its file-descriptor limit, <= 4096."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(64, min(4096, soft // 2 if soft != resource.RLIM_INFINITY else 4096))
+
+
+MAX_OPEN_SHARDS = _max_open_shards()
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ class ShardFile:
     """One shard's token file, read with pread. Opening checks its size against the last entry of its
     `.idx` (8 bytes read, not the whole index). The file closes when the last reference goes."""
 
-    def __init__(self, bin_path: str, idx_path: str, dtype: str, name: str) -> None:
+    def __init__(self, bin_path: str, idx_path: str, dtype: str, name: str, random_access: bool = True) -> None:
         self.name = name
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.itemsize = self.dtype.itemsize
@@ -68,6 +77,8 @@ class ShardFile:
             raise ShardError(f"{name}: token file holds {size} bytes but its index says {max(tokens, 0) * self.itemsize}; the shard is truncated or corrupt")
         self.tokens = tokens
         self.fd = self._file.fileno()
+        if random_access:  # reads of a few KB at random offsets: no readahead of pages nobody asked for
+            os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_RANDOM)
         self._array: np.ndarray | None = None
 
     @property
@@ -98,14 +109,16 @@ class ShardFile:
 
 
 class LocalShards:
-    """Shards on a local store, read in place; at most MAX_OPEN_SHARDS kept open (least recently used go)."""
+    """Shards on a local store, read in place; at most MAX_OPEN_SHARDS kept open (least recently used go): a
+    mix of thousands of shards read at random would otherwise re-open a file for most reads."""
 
     remote = False
 
-    def __init__(self, store: Store, refs: Sequence[ShardRef], dtype: str) -> None:
+    def __init__(self, store: Store, refs: Sequence[ShardRef], dtype: str, mapped: bool = False) -> None:
         self.store = store
         self.refs = refs
         self.dtype = dtype
+        self.mapped = mapped
         self._open: OrderedDict[int, ShardFile] = OrderedDict()
 
     def get(self, shard_id: int) -> ShardFile:
@@ -118,7 +131,7 @@ class LocalShards:
         for key, path in ((ref.bin_key, bin_path), (ref.idx_key, idx_path)):
             if path is None or not os.path.isfile(path):
                 raise ShardError(f"{self.store.uri(key)}: shard file is missing")
-        shard = ShardFile(bin_path, idx_path, self.dtype, self.store.uri(ref.bin_key))
+        shard = ShardFile(bin_path, idx_path, self.dtype, self.store.uri(ref.bin_key), random_access=not self.mapped)
         self._open[shard_id] = shard
         while len(self._open) > MAX_OPEN_SHARDS:
             self._open.popitem(last=False)

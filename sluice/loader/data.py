@@ -193,7 +193,7 @@ class MixedTokens:
                 budget = self.cache_bytes // (worker.num_workers if worker else 1)
                 self._provider = ShardCache(self.store, self.refs, self.dtype, folder, budget, self.prefetch_threads, self.verify_checksums)
             else:
-                self._provider = LocalShards(self.store, self.refs, self.dtype)
+                self._provider = LocalShards(self.store, self.refs, self.dtype, self.mapped)
         return self._provider
 
     # -- samples and token reads
