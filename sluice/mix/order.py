@@ -1,11 +1,11 @@
 """The stream order of a split: copies sorted by key (an external sort), copies of one document kept apart.
 
-`KeyedBuckets` is the external sort: emitted ranges are scattered into files by key range (keys are uniform in
-[0, 1), so each file holds about `BUCKET_ROWS` ranges) and read back one file at a time, sorted. `write_split`
-then walks the buckets in order, makes sure no two copies of one document fall in the same sample (a sample
-is stream tokens [s*L, s*L + L]; a copy that would share one with another copy of its document is swapped
-with a range half a bucket away, and the check counts what is left), and writes the index (`sluice.mixindex`)
-and the Parquet view of the ranges, gathering the values the mix's checks use.
+`KeyedBuckets` is the external sort: emitted ranges are scattered into files by key range (keys are uniform
+in [0, 1), so each file holds about `BUCKET_ROWS` = 2^19 ranges) and read back one file at a time, sorted.
+`write_split` then walks the buckets in order, makes sure no two copies of one document fall in the same
+sample (a sample is stream tokens [s*L, s*L + L]; a copy that would share one with another copy of its
+document is swapped with a range half a bucket away, and the check counts what is left), and writes the index
+(`sluice.mixindex`) and the Parquet view of the ranges, gathering the values the mix's checks use.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ EMIT = np.dtype(
         ("copy", "<u2"),
     ]
 )
-BUCKET_ROWS = 1 << 20
+BUCKET_ROWS = 1 << 19
 SEPARATION_ROUNDS = 8
 RANGES_SCHEMA = pa.schema(
     [

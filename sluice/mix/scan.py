@@ -216,7 +216,7 @@ def _classify(scan: Scan, ref: PartitionRef, shard_id: int, offsets: np.ndarray,
         out.write(records.tobytes())
 
 
-def iter_spill(path: str, chunk: int = 1 << 20):
+def iter_spill(path: str, chunk: int = 1 << 18):
     """Records of a spill file, `chunk` at a time."""
     with open(path, "rb") as handle:
         while True:
