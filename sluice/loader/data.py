@@ -67,6 +67,7 @@ class MixedTokens:
         self.verify_checksums = verify_checksums
         self._manifest: dict[str, Any] | None = None
         self._refs: list[ShardRef] | None = None
+        self.index_sha256: str | None = None  # set below; a process that re-reads the manifest checks it
         manifest = self.manifest
         splits = manifest.get("splits", {})
         if split not in splits:
@@ -116,7 +117,7 @@ class MixedTokens:
                 manifest = json.loads(self.store.read_bytes(self.manifest_key))
             except (StorageError, FileNotFoundError) as error:
                 raise FileNotFoundError(f"{self.store.uri(self.manifest_key)}: cannot read the mix manifest ({error})") from error
-            if hasattr(self, "index_sha256") and self._listed_sha(manifest) != self.index_sha256:
+            if self.index_sha256 is not None and self._listed_sha(manifest) != self.index_sha256:
                 raise ShardError(f"mix {self.mix!r} was rebuilt while this loader was running ({self.store.uri(self.manifest_key)}); restart the loader")
             self._manifest = manifest
         return self._manifest

@@ -470,3 +470,19 @@ def test_closing_the_loader_early_stops_its_background_thread(data):
         assert any(t.name == "sluice-loader" and t.is_alive() for t in threading.enumerate())
         batches.close()
         assert not any(t.name == "sluice-loader" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_a_worker_refuses_a_mix_rebuilt_under_it(tmp_path):
+    """A DataLoader worker re-reads the manifest (nothing of the index's size is pickled to it); if the mix was
+    rebuilt meanwhile it says so instead of reading a different index."""
+    import pickle
+
+    root = str(tmp_path / "store")
+    build_test_mix(open_store(root), sequence_length=SEQ)
+    data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
+    sent = pickle.dumps(data)
+    assert len(sent) < 4096
+    build_test_mix(open_store(root), sequence_length=SEQ, seed=12)  # another mix under the same name
+    with pytest.raises(ShardError, match="was rebuilt while this loader was running"):
+        pickle.loads(sent).manifest  # noqa: B018
