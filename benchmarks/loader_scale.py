@@ -172,6 +172,17 @@ def warm(root: str) -> float:
     return total
 
 
+def index_resident_share(root: str) -> float | None:
+    """Share of the index file in the page cache now (util-linux fincore; None where it is missing)."""
+    path = Path(root, "mixed_index", "mix=scale", "train.idx")
+    try:
+        done = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES,SIZE", str(path)], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    resident, size = (int(value) for value in done.stdout.split())
+    return resident / size if size else None
+
+
 def measure(root: str, seconds: float) -> dict:
     from sluice.loader import RankBatches
 
@@ -211,6 +222,7 @@ def measure(root: str, seconds: float) -> dict:
             count += next(batches)["input_ids"].shape[0]
         best = max(best, count * SEQ / (time.perf_counter() - started))
     result["tokens_per_s"] = best
+    result["index_resident_after"] = index_resident_share(root)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
 
@@ -239,7 +251,7 @@ def main() -> None:
             f"{documents:.0e} documents ({result['ranges']:,} ranges, {result['samples']:,} samples, mapped={result['mapped']}): first batch "
             f"{result['first_batch_s'] * 1000:.0f} ms; resume {resume}; RSS +{result['rss_growth_mb']:.1f} MB (anonymous "
             f"+{result['anon_growth_mb']:.1f} MB) by the 100th batch; worker pickle {result['worker_pickle_mb'] * 1000:.1f} kB; "
-            f"{result['tokens_per_s'] / 1e6:.1f} M tokens/s per rank",
+            f"{result['tokens_per_s'] / 1e6:.1f} M tokens/s per rank (index {100 * (result['index_resident_after'] or float('nan')):.0f} % in the page cache after the rounds)",
             flush=True,
         )
     for documents, result in results.items():
