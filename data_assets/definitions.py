@@ -1,4 +1,4 @@
-"""The sluice code location: five partitioned assets (+ the tokenizer), their checks, jobs, sensor, schedule."""
+"""The sluice code location: six partitioned assets (+ the tokenizer, quality and perplexity models), their checks, jobs, sensor, schedule."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dagster import Definitions
 
 from data_assets.cleaned import cleaned_documents
+from data_assets.decontamination import decontamination
 from data_assets.deduped import deduped_documents
 from data_assets.jobs import ingest_job, mix_job, tokenizer_job
 from data_assets.mixed import mixed_dataset
@@ -27,7 +28,7 @@ from resources import (
 )
 from sluice.config import SluiceConfig
 
-ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
+ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, tokenizer, tokenized_shards, mixed_dataset]
 
 # Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
 # with that reason instead of failing (a config that needs them and cannot feed them fails at load).
