@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 CHILD_START_TIMEOUT_S = 300.0  # a child that never beats (imports, model loading) fails the task after this
+EXIT_TIMEOUT_S = 10.0  # a child that has sent "done" gets this long to exit before it is killed
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Imported once by the forkserver, before it forks workers. "__main__" too: otherwise multiprocessing runs the
 # main script again in every worker it starts (seconds, when that script imports Dagster).
@@ -85,14 +86,16 @@ class ChildError(RuntimeError):
     """The work function raised in the child (the message holds its traceback)."""
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system) of a process so far, from /proc; None where there is no /proc."""
+def cpu_seconds(pid: int, children: bool = False) -> float | None:
+    """CPU time (user + system) of a process so far, from /proc, with `children` also that of its children
+    it has waited for; None where there is no /proc."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stream:
             fields = stream.read().rsplit(b")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
+    # utime, stime, cutime, cstime: fields 14 to 17 of stat (11 to 14 after the command name)
+    return sum(int(value) for value in fields[11 : 15 if children else 13]) / _TICKS
 
 
 def _children(pid: int) -> list[int]:
@@ -160,6 +163,7 @@ class _Child:
         send.close()
         self.connection = receive
         self.started = time.monotonic()
+        self.cpu_at_kill: float | None = None
 
     def kill(self) -> None:
         """Kill the child and its helper processes, and wait for it."""
@@ -173,12 +177,21 @@ class _Child:
         self.process.join()
 
     def close(self) -> None:
+        self.process.join(timeout=EXIT_TIMEOUT_S)  # a child that is done exits by itself
         if self.process.is_alive():
             self.kill()
-        else:
-            self.process.join()
         with contextlib.suppress(OSError):
             self.connection.close()
+
+
+@dataclass
+class Supervised:
+    """The outcome of `supervise`: the work's final payload, the items it skipped, and the CPU seconds its
+    workers spent (with their helper processes; None where there is no /proc)."""
+
+    payload: Any
+    skips: dict[int, Skip]
+    worker_cpu_s: float | None
 
 
 def supervise(
@@ -187,21 +200,24 @@ def supervise(
     budget_s: float,
     on_chunk: Callable[[Any], None],
     stage_name: Callable[[int], str] = str,
-) -> tuple[Any, dict[int, Skip]]:
-    """Run `work` under the budget (see the module docstring). Returns (the "done" payload, the skips)."""
+) -> Supervised:
+    """Run `work` under the budget (see the module docstring)."""
     context = _context()
     poll_s = min(0.25, max(0.01, budget_s / 4))
     skips: dict[int, Skip] = {}
     delivered = 0  # items before this index were delivered in chunks
+    cpu: float | None = 0.0
     while True:
         child = _Child(context, work, args, delivered, skips)
         try:
             outcome = _watch(child, budget_s, poll_s, on_chunk, stage_name)
         finally:
+            spent = child.cpu_at_kill if child.cpu_at_kill is not None else cpu_seconds(child.process.pid, children=True)
             child.close()
+        cpu = cpu + spent if cpu is not None and spent is not None else None
         kind, value, next_item = outcome
         if kind == "done":
-            return value, skips
+            return Supervised(value, skips, cpu)
         delivered = next_item
         skips[value[0]] = value[1]
 
@@ -241,6 +257,7 @@ def _watch(child: _Child, budget_s: float, poll_s: float, on_chunk: Callable[[An
             continue
         spent = (cpu - cpu_at_sequence) if cpu is not None else now - wall_at_sequence
         if spent > budget_s:
+            child.cpu_at_kill = cpu_seconds(child.process.pid, children=True)
             child.kill()
             # Chunks the child finished sending before it was killed still count.
             with contextlib.suppress(EOFError, OSError):

@@ -513,9 +513,10 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
             pipeline.stats.residual_pii.update(find_pii(text, pii_kinds))
             rows.append(("kept" if outcome is None else "routed", _row(doc, text)))
             size += len(text)
-        send(("done", (rows, pipeline.take_stats())))
+        final = (rows, pipeline.take_stats())
     finally:
-        pipeline.close()
+        pipeline.close()  # (first: its helper processes are waited for, so their CPU time is counted)
+    send(("done", final))
 
 
 def clean_part(task: CleanTask) -> dict[str, Any]:
@@ -559,11 +560,13 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
             input_store.fetch(task.input_key, scratch), task.settings, model_path, task.quality_max_chars, perplexity_models
         )
         budget = task.settings.step_cpu_budget_s
+        worker_cpu_s = None
         if budget is None:
             clean_documents(part, 0, {}, NoHeartbeat(), lambda message: deliver(message[-1]))
         else:
-            done, skipped = supervise(clean_documents, part, budget, deliver)
-            deliver(done)
+            supervised = supervise(clean_documents, part, budget, deliver)
+            deliver(supervised.payload)
+            skipped, worker_cpu_s = supervised.skips, supervised.worker_cpu_s
         kept_entry = kept.publish(output_store, f"part-{task.part:05d}.parquet")
         dropped_entry = dropped.publish(output_store, f"dropped-{task.part:05d}.parquet")
         code_entry = None
@@ -580,4 +583,7 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
         raise
     finally:
         _remove_tree(scratch)
-    return {"part": kept_entry, "dropped": dropped_entry, "code": code_entry, "stats": stats.as_dict(), "budget_skips": len(skipped)}
+    return {
+        "part": kept_entry, "dropped": dropped_entry, "code": code_entry, "stats": stats.as_dict(),
+        "budget_skips": len(skipped), "worker_cpu_s": worker_cpu_s,
+    }

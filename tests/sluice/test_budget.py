@@ -144,10 +144,13 @@ def test_an_exception_in_a_step_still_fails_the_task(tmp_path, misbehaving_chain
 
 def test_budgeted_and_unbudgeted_outputs_are_byte_identical(tmp_path):
     contents = [(f"d{i}", page(i)) for i in range(20)] + [("short", b"<p>too short</p>")]
-    clean(tmp_path, "a", contents, step_cpu_budget_s=10)
-    clean(tmp_path, "b", contents, step_cpu_budget_s=None)
+    budgeted, _, _ = clean(tmp_path, "a", contents, step_cpu_budget_s=10)
+    unbudgeted, _, _ = clean(tmp_path, "b", contents, step_cpu_budget_s=None)
     for name in ("part-00000.parquet", "dropped-00000.parquet"):
         assert (tmp_path / "a" / "out" / name).read_bytes() == (tmp_path / "b" / "out" / name).read_bytes()
+    assert budgeted["stats"] == unbudgeted["stats"]
+    if os.path.isdir("/proc"):
+        assert budgeted["worker_cpu_s"] > 0 and unbudgeted["worker_cpu_s"] is None  # the worker's CPU time is counted
 
 
 def test_cpu_seconds_reads_this_process():
