@@ -131,7 +131,7 @@ def budget_overhead(pages: int, repeats: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="131072,262144,524288,1048576", help="characters per input, doubling")
+    parser.add_argument("--sizes", default="262144,524288,1048576,2097152", help="characters per input, doubling")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--limit-s", type=float, default=20.0, help="a call running longer is stopped")
     parser.add_argument("--only", default="", help="comma-separated function names to run (default: all)")
