@@ -22,7 +22,7 @@ from dagster import (
 from data_assets.metadata import counts_table, markdown_table, prefixed_counts, stage_progress
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.clean import CleanTask, clean_part
+from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
 from sluice.layout import partition_prefix, read_manifest, side_prefix, write_manifest
 
@@ -47,7 +47,7 @@ def _mean_median(values: Sequence[float]) -> tuple[float, float]:
     description=(
         "Main text (resiliparse or trafilatura, per source) in the detected charset, fastText lid.176 language "
         "and score, Gopher repetition/quality, C4 and FineWeb filters (datatrove's thresholds, overridable per "
-        "source), URL blocklist, PII redacted. Dropped documents and their step/reason in dropped-*.parquet."
+        "source), URL blocklist, PII redacted. Dropped documents and their step/reason in the cleaned_dropped dataset."
     ),
     check_specs=[
         AssetCheckSpec(
@@ -96,6 +96,7 @@ def cleaned_documents(
             )
         perplexity_url = store.uri("perplexity_model")
     code_prefix = side_prefix(CODE_DATASET, ref)
+    dropped_prefix = side_prefix(DROPPED_DATASET, ref)
     routing = cleaning.code_share.enabled and cleaning.code_share.route_above is not None
     tasks = [
         CleanTask(
@@ -103,6 +104,9 @@ def cleaned_documents(
             code_url=store.uri(code_prefix) if routing else None,
             perplexity_model_url=perplexity_url,
             perplexity_models=perplexity_manifest["models"] if perplexity_manifest else None,
+            source=ref.source,
+            snapshot=ref.snapshot,
+            dropped_url=store.uri(dropped_prefix),
         )
         for index, entry in enumerate(raw_manifest["files"])
     ]
@@ -150,7 +154,7 @@ def cleaned_documents(
         toxic_terms += s["toxic_terms"]
         step_order += [name for name in s["reached"] if name not in step_order]
     files = [r["part"] for r in results]
-    side_files = [r["dropped"] for r in results] + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
+    side_files = [{**r["dropped"], "prefix": dropped_prefix} for r in results] + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
     write_manifest(
         store,
         prefix,
@@ -225,9 +229,8 @@ def cleaned_documents(
             "drop_reasons": counts_table(drops),
             "languages": markdown_table(["language", "identified", "kept"], language_rows),
             "dropped_documents": MetadataValue.md(
-                "Dropped documents with step, reason and detail: "
-                + ", ".join(f"`{r['dropped']['key']}`" for r in results)
-                + " (`polars.read_parquet(...)`)."
+                f"Dropped documents with step, reason and detail: `{store.uri(dropped_prefix)}/` "
+                "(`polars.scan_parquet(..., hive_partitioning=True)` on `cleaned_dropped/`)."
                 + (f" Routed code-heavy documents: `{code_prefix}/`." if routed else "")
             ),
             **(

@@ -59,8 +59,10 @@ def cleaned_frame(folder, source: str, snapshot: str, kind: str = "part"):
     """The cleaned (kind="part") or dropped (kind="dropped") documents of a partition, in part order."""
     import polars as pl
 
-    files = sorted((folder / "data" / "cleaned_documents" / f"source={source}" / f"snapshot={snapshot}").glob(f"{kind}-*.parquet"))
-    return pl.concat([pl.read_parquet(path) for path in files])
+    dataset = "cleaned_documents" if kind == "part" else "cleaned_dropped"
+    files = sorted((folder / "data" / dataset / f"source={source}" / f"snapshot={snapshot}").glob(f"{kind}-*.parquet"))
+    frame = pl.concat([pl.read_parquet(path) for path in files])
+    return frame.with_columns(source=pl.lit(source), snapshot=pl.lit(snapshot))
 
 
 def test_exact_duplicates_removed_across_snapshots_and_sources(local_run):

@@ -149,7 +149,8 @@ def test_the_dotted_leader_page_is_judged_by_the_filters_not_the_budget(poisoned
     folder, _ = poisoned_run
     cleaned = folder / "data" / "cleaned_documents" / "source=web" / f"snapshot={SNAPSHOT}"
     kept = pl.concat([pl.read_parquet(p) for p in sorted(cleaned.glob("part-*.parquet"))])
-    dropped = pl.concat([pl.read_parquet(p) for p in sorted(cleaned.glob("dropped-*.parquet"))])
+    dropped_folder = folder / "data" / "cleaned_dropped" / "source=web" / f"snapshot={SNAPSHOT}"
+    dropped = pl.concat([pl.read_parquet(p) for p in sorted(dropped_folder.glob("dropped-*.parquet"))])
     page = kept.filter(pl.col("url") == DOTTED_URL)
     if page.height:
         assert "Creating certificates" in page["text"][0]
