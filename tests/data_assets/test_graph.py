@@ -293,3 +293,21 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
                 checked += 1
     assert checked == sum(meta["tokenized_shards"]["documents"] for meta in report["partitions"].values())
     assert {meta["tokenized_shards"]["encoder"] for meta in report["partitions"].values()} == {"word cache fast path"}
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        "raw_documents", "raw_quarantine", "cleaned_documents", "cleaned_dropped", "decontamination",
+        # Band, shingle and cluster files and removed documents still sit beside the parts on this branch;
+        # issue 14's dedup branch moves them to dedup_* and deduped_removed (then this passes: drop the mark).
+        pytest.param("deduped_documents", marks=pytest.mark.xfail(strict=True, reason="dedup side files beside the parts until issue 14 lands")),
+    ],
+)
+def test_every_output_folder_reads_as_one_dataset(local_run, dataset):
+    """After the whole graph, polars, pyarrow.dataset and DuckDB read the folder as one Hive-partitioned
+    dataset and count the rows the files' footers hold."""
+    from tests.data_assets.test_datasets import read_every_dataset
+
+    folder, _, _ = local_run
+    read_every_dataset(folder / "data", (dataset,))
