@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     MaterializeResult,
@@ -19,8 +18,8 @@ from dagster import (
     asset,
 )
 
-from data_assets.metadata import counts_table, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_ref, source_snapshot_partitions
+from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
+from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
@@ -50,15 +49,11 @@ def _mean_median(values: Sequence[float]) -> tuple[float, float]:
         "source), URL blocklist, PII redacted. Dropped documents and their step/reason in the cleaned_dropped dataset."
     ),
     check_specs=[
-        AssetCheckSpec(
-            DROP_RATE_CHECK,
-            asset=ASSET,
+        partition_check(DROP_RATE_CHECK, ASSET,
             description="The share of documents dropped lies inside the source's cleaning.drop_rate_bounds "
             "(default checks.min/max_cleaned_drop_rate); warns.",
         ),
-        AssetCheckSpec(
-            NO_PII_CHECK,
-            asset=ASSET,
+        partition_check(NO_PII_CHECK, ASSET,
             blocking=True,
             description="No e-mail, IP address or phone pattern is left in the written texts (blocks downstream).",
         ),
@@ -205,6 +200,7 @@ def cleaned_documents(
         (language, count, languages.get(language, 0))
         for language, count in sorted(languages_in.items(), key=lambda item: (-item[1], item[0]))
     ]
+    known = known_keys(context, ASSET, ("drop", "language", "pii"))
     return MaterializeResult(
         metadata={
             "dagster/row_count": documents_out,
@@ -214,9 +210,10 @@ def cleaned_documents(
             "drop_rate": drop_rate,
             # Numbers, so the UI plots them across partitions.
             **{f"funnel/{index:02d}_{name}": reached[name] for index, name in enumerate(step_order)},
-            **prefixed_counts("drop", drops),
-            **prefixed_counts("language", languages),
-            **prefixed_counts("pii", pii),
+            # Every reason / language / PII kind seen before (or identified here) is recorded, 0 included.
+            **prefixed_counts("drop", drops, known["drop"]),
+            **prefixed_counts("language", languages, known["language"] | set(languages_in)),
+            **prefixed_counts("pii", pii, known["pii"]),
             "pii_redactions": sum(pii.values()),
             "input_bytes_mean": in_mean,
             "input_bytes_median": in_median,

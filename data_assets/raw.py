@@ -6,7 +6,6 @@ from collections import Counter
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetExecutionContext,
     Failure,
     MaterializeResult,
@@ -14,8 +13,8 @@ from dagster import (
     asset,
 )
 
-from data_assets.metadata import counts_table, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_ref, source_snapshot_partitions
+from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
+from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest
 from sluice.layout import partition_prefix, side_prefix, write_manifest
@@ -38,9 +37,7 @@ QUARANTINE_CHECK = "quarantined_file_share_below_bound"
         "records and unreadable files go to the raw_quarantine dataset."
     ),
     check_specs=[
-        AssetCheckSpec(
-            QUARANTINE_CHECK,
-            asset=ASSET,
+        partition_check(QUARANTINE_CHECK, ASSET,
             blocking=True,
             description="The share of input files that could not be read at all stays below checks.max_quarantined_file_share.",
         )
@@ -105,6 +102,7 @@ def raw_documents(
         ["file", "documents", "quarantined records", "content MB"],
         [(r["file"], r["records"], sum(r["quarantine_reasons"].values()), round(r["content_bytes"] / 1e6, 3)) for r in results],
     )
+    known = known_keys(context, ASSET, ("quarantine", "skipped"))
     return MaterializeResult(
         metadata={
             "dagster/row_count": records,
@@ -115,8 +113,8 @@ def raw_documents(
             "quarantined_files": len(quarantined_files),
             "content_bytes": sum(r["content_bytes"] for r in results),
             "output_bytes": sum(entry["bytes"] for entry in files),
-            **prefixed_counts("quarantine", reasons),
-            **prefixed_counts("skipped", skipped),
+            **prefixed_counts("quarantine", reasons, known["quarantine"]),
+            **prefixed_counts("skipped", skipped, known["skipped"]),
             "quarantine_reasons": counts_table(reasons),
             "files": per_file,
             "quarantine_uri": MetadataValue.path(store.uri(quarantine_prefix)),

@@ -59,6 +59,7 @@ def cleaned_sample(tmp_path_factory):
     raw["compute"] = {"backend": "local", "max_workers": 1}
     resources = build_resources(write_config(folder / "sluice.yaml", raw))
     (folder / "home").mkdir()
+    cleaned_metadata = []
     with DagsterInstance.local_temp(tempdir=str(folder / "home")) as instance:
         pairs = register_snapshots(instance, resources)
         for source, snapshot in pairs:
@@ -67,11 +68,13 @@ def cleaned_sample(tmp_path_factory):
                 instance=instance, resources=resources, raise_on_error=False,
             )
             assert result.success, (source, snapshot)
-    return folder / "data", pairs
+            [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "cleaned_documents"]
+            cleaned_metadata.append({k: v.value for k, v in event.event_specific_data.materialization.metadata.items()})
+    return folder / "data", pairs, cleaned_metadata
 
 
 def test_raw_and_cleaned_outputs_are_one_dataset_each(cleaned_sample):
-    root, pairs = cleaned_sample
+    root, pairs, _ = cleaned_sample
     frames = read_every_dataset(root, SOURCE_SNAPSHOT_DATASETS)
     # The part files themselves carry no partition columns (they would clash with the Hive fields).
     for name in ("raw_documents", "cleaned_documents", "cleaned_dropped"):
@@ -87,3 +90,15 @@ def test_raw_and_cleaned_outputs_are_one_dataset_each(cleaned_sample):
     assert set(kept["doc_id"]).isdisjoint(set(dropped["doc_id"]))
     routed = footer_rows(root / "cleaned_code") if (root / "cleaned_code").exists() else 0
     assert kept.height + dropped.height + routed == frames["raw_documents"].height
+
+
+def test_every_reason_and_language_seen_before_is_recorded_again_with_zeros(cleaned_sample):
+    _, pairs, metadata = cleaned_sample
+    seen: set[str] = set()
+    zeros = 0
+    for pair, meta in zip(pairs, metadata, strict=True):
+        keys = {key for key in meta if key.startswith(("drop/", "language/", "pii/"))}
+        assert seen <= keys, pair
+        zeros += sum(meta[key] == 0 for key in seen)
+        seen |= keys
+    assert zeros > 0  # the sample's partitions differ in their reasons and languages

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterEventType, DagsterInstance
 
 from data_assets.definitions import build_resources, defs
 from data_assets.partitions import SNAPSHOTS, multi_key
@@ -72,5 +72,9 @@ def test_stage_runs_are_named_and_tagged(tmp_path):
         assert run.job_name == "raw_documents_job"
         assert run.tags["sluice/source"] == "reference" and run.tags["sluice/snapshot"] == "2026-01"
         assert run.tags["sluice/command"] == "materialize" and run.tags["sluice/asset"] == "raw_documents"
-        # The check ran inside the named job.
+        # The check ran inside the named job, and its evaluation belongs to the partition (the UI links it).
         assert outcome.checks == [("raw_documents", "quarantined_file_share_below_bound", True)]
+        [record] = instance.all_logs(outcome.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+        evaluation = record.dagster_event.event_specific_data
+        assert evaluation.check_name == "quarantined_file_share_below_bound"
+        assert evaluation.partition == multi_key("reference", "2026-01")

@@ -111,13 +111,24 @@ def test_cleaning_metadata_explains_every_decision(local_run):
         dropped = cleaned_frame(folder, source, snapshot, "dropped")
         assert kept.height == cleaned["documents_out"] and dropped.height == sum(drops.values())
         # The side output, read with polars, holds every dropped document with its step and reason.
-        assert dict(zip(*dropped.group_by("reason").len().sort("reason").to_dict(as_series=False).values(), strict=True)) == drops
+        assert dict(zip(*dropped.group_by("reason").len().sort("reason").to_dict(as_series=False).values(), strict=True)) == {
+            reason: count for reason, count in drops.items() if count
+        }
         assert set(dropped.columns) >= {"doc_id", "url", "step", "reason", "detail", "text"}
         assert cleaned["median_chars_out"] == float(kept["n_chars"].median())
         assert abs(cleaned["mean_chars_out"] - float(kept["n_chars"].mean())) < 1e-6
         assert cleaned["input_bytes_mean"] > cleaned["mean_chars_out"] > 0
         # Every kept text carries the detected language and score.
         assert kept.filter(kept["language_score"] < 0.65).height == 0
+    # Every drop reason and language recorded for an earlier partition is recorded for the later ones too
+    # (0 included), so each per-reason chart is a line across partitions.
+    order = sorted(report["partitions"], key=lambda pair: (pair[1], pair[0]))
+    seen: set[str] = set()
+    for pair in order:
+        keys = {key for key in report["partitions"][pair]["cleaned_documents"] if key.startswith(("drop/", "language/"))}
+        assert seen <= keys, pair
+        seen |= keys
+    assert any(report["partitions"][pair]["cleaned_documents"][key] == 0 for pair in order[1:] for key in seen)
     web = report["partitions"][("web", "2026-01")]["cleaned_documents"]
     assert {"language/de", "language/en", "language/ru", "language/zh"} <= set(web)
 
