@@ -51,7 +51,7 @@ from benchmarks.peers import datatrove_python, figure  # noqa: E402
 
 # The command users run for the whole graph. `sluice materialize` (issue 13) replaces `demo` once merged.
 GRAPH_COMMAND = ("-m", "data_assets.cli", "demo")
-DATA = ROOT / ".bench_data"
+DATA = Path(os.environ.get("SLUICE_BENCH_DATA", ROOT / ".bench_data"))  # crawls and run folders (git-ignored)
 STAGES = ("raw", "quality_model", "cleaned", "deduped", "tokenizer", "tokenized", "mixed")
 # Storage datasets (top-level folders) and step keys -> stage; side datasets follow issue 18's names.
 DATASET_STAGE = (("raw", "raw"), ("quality", "quality_model"), ("clean", "cleaned"), ("dedup", "deduped"),
@@ -66,7 +66,7 @@ def crawl(scale: float, seed: int = 0) -> Path:
     summary = out / "crawl.json"
     if summary.exists():
         known = json.loads(summary.read_text())
-        if known.get("scale") == scale and known.get("seed") == seed:
+        if (known.get("version"), known.get("scale"), known.get("seed")) == (synth_crawl.VERSION, scale, seed):
             return out
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
@@ -375,6 +375,8 @@ def main() -> int:
         limit = 18 * top / 16
         figure(f"end_to_end_time_ratio_{top:g}x_over_1x", results[top]["wall_s"] / results[1]["wall_s"], f"<= {limit:g}", config + ", wall")
         figure(f"end_to_end_cpu_ratio_{top:g}x_over_1x", results[top]["cpu_s"] / results[1]["cpu_s"], f"<= {limit:g}", config + ", CPU time")
+        marginal = 1000 * (results[top]["cpu_s"] - results[1]["cpu_s"]) / (results[top]["pages"] - results[1]["pages"])
+        figure(f"end_to_end_marginal_cpu_ms_per_page_{top:g}x_vs_1x", marginal, "-", config + ", (CPU top - CPU 1x) / (pages top - pages 1x)")
         figure(f"end_to_end_peak_rss_ratio_{top:g}x_over_1x", results[top]["peak_rss_bytes"] / results[1]["peak_rss_bytes"], "<= 1.3", config + ", process tree")
     if peer is not None:
         ours, theirs = results[1]["pages"] / results[1]["cpu_s"], results[1]["pages"] / peer["cpu_s"]

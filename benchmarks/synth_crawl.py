@@ -56,6 +56,7 @@ from benchmarks.peers import SHARED  # noqa: E402
 
 CORPUS_WEB = SHARED / "corpus" / "web"
 SOURCE = "web"
+VERSION = 1  # of the generation procedure: a cached crawl of another version is rebuilt (benchmarks/end_to_end.py)
 PAGES_PER_SCALE = 2000
 SNAPSHOTS_PER_SQRT_SCALE = 4
 
@@ -349,6 +350,7 @@ def synthesize(
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
     near = [row["jaccard"] for row in rows if row["kind"] == "near"]
     summary = {
+        "version": VERSION,
         "source": SOURCE,
         "scale": scale,
         "seed": seed,
