@@ -11,7 +11,8 @@ exact + near dedup with verification, a BPE tokenizer trained on the crawl, toke
 - per-stage wall seconds, from the run's step events in that Dagster instance (each stage summed over its
   partitions' runs), and what the command spent outside steps (run start-up, registration, summary);
 - documents/s: crawl pages / wall seconds, and per core: pages / CPU seconds of the whole process tree;
-- peak RSS of the process tree (the command and every descendant, sampled every 0.2 s from /proc);
+- peak RSS of the process tree (the command and every descendant, sampled every 0.2 s from /proc), overall
+  and while each stage's steps ran;
 - bytes written per stage (the storage root's datasets grouped by stage);
 - near-duplicate recall and precision against the planted truth: a cleaned document should be removed when
   an earlier document (dedup's global order) of its planted group has exact Jaccard >= 0.8 with it on the
@@ -129,7 +130,7 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str
     CPU: the reaped descendants' rusage; a process the tree never waited for is not in it, so the CPU
     seen in /proc samples (every 0.2 s, per process its last value) is taken when larger."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak, sampled_cpu = 0, {}
+    peak, sampled_cpu, timeline = 0, {}, []
     started = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -139,7 +140,9 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str
             nonlocal peak
             while not done.wait(0.2):
                 tree = process_tree(process.pid)
-                peak = max(peak, sum(rss for rss, _ in tree.values()))
+                rss = sum(rss for rss, _ in tree.values())
+                peak = max(peak, rss)
+                timeline.append((time.time(), rss))
                 sampled_cpu.update({pid: cpu for pid, (_, cpu) in tree.items()})
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -155,7 +158,7 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     sampled = sum(sampled_cpu.values())
     return {"wall_s": wall, "cpu_s": max(reaped, sampled), "cpu_reaped_s": reaped, "cpu_sampled_s": sampled,
-            "cpu_command_s": sampled_cpu.get(process.pid, 0.0), "peak_rss_bytes": peak}
+            "cpu_command_s": sampled_cpu.get(process.pid, 0.0), "peak_rss_bytes": peak, "rss_timeline": timeline}
 
 
 def stage_of(name: str) -> str:
@@ -165,15 +168,15 @@ def stage_of(name: str) -> str:
     return "other"
 
 
-def step_seconds(dagster_home: Path) -> tuple[dict[str, float], float, int]:
-    """Per stage, the wall seconds of its steps (STEP_START -> STEP_SUCCESS, summed over runs); the runs'
-    total (RUN_START -> RUN_SUCCESS); the number of runs."""
+def step_seconds(dagster_home: Path) -> tuple[dict[str, list[tuple[float, float]]], float, int]:
+    """Per stage, the (start, end) times of its steps (STEP_START -> STEP_SUCCESS, over all runs); the runs'
+    total seconds (RUN_START -> RUN_SUCCESS); the number of runs."""
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     from dagster import DagsterEventType, DagsterInstance
 
     run_end = (DagsterEventType.RUN_SUCCESS.value, DagsterEventType.RUN_FAILURE.value)
     step_end = (DagsterEventType.STEP_SUCCESS.value, DagsterEventType.STEP_FAILURE.value)
-    stages: dict[str, float] = defaultdict(float)
+    stages: dict[str, list[tuple[float, float]]] = defaultdict(list)
     runs_total = 0.0
     with DagsterInstance.get() as instance:
         runs = instance.get_runs()
@@ -192,7 +195,7 @@ def step_seconds(dagster_home: Path) -> tuple[dict[str, float], float, int]:
                 elif kind == DagsterEventType.STEP_START.value:
                     starts[event.step_key] = entry.timestamp
                 elif kind in step_end and event.step_key in starts:
-                    stages[stage_of(event.step_key)] += entry.timestamp - starts.pop(event.step_key)
+                    stages[stage_of(event.step_key)].append((starts.pop(event.step_key), entry.timestamp))
     return dict(stages), runs_total, len(runs)
 
 
@@ -300,13 +303,19 @@ def run_sluice(scale: float) -> dict[str, Any]:
     pages = json.loads((crawl_folder / "crawl.json").read_text())["pages"]
     print(f"\n{scale:g}x: {pages} pages; {' '.join(GRAPH_COMMAND)} (log: {work / 'command.log'})", flush=True)
     measured = run_measured([sys.executable, *GRAPH_COMMAND], env, work / "command.log")
-    stages, runs_total, runs = step_seconds(home)
+    intervals, runs_total, runs = step_seconds(home)
+    timeline = measured.pop("rss_timeline")
+    stages = {stage: sum(end - start for start, end in spans) for stage, spans in intervals.items()}
+    stage_peak_rss = {
+        stage: max((rss for when, rss in timeline if any(start <= when <= end for start, end in spans)), default=0)
+        for stage, spans in intervals.items()
+    }
     from sluice.storage import open_store
 
     store = open_store(str(work / "data"))
     counts = {asset: manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
     quality = near_duplicate_quality(work / "data", crawl_folder)
-    result = {"scale": scale, "pages": pages, **measured, "stages": stages, "runs_s": runs_total, "runs": runs,
+    result = {"scale": scale, "pages": pages, **measured, "stages": stages, "stage_peak_rss": stage_peak_rss, "runs_s": runs_total, "runs": runs,
               "bytes": bytes_per_stage(work / "data"), "counts": counts, "quality": quality, "tokenizer": str(work / "data" / "tokenizer" / "tokenizer.json"),
               "crawl": str(crawl_folder)}
     print_run(result)
@@ -321,10 +330,11 @@ def print_run(r: dict[str, Any]) -> None:
     steps = sum(r["stages"].values())
     print(f"  {r['runs']} Dagster runs, {r['runs_s']:.1f} s inside runs, {steps:.1f} s inside steps, "
           f"{r['wall_s'] - steps:.1f} s of the command outside steps")
-    print(f"  {'stage':14s} {'step s':>8s} {'MB written':>11s}")
+    print(f"  {'stage':14s} {'step s':>8s} {'MB written':>11s} {'peak RSS MiB':>13s}")
     for stage in (*STAGES, "other"):
         if stage in r["stages"] or stage in r["bytes"]:
-            print(f"  {stage:14s} {r['stages'].get(stage, 0.0):8.1f} {r['bytes'].get(stage, 0) / 1e6:11.1f}")
+            print(f"  {stage:14s} {r['stages'].get(stage, 0.0):8.1f} {r['bytes'].get(stage, 0) / 1e6:11.1f} "
+                  f"{r['stage_peak_rss'].get(stage, 0) / 2**20:13.0f}")
     q = r["quality"]
     print(f"  near duplicates: {q['should_remove']} cleaned documents with an earlier copy of their planted group at J >= {THRESHOLD} "
           f"({q['planted_copies_cleaned']} planted copies cleaned); removed {q['removed']} ({q['removed_should']} of those, "
@@ -343,6 +353,7 @@ def run_datatrove(sluice_1x: dict[str, Any]) -> dict[str, Any]:
                str(default_model_path()), sluice_1x["tokenizer"], str(work / "work"), "2", str(out)]
     print(f"\ndatatrove pipeline on the 1x crawl (log: {work / 'command.log'})", flush=True)
     measured = run_measured(command, {**os.environ}, work / "command.log")
+    measured.pop("rss_timeline")
     result = {**json.loads(out.read_text()), **measured}
     pages = sluice_1x["pages"]
     print(f"  wall {measured['wall_s']:.1f} s, CPU {measured['cpu_s']:.1f} s (reaped {measured['cpu_reaped_s']:.1f}, sampled {measured['cpu_sampled_s']:.1f}), peak RSS {measured['peak_rss_bytes'] / 2**20:.0f} MiB; "
