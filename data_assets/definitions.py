@@ -8,6 +8,7 @@ from data_assets.cleaned import cleaned_documents
 from data_assets.deduped import deduped_documents
 from data_assets.jobs import ingest_job, mix_job, tokenizer_job
 from data_assets.mixed import mixed_dataset
+from data_assets.perplexity_model import perplexity_model
 from data_assets.quality_model import quality_model
 from data_assets.raw import raw_documents
 from data_assets.schedules import daily_mix_rebuild
@@ -23,7 +24,7 @@ from resources import (
     TrainingLoaderResource,
 )
 
-ASSETS = [raw_documents, quality_model, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
+ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
 
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:
