@@ -8,8 +8,8 @@
    GopherRepetition, GopherQuality, C4Quality, FineWebQuality; all defaults), one process each (plus the
    extraction helper processes both use). Docs/s per core = documents / CPU seconds (process + helper
    processes), which the other jobs on a shared machine disturb less than wall time; wall docs/s printed too.
-   Both chains keep every language above the 0.65 language score; sluice's length and PII steps are off
-   (datatrove's chain has neither). `--trafilatura-peer` also times datatrove with its own Trafilatura
+   Both chains keep every language above the 0.65 language score; sluice's length, PII, toxicity and
+   code-share steps are off (datatrove's chain has none of them; benchmarks/curation_steps.py measures them). `--trafilatura-peer` also times datatrove with its own Trafilatura
    extractor (datatrove's default chain; informational: not the same work).
 2. Filters only, on identical texts: the same resiliparse-extracted texts through both filter chains (the
    four filters, per document, no extraction or language ID): speed (sluice with `english` word splitting,
@@ -72,10 +72,14 @@ def load_pages(snapshot: str, per_file: int) -> list[dict]:
 
 def sluice_chain(pages: list[dict]) -> tuple[dict[str, str], float, float]:
     from sluice.clean import CleaningPipeline
-    from sluice.config import CleaningSettings, PIISettings
+    from sluice.config import CleaningSettings, CodeShareSettings, PIISettings, ToxicitySettings
     from sluice.steps import Document
 
-    settings = CleaningSettings(min_chars=0, pii=PIISettings(enabled=False))
+    # The steps datatrove's chain has: no length, PII, toxicity or code-share steps (perplexity is off by
+    # default); benchmarks/curation_steps.py measures what those add.
+    settings = CleaningSettings(
+        min_chars=0, pii=PIISettings(enabled=False), toxicity=ToxicitySettings(enabled=False), code_share=CodeShareSettings(enabled=False)
+    )
     pipeline = CleaningPipeline.from_settings(settings)
     warm = Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the model</p>", "utf-8")
     pipeline.run(warm)  # helper process start and model load, outside the timing (as on datatrove's side)

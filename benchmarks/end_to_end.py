@@ -88,7 +88,10 @@ def write_config(crawl_folder: Path, work: Path, scale: float) -> Path:
     if cleaning.get("url_blocklist"):
         cleaning["url_blocklist"] = str(ROOT / cleaning["url_blocklist"])
     cleaning.pop("per_source", None)
-    raw["quality_model"] = {**raw.get("quality_model", {}), "positive_source": None}  # one source: nothing to contrast
+    # One source: no curated source to contrast (quality model) or to train perplexity models on.
+    raw["quality_model"] = {**raw.get("quality_model", {}), "positive_source": None}
+    if "perplexity_model" in raw:
+        raw["perplexity_model"] = {**raw["perplexity_model"], "reference_source": None, "sources": {}}
     raw["tokenizer"] = {**raw.get("tokenizer", {}), "train_sources": [synth_crawl.SOURCE]}
     raw["compute"] = {**raw.get("compute", {}), "backend": "local", "max_workers": 2}
     mix = dict(next(iter(raw["mixes"].values())))
