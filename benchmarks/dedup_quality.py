@@ -195,7 +195,7 @@ def main() -> None:
     settings = DedupSettings()
     b, r = settings.bands, settings.rows_per_band
     half = (1 - 0.5 ** (1 / b)) ** (1 / r)  # the Jaccard at which a pair becomes a candidate half the time
-    print(f"LSH S-curve 1 - (1 - J^{r})^{b}: 0.5 at J = {half:.3f}; " + ", ".join(f"{candidate_probability(j, b, r):.3f} at J = {j}" for j in (0.7, 0.72, 0.8, 0.9)))
+    print(f"LSH S-curve 1 - (1 - J^{r})^{b}: 0.5 at J = {half:.3f}; " + ", ".join(f"{candidate_probability(j, b, r):.4g} at J = {j}" for j in (0.7, 0.72, 0.8, 0.9)))
     hasher = MinHasher.from_settings(settings)
     bands = hasher.band_hashes(hasher.signatures(texts))
     band_rows = pl.DataFrame(
