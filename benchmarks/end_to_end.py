@@ -145,7 +145,7 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str
                 tree = process_tree(process.pid)
                 rss = sum(rss for rss, _ in tree.values())
                 peak = max(peak, rss)
-                timeline.append((time.time(), rss))
+                timeline.append((time.time(), rss, tree.get(process.pid, (0, 0.0))[0]))
                 sampled_cpu.update({pid: cpu for pid, (_, cpu) in tree.items()})
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -309,16 +309,16 @@ def run_sluice(scale: float) -> dict[str, Any]:
     intervals, runs_total, runs = step_seconds(home)
     timeline = measured.pop("rss_timeline")
     stages = {stage: sum(end - start for start, end in spans) for stage, spans in intervals.items()}
-    stage_peak_rss = {
-        stage: max((rss for when, rss in timeline if any(start <= when <= end for start, end in spans)), default=0)
-        for stage, spans in intervals.items()
-    }
+    during = {stage: [(rss, own) for when, rss, own in timeline if any(start <= when <= end for start, end in spans)] for stage, spans in intervals.items()}
+    stage_peak_rss = {stage: max((rss for rss, _ in samples), default=0) for stage, samples in during.items()}
+    stage_peak_command_rss = {stage: max((own for _, own in samples), default=0) for stage, samples in during.items()}
     from sluice.storage import open_store
 
     store = open_store(str(work / "data"))
     counts = {asset: manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
     quality = near_duplicate_quality(work / "data", crawl_folder)
-    result = {"scale": scale, "pages": pages, **measured, "stages": stages, "stage_peak_rss": stage_peak_rss, "runs_s": runs_total, "runs": runs,
+    result = {"scale": scale, "pages": pages, **measured, "stages": stages, "stage_peak_rss": stage_peak_rss,
+              "stage_peak_command_rss": stage_peak_command_rss, "command_peak_rss": max((own for _, _, own in timeline), default=0), "runs_s": runs_total, "runs": runs,
               "bytes": bytes_per_stage(work / "data"), "counts": counts, "quality": quality, "tokenizer": str(work / "data" / "tokenizer" / "tokenizer.json"),
               "crawl": str(crawl_folder)}
     print_run(result)
@@ -333,11 +333,12 @@ def print_run(r: dict[str, Any]) -> None:
     steps = sum(r["stages"].values())
     print(f"  {r['runs']} Dagster runs, {r['runs_s']:.1f} s inside runs, {steps:.1f} s inside steps, "
           f"{r['wall_s'] - steps:.1f} s of the command outside steps")
-    print(f"  {'stage':14s} {'step s':>8s} {'MB written':>11s} {'peak RSS MiB':>13s}")
+    print(f"  peak RSS of the command's own process {r['command_peak_rss'] / 2**20:.0f} MiB")
+    print(f"  {'stage':14s} {'step s':>8s} {'MB written':>11s} {'peak RSS MiB (tree, command)':>29s}")
     for stage in (*STAGES, "other"):
         if stage in r["stages"] or stage in r["bytes"]:
             print(f"  {stage:14s} {r['stages'].get(stage, 0.0):8.1f} {r['bytes'].get(stage, 0) / 1e6:11.1f} "
-                  f"{r['stage_peak_rss'].get(stage, 0) / 2**20:13.0f}")
+                  f"{r['stage_peak_rss'].get(stage, 0) / 2**20:20.0f} {r['stage_peak_command_rss'].get(stage, 0) / 2**20:8.0f}")
     q = r["quality"]
     print(f"  near duplicates: {q['should_remove']} cleaned documents with an earlier copy of their planted group at J >= {THRESHOLD} "
           f"({q['planted_copies_cleaned']} planted copies cleaned); removed {q['removed']} ({q['removed_should']} of those, "
