@@ -110,8 +110,8 @@ def materialize_all(
         log("  materializing quality_model")
         report["quality_model"] = run(["quality_model"]).get("quality_model", {})
     for source, snapshot in keys:
-        log(f"  materializing cleaned -> deduped for {source}/{snapshot}")
-        report["partitions"][(source, snapshot)].update(run(["cleaned_documents", "deduped_documents"], multi_key(source, snapshot)))
+        log(f"  materializing cleaned -> deduped -> decontamination for {source}/{snapshot}")
+        report["partitions"][(source, snapshot)].update(run(["cleaned_documents", "deduped_documents", "decontamination"], multi_key(source, snapshot)))
     log("  materializing tokenizer")
     report["tokenizer"] = run(["tokenizer"]).get("tokenizer", {})
     for source, snapshot in keys:

@@ -1,10 +1,11 @@
-"""The sluice code location: five partitioned assets (+ the tokenizer), their checks, jobs, sensor, schedule."""
+"""The sluice code location: six partitioned assets (+ the tokenizer, quality and perplexity models), their checks, jobs, sensor, schedule."""
 
 from __future__ import annotations
 
 from dagster import Definitions
 
 from data_assets.cleaned import cleaned_documents
+from data_assets.decontamination import decontamination
 from data_assets.deduped import deduped_documents
 from data_assets.jobs import ingest_job, mix_job, tokenizer_job
 from data_assets.mixed import mixed_dataset
@@ -24,7 +25,7 @@ from resources import (
     TrainingLoaderResource,
 )
 
-ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
+ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, tokenizer, tokenized_shards, mixed_dataset]
 
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:

@@ -6,8 +6,8 @@ from dagster import AssetSelection, define_asset_job
 
 ingest_job = define_asset_job(
     "ingest_job",
-    selection=AssetSelection.assets("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"),
-    description="One source x snapshot partition from raw crawl files to token shards (needs a materialized tokenizer).",
+    selection=AssetSelection.assets("raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"),
+    description="One source x snapshot partition from raw crawl files to token shards and decontamination flags (needs a materialized tokenizer).",
 )
 
 tokenizer_job = define_asset_job("tokenizer_job", selection=AssetSelection.assets("tokenizer"))

@@ -37,7 +37,8 @@ DEPENDENCIES: dict[str, set[str]] = {
     "deduped_documents": {"cleaned_documents"},
     "tokenizer": {"deduped_documents"},
     "tokenized_shards": {"deduped_documents", "tokenizer"},
-    "mixed_dataset": {"tokenized_shards", "deduped_documents", "tokenizer"},
+    "decontamination": {"deduped_documents"},
+    "mixed_dataset": {"tokenized_shards", "decontamination", "tokenizer"},
 }
 GROUPS = {
     "raw_documents": "curation",
@@ -45,6 +46,7 @@ GROUPS = {
     "perplexity_model": "curation",
     "cleaned_documents": "curation",
     "deduped_documents": "curation",
+    "decontamination": "training",
     "tokenizer": "tokenization",
     "tokenized_shards": "tokenization",
     "mixed_dataset": "training",
@@ -57,6 +59,7 @@ CHECKS: dict[str, dict[str, bool]] = {
     "cleaned_documents": {"drop_rate_within_bounds": False, "no_pii_left": True},
     "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False, "removed_share_within_bounds": False},
     "tokenizer": {},
+    "decontamination": {},
     "tokenized_shards": {
         "token_ids_below_vocab_size": True,
         "decoded_sample_equals_text": True,
@@ -66,9 +69,10 @@ CHECKS: dict[str, dict[str, bool]] = {
         "realized_shares_match_weights": True,
         "validation_disjoint_from_training": True,
         "no_evaluation_overlap_in_mix": True,
+        "copies_of_a_document_never_share_a_sample": True,
     },
 }
-SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"]
+SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"]
 
 WORKSPACE_QUERY = """
 query {

@@ -35,9 +35,10 @@ STAGES = {
     "raw_documents": ("web|2026-02", "raw_documents/source=web/snapshot=2026-02"),
     "cleaned_documents": ("web|2026-02", "cleaned_documents/source=web/snapshot=2026-02"),
     "deduped_documents": ("reference|2026-02", "deduped_documents/source=reference/snapshot=2026-02"),
+    "decontamination": ("web|2026-02", "decontamination/source=web/snapshot=2026-02"),
     "tokenizer": ("-", "tokenizer"),
     "tokenized_shards": ("web|2026-02", "tokenized_shards/source=web/snapshot=2026-02"),
-    "mixed_dataset": ("default", "mixed_dataset/default"),
+    "mixed_dataset": ("default", "mixed_dataset/mix=default"),
 }
 SEEDS = (1, 2, 3)
 CHILD_TIMEOUT_S = 300
@@ -58,7 +59,8 @@ def check_visible_files(root: Path) -> None:
                     data = json.loads(path.read_bytes())
                     if name == "_manifest.json":
                         for entry in data.get("files", []) + data.get("side_files", []):
-                            digest = hashlib.sha256((path.parent / entry["key"]).read_bytes()).hexdigest()
+                            folder = root / entry["prefix"] if "prefix" in entry else path.parent  # side datasets: root-relative
+                            digest = hashlib.sha256((folder / entry["key"]).read_bytes()).hexdigest()
                             assert digest == entry["sha256"], f"{path.parent / entry['key']} does not match its manifest"
             except FileNotFoundError:
                 continue  # replaced or removed by the writer between listing and reading: not a torn file

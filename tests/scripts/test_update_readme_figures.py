@@ -12,6 +12,7 @@ figure: cleaning_docs_per_s_ratio[resiliparse both sides, 520 pages, 13 langs, C
 figure: filter_decision_agreement[same texts | english] = 0.977 (goal >= 0.97)
 figure: end_to_end_peak_rss_ratio_16x_over_1x[16x / 1x] = 1.1 (goal <= 1.3)
 figure: minhash_docs_per_s_per_core = 963 (goal as high as possible)
+figure: loader_tokens_per_s_1e7_vs_1e6 (1e8 skipped) = 0.95 (goal >= 0.9)
 not a figure: x = 1 (goal >= 2)
 """
 
@@ -19,7 +20,8 @@ not a figure: x = 1 (goal >= 2)
 def test_figure_lines_are_parsed_with_their_configuration():
     items = update.parse(LOG)
     assert [item["name"] for item in items] == [
-        "cleaning_docs_per_s_ratio", "filter_decision_agreement", "end_to_end_peak_rss_ratio_16x_over_1x", "minhash_docs_per_s_per_core"
+        "cleaning_docs_per_s_ratio", "filter_decision_agreement", "end_to_end_peak_rss_ratio_16x_over_1x", "minhash_docs_per_s_per_core",
+        "loader_tokens_per_s_1e7_vs_1e6 (1e8 skipped)",
     ]
     assert items[0]["config"] == "resiliparse both sides, 520 pages, 13 langs, CPU time"
     assert items[0]["value"] == "7.21" and items[0]["goal"] == ">= 10"
