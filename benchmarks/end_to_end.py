@@ -50,8 +50,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import synth_crawl  # noqa: E402
 from benchmarks.peers import datatrove_python, figure  # noqa: E402
 
-# The command users run for the whole graph. `sluice materialize` (issue 13) replaces `demo` once merged.
-GRAPH_COMMAND = ("-m", "data_assets.cli", "demo")
+# The command users run for the whole graph on their own crawl (`sluice materialize`).
+GRAPH_COMMAND = ("-m", "data_assets.cli", "materialize")
 DATA = Path(os.environ.get("SLUICE_BENCH_DATA", ROOT / ".bench_data"))  # crawls and run folders (git-ignored)
 STAGES = ("raw", "quality_model", "cleaned", "deduped", "tokenizer", "tokenized", "mixed")
 # Storage datasets (top-level folders) and step keys -> stage; side datasets follow issue 18's names.
