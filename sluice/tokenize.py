@@ -82,9 +82,9 @@ class TrainingTask:
     eos_token: str
 
 
-def training_texts(store: Store, sources: Sequence[str], limit: int, used: list[str]) -> Iterator[str]:
+def training_texts(store: Store, sources: Sequence[str], limit: int, used: list[str], scratch: str) -> Iterator[str]:
     """Texts of deduplicated partitions of `sources`, in the global partition order, at most `limit`;
-    appends each partition read to `used`."""
+    appends each partition read to `used`. Remote parts are downloaded into `scratch`."""
     count = 0
     for ref in list_partitions(store, "deduped_documents"):
         if ref.source not in sources:
@@ -93,21 +93,27 @@ def training_texts(store: Store, sources: Sequence[str], limit: int, used: list[
         manifest = read_manifest(store, prefix) or {"files": []}
         used.append(ref.key)
         for entry in manifest["files"]:
-            path = store.fetch(f"{prefix}/{entry['key']}", local_temp_dir())
+            path = store.fetch(f"{prefix}/{entry['key']}", scratch)
             for batch in pq.ParquetFile(path).iter_batches(batch_size=512, columns=["text"]):
                 for text in batch.column("text").to_pylist():
                     if count >= limit:
                         return
                     count += 1
                     yield text
+            if path.startswith(scratch):  # a download: scratch holds one part at a time
+                os.remove(path)
 
 
 def train_from_store(task: TrainingTask) -> tuple[str, list[str]]:
     """The trained tokenizer's JSON and the partitions it read. A task for `Executor.isolated`: BPE
     training holds every distinct word of its texts, and that memory should leave with the worker."""
     used: list[str] = []
-    texts = training_texts(task.store.open(), task.sources, task.limit, used)
-    return train_bpe(texts, task.vocab_size, task.eos_token).to_str(), used
+    scratch = local_temp_dir()
+    try:
+        texts = training_texts(task.store.open(), task.sources, task.limit, used, scratch)
+        return train_bpe(texts, task.vocab_size, task.eos_token).to_str(), used
+    finally:
+        _remove_tree(scratch)
 
 
 def tokenizer_sha256(tokenizer_json: str) -> str:
