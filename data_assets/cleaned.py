@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     MaterializeResult,
@@ -19,10 +18,10 @@ from dagster import (
     asset,
 )
 
-from data_assets.metadata import counts_table, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_ref, source_snapshot_partitions
+from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
+from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.clean import CleanTask, clean_part
+from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
 from sluice.layout import partition_prefix, read_manifest, side_prefix, write_manifest
 
@@ -47,18 +46,14 @@ def _mean_median(values: Sequence[float]) -> tuple[float, float]:
     description=(
         "Main text (resiliparse or trafilatura, per source) in the detected charset, fastText lid.176 language "
         "and score, Gopher repetition/quality, C4 and FineWeb filters (datatrove's thresholds, overridable per "
-        "source), URL blocklist, PII redacted. Dropped documents and their step/reason in dropped-*.parquet."
+        "source), URL blocklist, PII redacted. Dropped documents and their step/reason in the cleaned_dropped dataset."
     ),
     check_specs=[
-        AssetCheckSpec(
-            DROP_RATE_CHECK,
-            asset=ASSET,
+        partition_check(DROP_RATE_CHECK, ASSET,
             description="The share of documents dropped lies inside the source's cleaning.drop_rate_bounds "
             "(default checks.min/max_cleaned_drop_rate); warns.",
         ),
-        AssetCheckSpec(
-            NO_PII_CHECK,
-            asset=ASSET,
+        partition_check(NO_PII_CHECK, ASSET,
             blocking=True,
             description="No e-mail, IP address or phone pattern is left in the written texts (blocks downstream).",
         ),
@@ -96,6 +91,7 @@ def cleaned_documents(
             )
         perplexity_url = store.uri("perplexity_model")
     code_prefix = side_prefix(CODE_DATASET, ref)
+    dropped_prefix = side_prefix(DROPPED_DATASET, ref)
     routing = cleaning.code_share.enabled and cleaning.code_share.route_above is not None
     tasks = [
         CleanTask(
@@ -103,6 +99,9 @@ def cleaned_documents(
             code_url=store.uri(code_prefix) if routing else None,
             perplexity_model_url=perplexity_url,
             perplexity_models=perplexity_manifest["models"] if perplexity_manifest else None,
+            source=ref.source,
+            snapshot=ref.snapshot,
+            dropped_url=store.uri(dropped_prefix),
         )
         for index, entry in enumerate(raw_manifest["files"])
     ]
@@ -150,7 +149,7 @@ def cleaned_documents(
         toxic_terms += s["toxic_terms"]
         step_order += [name for name in s["reached"] if name not in step_order]
     files = [r["part"] for r in results]
-    side_files = [r["dropped"] for r in results] + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
+    side_files = [{**r["dropped"], "prefix": dropped_prefix} for r in results] + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
     write_manifest(
         store,
         prefix,
@@ -201,6 +200,7 @@ def cleaned_documents(
         (language, count, languages.get(language, 0))
         for language, count in sorted(languages_in.items(), key=lambda item: (-item[1], item[0]))
     ]
+    known = known_keys(context, ASSET, ("drop", "language", "pii"))
     return MaterializeResult(
         metadata={
             "dagster/row_count": documents_out,
@@ -210,9 +210,10 @@ def cleaned_documents(
             "drop_rate": drop_rate,
             # Numbers, so the UI plots them across partitions.
             **{f"funnel/{index:02d}_{name}": reached[name] for index, name in enumerate(step_order)},
-            **prefixed_counts("drop", drops),
-            **prefixed_counts("language", languages),
-            **prefixed_counts("pii", pii),
+            # Every reason / language / PII kind seen before (or identified here) is recorded, 0 included.
+            **prefixed_counts("drop", drops, known["drop"]),
+            **prefixed_counts("language", languages, known["language"] | set(languages_in)),
+            **prefixed_counts("pii", pii, known["pii"]),
             "pii_redactions": sum(pii.values()),
             "input_bytes_mean": in_mean,
             "input_bytes_median": in_median,
@@ -225,9 +226,8 @@ def cleaned_documents(
             "drop_reasons": counts_table(drops),
             "languages": markdown_table(["language", "identified", "kept"], language_rows),
             "dropped_documents": MetadataValue.md(
-                "Dropped documents with step, reason and detail: "
-                + ", ".join(f"`{r['dropped']['key']}`" for r in results)
-                + " (`polars.read_parquet(...)`)."
+                f"Dropped documents with step, reason and detail: `{store.uri(dropped_prefix)}/` "
+                "(`polars.scan_parquet(..., hive_partitioning=True)` on `cleaned_dropped/`)."
                 + (f" Routed code-heavy documents: `{code_prefix}/`." if routed else "")
             ),
             **(

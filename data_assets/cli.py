@@ -281,13 +281,24 @@ def export_mix(mix: str | None, split: str, out: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Errors print as one line (the config's own messages name the file, the key and the fix); the
+    traceback only with --debug."""
     from sluice.config import ConfigError
 
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
         return _main(argv)
     except ConfigError as error:  # raised where the code location loads the config (partition keys)
+        if debug:
+            raise
         print(error, file=sys.stderr)
         return 2
+    except Exception as error:
+        if debug:
+            raise
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"sluice: {type(error).__name__}: {message} (run with --debug for the traceback)", file=sys.stderr)
+        return 1
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -300,6 +311,7 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
     parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
     parser.add_argument("--out", default=None, help="export: output Parquet file, local path or s3://bucket/key")
+    parser.add_argument("--debug", action="store_true", help="print the Python traceback of an error")
     args = parser.parse_args(argv)
     if args.command == "export":
         return export_mix(args.mix, args.split, args.out)
@@ -316,8 +328,18 @@ def _main(argv: list[str] | None = None) -> int:
         resources = build_resources(CONFIG_PATH)
         resources["settings"].config  # noqa: B018 - validate early, with a clear message
     except ConfigError as error:
+        if args.debug:
+            raise
         print(error, file=sys.stderr)
         return 2
+    if args.command in ("register", "materialize", "demo"):
+        from sluice.preflight import location_problems
+
+        # Source folders and the storage root, checked before any work: one line per problem.
+        problems = location_problems(resources["settings"].config, CONFIG_PATH)
+        if problems:
+            print("\n".join(problems), file=sys.stderr)
+            return 2
     if args.command == "cleanup":
         from sluice.maintenance import cleanup
 

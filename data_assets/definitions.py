@@ -9,7 +9,7 @@ from dagster import Definitions
 from data_assets.cleaned import cleaned_documents
 from data_assets.decontamination import decontamination
 from data_assets.deduped import deduped_documents
-from data_assets.jobs import ingest_job, mix_job, tokenizer_job
+from data_assets.jobs import ingest_job, stage_jobs
 from data_assets.mixed import mixed_dataset
 from data_assets.perplexity_model import perplexity_model
 from data_assets.quality_model import quality_model
@@ -29,6 +29,8 @@ from resources import (
 from sluice.config import SluiceConfig
 
 ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, tokenizer, tokenized_shards, mixed_dataset]
+# The purpose jobs (sensor, schedule) and one job per stage (what `sluice materialize` launches).
+JOBS = [ingest_job, *stage_jobs(key.to_user_string() for asset in ASSETS for key in asset.keys)]
 
 # Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
 # with that reason instead of failing (a config that needs them and cannot feed them fails at load).
@@ -52,7 +54,7 @@ def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict
 
 defs = Definitions(
     assets=ASSETS,
-    jobs=[ingest_job, tokenizer_job, mix_job],
+    jobs=JOBS,
     sensors=[new_snapshot_sensor],
     schedules=[daily_mix_rebuild],
     resources=build_resources(),

@@ -48,7 +48,7 @@ def _documents(store, refs: list[PartitionRef], extract: ExtractHtml, identifier
             path = store.fetch(f"{prefix}/{entry['key']}", scratch)
             for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
                 for row in batch.to_pylist():
-                    doc = Document(row["doc_id"], row["source"], row["snapshot"], row["url"], None, row["content_type"], row["content"], row["charset"])
+                    doc = Document(row["doc_id"], ref.source, ref.snapshot, row["url"], None, row["content_type"], row["content"], row["charset"])
                     if decode.apply(doc) is None and extract.apply(doc) is None:
                         language, _ = identifier.predict(doc.text or "")
                         yield ref, doc.doc_id, language, text_line(doc.text or "")

@@ -67,7 +67,7 @@ def quality_model(context: AssetExecutionContext, settings: SluiceSettings, stor
                 path = store.fetch(key, scratch)
                 for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
                     for row in batch.to_pylist():
-                        doc = Document(row["doc_id"], row["source"], row["snapshot"], row["url"], None, row["content_type"], row["content"], row["charset"])
+                        doc = Document(row["doc_id"], ref.source, ref.snapshot, row["url"], None, row["content_type"], row["content"], row["charset"])
                         if decode.apply(doc) is None and extract.apply(doc) is None:
                             data.add(doc.doc_id, doc.text or "", ref.source == model_settings.positive_source, model_settings)
     finally:

@@ -6,18 +6,19 @@ from collections import Counter
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetExecutionContext,
+    Failure,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
-from data_assets.metadata import counts_table, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_ref, source_snapshot_partitions
+from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
+from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.ingest import ingest_file, merge_quarantine, plan_ingest
-from sluice.layout import partition_prefix, write_manifest
+from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest
+from sluice.layout import partition_prefix, side_prefix, write_manifest
+from sluice.preflight import source_problem
 
 ASSET = "raw_documents"
 QUARANTINE_CHECK = "quarantined_file_share_below_bound"
@@ -31,13 +32,12 @@ QUARANTINE_CHECK = "quarantined_file_share_below_bound"
     owners=["team:data-engineering"],
     description=(
         "Crawl records (WARC responses, JSONL lines, Parquet rows) of one source snapshot, streamed into "
-        "one Parquet schema: doc_id, source, snapshot, url, fetch_date, content_type, content (HTML or text "
-        "bytes), charset, content_hash. Damaged records and unreadable files go to quarantine.parquet."
+        "one Parquet schema: doc_id, url, fetch_date, content_type, content (HTML or text bytes), charset, "
+        "content_hash, file, ordinal, source_id (source and snapshot are the Hive partition folders). Damaged "
+        "records and unreadable files go to the raw_quarantine dataset."
     ),
     check_specs=[
-        AssetCheckSpec(
-            QUARANTINE_CHECK,
-            asset=ASSET,
+        partition_check(QUARANTINE_CHECK, ASSET,
             blocking=True,
             description="The share of input files that could not be read at all stays below checks.max_quarantined_file_share.",
         )
@@ -51,10 +51,14 @@ def raw_documents(
     source = config.source(ref.source)
     store = storage.store()
     prefix = partition_prefix(ASSET, ref)
-    # Fails the run with a clear message when the source location cannot be read (missing, credentials).
-    storage.source_store(ref.source).check_access()
+    quarantine_prefix = side_prefix(QUARANTINE_DATASET, ref)
+    # Fails the run with one line naming the config key, the path and the fix when the source location
+    # cannot be read (missing, not a folder, permissions, S3 credentials).
+    problem = source_problem(config, ref.source, settings.config_path)
+    if problem:
+        raise Failure(description=problem, allow_retries=False)
 
-    tasks = plan_ingest(source.location, ref, source.format, source.options, store.uri(prefix), config.s3)
+    tasks = plan_ingest(source.location, ref, source.format, source.options, store.uri(prefix), config.s3, store.uri(quarantine_prefix))
     executor = compute.executor()
     context.log.info(f"{ref.key}: {len(tasks)} input files on {executor.describe()}")
     progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
@@ -62,7 +66,6 @@ def raw_documents(
     for event in getattr(executor, "events", []):
         context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
 
-    quarantine_entry = merge_quarantine(store, prefix, results)
     files = [result["part"] for result in results]
     records = sum(result["records"] for result in results)
     reasons: Counter[str] = Counter()
@@ -79,10 +82,7 @@ def raw_documents(
             "asset": ASSET,
             "partition": {"source": ref.source, "snapshot": ref.snapshot},
             "files": files,
-            "side_files": [quarantine_entry],
-            # The per-task quarantine files stay listed: a concurrent run of this partition may still be
-            # merging them when this run publishes (they hold the same bytes in both runs).
-            "extra_keys": [result["quarantine_part"]["key"] for result in results],
+            "side_files": [{**result["quarantine_part"], "prefix": quarantine_prefix} for result in results],
             "documents": records,
             "input_files": [result["file"] for result in results],
             "quarantined_files": quarantined_files,
@@ -102,6 +102,7 @@ def raw_documents(
         ["file", "documents", "quarantined records", "content MB"],
         [(r["file"], r["records"], sum(r["quarantine_reasons"].values()), round(r["content_bytes"] / 1e6, 3)) for r in results],
     )
+    known = known_keys(context, ASSET, ("quarantine", "skipped"))
     return MaterializeResult(
         metadata={
             "dagster/row_count": records,
@@ -112,11 +113,11 @@ def raw_documents(
             "quarantined_files": len(quarantined_files),
             "content_bytes": sum(r["content_bytes"] for r in results),
             "output_bytes": sum(entry["bytes"] for entry in files),
-            **prefixed_counts("quarantine", reasons),
-            **prefixed_counts("skipped", skipped),
+            **prefixed_counts("quarantine", reasons, known["quarantine"]),
+            **prefixed_counts("skipped", skipped, known["skipped"]),
             "quarantine_reasons": counts_table(reasons),
             "files": per_file,
-            "quarantine_uri": MetadataValue.path(store.uri(f"{prefix}/quarantine.parquet")),
+            "quarantine_uri": MetadataValue.path(store.uri(quarantine_prefix)),
             "compute": executor.describe(),
         },
         check_results=[check],

@@ -3,7 +3,9 @@ past failures.
 
 The stages and their order come from the Definitions' asset graph: assets in topological order, each
 asset's partitions in the order the caller gives (sluice: (snapshot, source)). Every (asset, partition) is
-one in-process run through the Dagster instance (the UI lists it), tagged with the command and invocation.
+one in-process run of that asset's stage job (`<asset>_job`, data_assets.jobs) through the Dagster instance,
+so the runs list names the asset; runs are tagged with the command, invocation, asset, and the source and
+snapshot (or mix) of their partition.
 
 A run that fails, or whose blocking check fails, marks that asset partition failed. Which partitions are
 downstream of it comes from the asset graph's partition mappings: a child partition that maps to specific
@@ -27,9 +29,10 @@ from dagster import (
     AssetCheckSeverity,
     AssetKey,
     Definitions,
-    materialize,
     partition_loading_context,
 )
+
+from data_assets.jobs import stage_job_name, stage_jobs
 
 # The runs' events go to the instance (the UI shows them); the command prints its own summary of failures.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -52,6 +55,14 @@ class Outcome:
     @property
     def label(self) -> str:
         return self.asset if self.partition is None else f"{self.asset} {partition_label(self.partition)}"
+
+
+def partition_tags(key: Any) -> dict[str, str]:
+    """`sluice/source` and `sluice/snapshot` of a source x snapshot key, `sluice/partition` of another key."""
+    dims = getattr(key, "keys_by_dimension", None)
+    if dims:
+        return {f"sluice/{name}": value for name, value in dims.items()}
+    return {} if key is None else {"sluice/partition": str(key)}
 
 
 def partition_label(key: Any) -> str:
@@ -123,6 +134,9 @@ class GraphRunner:
         self.defs = defs
         self.graph = defs.resolve_asset_graph()
         self.assets = list(defs.assets or [])
+        names = [key.to_user_string() for asset in self.assets for key in asset.keys]
+        # The same assets with the caller's resources, and one named job per stage.
+        self.jobs = Definitions(assets=self.assets, jobs=stage_jobs(names), resources=resources)
         self.instance = instance
         self.resources = resources
         self.unavailable = unavailable or {}
@@ -188,15 +202,13 @@ class GraphRunner:
             more = f" and {len(blocking) - 1} more" if len(blocking) > 1 else ""
             return Outcome(name, partition, "blocked", f"upstream {first.label} {first.status}{more}")
         started = time.monotonic()
-        result = materialize(
-            self.assets,
-            selection=[asset],
-            partition_key=partition,
-            instance=self.instance,
-            resources=self.resources,
+        job = self.jobs.resolve_job_def(stage_job_name(name))
+        result = job.execute_in_process(
             run_config=QUIET_CONSOLE,
+            instance=self.instance,
+            partition_key=partition,
             raise_on_error=False,
-            tags={**self.tags, "sluice/asset": name},
+            tags={**self.tags, "sluice/asset": name, **partition_tags(partition)},
         )
         seconds = time.monotonic() - started
         evaluations = result.get_asset_check_evaluations()

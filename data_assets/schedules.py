@@ -11,4 +11,4 @@ from data_assets.partitions import mix_partitions
 def daily_mix_rebuild(context: ScheduleEvaluationContext):
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     for mix in mix_partitions.get_partition_keys():
-        yield RunRequest(run_key=f"{mix}/{day}", partition_key=mix)
+        yield RunRequest(run_key=f"{mix}/{day}", partition_key=mix, tags={"sluice/mix": mix, "sluice/purpose": "daily-mix-rebuild"})

@@ -9,16 +9,22 @@ from data_assets.jobs import ingest_job
 from data_assets.partitions import SNAPSHOTS, multi_key, snapshot_partitions
 from resources import SluiceSettings
 from sluice.config import check_snapshot_name
+from sluice.preflight import source_problem
 from sluice.storage import open_store
 
 
 def discover_snapshots(settings: SluiceSettings, rejected: list[str] | None = None) -> list[tuple[str, str]]:
     """(source, snapshot) pairs present in the source locations, sorted. Folder names that are not safe
-    partition keys (`..`, spaces, characters that break S3 keys) are skipped and, with `rejected`
-    given, reported there as "source: reason"."""
+    partition keys (`..`, spaces, characters that break S3 keys) and sources whose location cannot be
+    read are skipped and, with `rejected` given, reported there as "source: reason"."""
     config = settings.config
     found = []
     for source in config.sources:
+        problem = source_problem(config, source.name, settings.config_path)
+        if problem:  # a missing or unreadable location is reported, never silently an empty source
+            if rejected is not None:
+                rejected.append(f"{source.name}: {problem}")
+            continue
         for name in open_store(source.location, config.s3).list_dirs():
             try:
                 check_snapshot_name(name)
@@ -44,7 +50,11 @@ def new_snapshot_sensor(context: SensorEvaluationContext, settings: SluiceSettin
     to_register = sorted({snapshot for _, snapshot in new_pairs} - registered)
     return SensorResult(
         run_requests=[
-            RunRequest(run_key=f"{source}/{snapshot}", partition_key=multi_key(source, snapshot))
+            RunRequest(
+                run_key=f"{source}/{snapshot}",
+                partition_key=multi_key(source, snapshot),
+                tags={"sluice/source": source, "sluice/snapshot": snapshot, "sluice/purpose": "new-snapshot"},
+            )
             for source, snapshot in new_pairs
         ],
         dynamic_partitions_requests=[snapshot_partitions.build_add_request(to_register)] if to_register else [],

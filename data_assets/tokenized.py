@@ -4,7 +4,6 @@ import numpy as np
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     MaterializeResult,
@@ -13,7 +12,7 @@ from dagster import (
 )
 
 from data_assets.metadata import markdown_table, stage_progress
-from data_assets.partitions import partition_ref, source_snapshot_partitions
+from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
 from sluice.layout import partition_prefix, read_manifest, write_manifest
 from sluice.tokenize import LENGTH_LABELS, TokenizeTask, shard_manifest, tokenize_part
@@ -37,9 +36,9 @@ CHECKSUM_CHECK = "checksums_verify"
         "checksums. Memory-mappable with numpy alone."
     ),
     check_specs=[
-        AssetCheckSpec(IDS_CHECK, asset=ASSET, blocking=True, description="Every token id is < the vocabulary size (the largest id each task wrote)."),
-        AssetCheckSpec(ROUND_TRIP_CHECK, asset=ASSET, blocking=True, description="A sample of documents decoded from the written shards gives back their deduplicated text exactly (checked by each task)."),
-        AssetCheckSpec(CHECKSUM_CHECK, asset=ASSET, blocking=True, description="Every published file matches the SHA-256 of what its task wrote (verified by the task after publishing)."),
+        partition_check(IDS_CHECK, ASSET, blocking=True, description="Every token id is < the vocabulary size (the largest id each task wrote)."),
+        partition_check(ROUND_TRIP_CHECK, ASSET, blocking=True, description="A sample of documents decoded from the written shards gives back their deduplicated text exactly (checked by each task)."),
+        partition_check(CHECKSUM_CHECK, ASSET, blocking=True, description="Every published file matches the SHA-256 of what its task wrote (verified by the task after publishing)."),
     ],
 )
 def tokenized_shards(

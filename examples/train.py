@@ -8,7 +8,9 @@ The loader's state (a few integers: seed, epoch, position) is saved with the mod
 continues with exactly the batches the uninterrupted run would have seen, also on another number of GPUs.
 Attention stays inside each document (the mask is built from `position_ids`, which restart at every
 document; a flash-attention model would pass `cu_seqlens` / `max_seqlen` to its varlen kernel instead).
-The script prints the share of wall time spent waiting for data (the loader's stall metric).
+Every 5 steps rank 0 prints the loss averaged over all ranks and the trained tokens per second of all ranks
+(label tokens, padding excluded); at the end, the share of wall time spent waiting for data (the loader's
+stall metric).
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ class TinyGPT(nn.Module):
         mask = blocked.repeat_interleave(self.heads, dim=0)
         hidden = self.embed(input_ids) + self.position(position_ids)
         return self.head(self.blocks(hidden, mask=mask))
+
+
+def across_ranks(loss: torch.Tensor, tokens: int) -> tuple[float, int]:
+    """(loss averaged over ranks, tokens summed over ranks); this rank's own values without torch.distributed."""
+    if not dist.is_initialized():
+        return float(loss), tokens
+    values = torch.stack([loss.float().reshape(()), torch.tensor(float(tokens), device=loss.device)])
+    dist.all_reduce(values, op=dist.ReduceOp.SUM)  # SUM then divide: gloo has no AVG
+    return float(values[0]) / dist.get_world_size(), int(values[1])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,8 +97,9 @@ def main(argv: list[str] | None = None) -> None:
         if rank0:
             print(f"resumed at step {step}, loader state {saved['loader']}")
 
-    started = time.perf_counter()
+    started = window_started = time.perf_counter()
     first_step = step
+    window_tokens = 0  # trained (label) tokens of this rank since the last report
     for batch in loader:
         if step >= args.steps:
             break
@@ -97,8 +109,16 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()
         optimizer.step()
         step += 1
-        if rank0 and (step % 5 == 0 or step == args.steps):
-            print(f"step {step}: loss {loss.item():.3f}  (epoch {loader.epoch}, samples {batch['sample_ids'][:3].tolist()}...)")
+        window_tokens += int((batch["labels"] != -100).sum())
+        if step % 5 == 0 or step == args.steps:  # every rank joins the reductions
+            mean_loss, tokens = across_ranks(loss.detach(), window_tokens)
+            now = time.perf_counter()
+            if rank0:
+                print(
+                    f"step {step}: loss {mean_loss:.3f} (mean over ranks), {tokens / (now - window_started):,.0f} tokens/s "
+                    f"(all ranks)  (epoch {loader.epoch}, samples {batch['sample_ids'][:3].tolist()}...)"
+                )
+            window_tokens, window_started = 0, now
         if args.checkpoint and rank0 and (step % args.save_every == 0 or step == args.steps):
             state = {"model": core.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(), "step": step}
             torch.save(state, args.checkpoint + ".tmp")

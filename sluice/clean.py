@@ -3,8 +3,9 @@
 Each step is an object with one job (sluice.steps): `apply(doc)` edits the document in place and returns
 None to keep it, or a `Drop(reason, detail)`. `CleaningPipeline` runs the steps in order and counts, per
 step, the documents that reach it and the drops by reason (the funnel). Dropped documents are kept, with
-their step and reason, in a side output (`dropped-NNNNN.parquet`, readable with polars): nothing silently
-vanishes. A step may instead route a document to a side dataset (`Route`, e.g. code-heavy pages to
+their step and reason, in the side dataset `cleaned_dropped` (`DROPPED_DATASET`, one `dropped-NNNNN.parquet`
+per part under `cleaned_dropped/source=<s>/snapshot=<n>/`): nothing silently vanishes. Part files carry no
+`source`/`snapshot` columns (they are the Hive partition folders), so each folder reads as one dataset. A step may instead route a document to a side dataset (`Route`, e.g. code-heavy pages to
 `cleaned_code`): it skips the remaining filters, gets language ID and PII redaction, and is written there.
 The steps live in sluice.extract (charset, HTML), sluice.filters (Gopher, C4, FineWeb), sluice.codeshare,
 sluice.toxicity, sluice.perplexity, sluice.urlfilter and sluice.pii. Steps after language ID take their
@@ -31,8 +32,6 @@ __all__ = ["CleaningPipeline", "Document", "Drop", "LanguageFilter", "LengthFilt
 CLEANED_SCHEMA = pa.schema(
     [
         pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("snapshot", pa.string(), nullable=False),
         pa.field("url", pa.string()),
         pa.field("fetch_date", pa.timestamp("ms", tz="UTC")),
         pa.field("text", pa.string(), nullable=False),
@@ -50,11 +49,10 @@ CLEANED_SCHEMA = pa.schema(
     ]
 )
 
+DROPPED_DATASET = "cleaned_dropped"
 DROPPED_SCHEMA = pa.schema(
     [
         pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("snapshot", pa.string(), nullable=False),
         pa.field("url", pa.string()),
         pa.field("step", pa.string(), nullable=False),
         pa.field("reason", pa.string(), nullable=False),
@@ -397,6 +395,9 @@ class CleanTask:
     code_url: str | None = None  # side dataset folder for documents routed by code share, when routing
     perplexity_model_url: str | None = None  # folder of the perplexity_model asset, when cleaning.perplexity is on
     perplexity_models: dict[str, dict] | None = None  # its manifest's entries by language
+    source: str = ""  # the partition's source and snapshot (the Hive folders; not columns of the part files)
+    snapshot: str = ""
+    dropped_url: str | None = None  # the partition's cleaned_dropped folder (default: output_url)
 
 
 @dataclass(frozen=True)
@@ -409,9 +410,11 @@ class _PartInput:
     model_path: str | None
     quality_max_chars: int
     perplexity_models: tuple[dict[str, dict], Any] | None
+    source: str = ""
+    snapshot: str = ""
 
 
-def _documents(path: str, start: int) -> Any:
+def _documents(path: str, start: int, source: str, snapshot: str) -> Any:
     """(row index, Document) of a raw part file from row `start`, reading only the row groups needed."""
     import pyarrow.parquet as pq
 
@@ -427,8 +430,8 @@ def _documents(path: str, start: int) -> Any:
                 if first >= start:
                     yield first, Document(
                         doc_id=row["doc_id"],
-                        source=row["source"],
-                        snapshot=row["snapshot"],
+                        source=source,
+                        snapshot=snapshot,
                         url=row["url"],
                         fetch_date=row["fetch_date"],
                         content_type=row["content_type"],
@@ -441,8 +444,6 @@ def _documents(path: str, start: int) -> Any:
 def _dropped_row(doc: Document, step: str, drop: Drop) -> dict[str, Any]:
     return {
         "doc_id": doc.doc_id,
-        "source": doc.source,
-        "snapshot": doc.snapshot,
         "url": doc.url,
         "step": step,
         "reason": drop.reason,
@@ -455,8 +456,6 @@ def _row(doc: Document, text: str) -> dict[str, Any]:
     """A cleaned_documents (or cleaned_code) row for a document whose final text is `text`."""
     return {
         "doc_id": doc.doc_id,
-        "source": doc.source,
-        "snapshot": doc.snapshot,
         "url": doc.url,
         "fetch_date": doc.fetch_date,
         "text": text,
@@ -490,7 +489,7 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
     rows: list[tuple[str, dict[str, Any]]] = []
     size = 0
     try:
-        for index, doc in _documents(part.path, start):
+        for index, doc in _documents(part.path, start, part.source, part.snapshot):
             if rows and (len(rows) >= CHUNK_DOCUMENTS or size >= CHUNK_BYTES):
                 send(("chunk", index, (rows, pipeline.take_stats())))
                 rows, size = [], 0
@@ -557,7 +556,8 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
 
             perplexity_models = (task.perplexity_models, ModelFetcher(task.perplexity_model_url, task.s3, scratch))
         part = _PartInput(
-            input_store.fetch(task.input_key, scratch), task.settings, model_path, task.quality_max_chars, perplexity_models
+            input_store.fetch(task.input_key, scratch), task.settings, model_path, task.quality_max_chars, perplexity_models,
+            task.source, task.snapshot,
         )
         budget = task.settings.step_cpu_budget_s
         worker_cpu_s = None
@@ -568,7 +568,8 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
             deliver(supervised.payload)
             skipped, worker_cpu_s = supervised.skips, supervised.worker_cpu_s
         kept_entry = kept.publish(output_store, f"part-{task.part:05d}.parquet")
-        dropped_entry = dropped.publish(output_store, f"dropped-{task.part:05d}.parquet")
+        dropped_store = StoreSpec(task.dropped_url, task.s3).open() if task.dropped_url else output_store
+        dropped_entry = dropped.publish(dropped_store, f"dropped-{task.part:05d}.parquet")
         code_entry = None
         if task.code_url:
             code_entry = routed.publish(StoreSpec(task.code_url, task.s3).open(), f"part-{task.part:05d}.parquet")

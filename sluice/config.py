@@ -739,6 +739,60 @@ def _format_location(loc: tuple[Any, ...], data: Any) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _annotation_models(annotation: Any) -> list[Any]:
+    """The annotations inside `annotation` (unions, Optional) that may hold a nested value."""
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return [inner for arg in typing.get_args(annotation) for inner in _annotation_models(arg)]
+    if origin is typing.Annotated:
+        return _annotation_models(typing.get_args(annotation)[0])
+    return [annotation]
+
+
+def _child_annotation(annotation: Any, part: Any) -> Any:
+    """The annotation of `part` (a field name, list index or dict key) inside a value of `annotation`."""
+    import typing
+
+    for candidate in _annotation_models(annotation):
+        origin = typing.get_origin(candidate)
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            field_info = candidate.model_fields.get(part) if isinstance(part, str) else None
+            if field_info is not None:
+                return field_info.annotation
+        elif origin in (list, tuple) and isinstance(part, int):
+            return typing.get_args(candidate)[0]
+        elif origin is dict and isinstance(part, str):
+            return typing.get_args(candidate)[1]
+    return None
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where the unknown key `loc[-1]` was found (empty when the place is not a model)."""
+    annotation: Any = SluiceConfig
+    for part in loc[:-1]:
+        if isinstance(part, str) and (part in FORMAT_OPTIONS or part.startswith("function-")):
+            continue  # pydantic's union/validator tags
+        annotation = _child_annotation(annotation, part)
+        if annotation is None:
+            return []
+    return [
+        name
+        for candidate in _annotation_models(annotation)
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel)
+        for name in candidate.model_fields
+    ]
+
+
+def did_you_mean(word: str, candidates: list[str]) -> str:
+    """` (did you mean 'x'?)` for the closest candidate (difflib), else ``."""
+    import difflib
+
+    match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
 def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     """Resolve relative local paths against the config file's folder (s3:// and absolute paths stay)."""
 
@@ -816,7 +870,13 @@ def parse_config(raw: Any, origin: str = "<config>", base_dir: Path | None = Non
             sensitive = any(isinstance(part, str) and (part == "endpoint_url" or _SECRET_KEYS.search(part)) for part in item["loc"])
             shown = "" if isinstance(got, dict | list) or got is None or sensitive else f" (got {got!r})"
             message = item["msg"].removeprefix("Value error, ")
+            if item["type"] == "extra_forbidden" and isinstance(item["loc"][-1], str):
+                allowed = _allowed_keys(tuple(item["loc"]))
+                message = "unknown key (Extra inputs are not permitted)" + did_you_mean(item["loc"][-1], allowed)
+                shown = ""
             lines.append(f"{where}: {message}{shown}")
+        if len(lines) == 1:  # one line naming the file, the key and what is wrong
+            raise ConfigError(f"{origin}: {lines[0]}") from None
         raise ConfigError(f"{origin}: invalid config\n  " + "\n  ".join(lines)) from None
 
 

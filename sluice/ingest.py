@@ -2,10 +2,11 @@
 
 Each input file is one task (`ingest_file`), so files run in parallel on the compute backend and every
 output is named after its input's position in the sorted listing: the result does not depend on the
-worker count. Damaged records and unreadable files go to a quarantine Parquet file with a reason: each
-task streams its own (`quarantine-NNNNN.parquet`, beside its part file) and the stage merges them into
-the partition's `quarantine.parquet` (`merge_quarantine`), so no list of damaged records is ever held
-in memory or sent back to the parent process.
+worker count. Part files hold no `source`/`snapshot` columns: those are the Hive partition folders
+(`raw_documents/source=<s>/snapshot=<n>/`), so the asset's folder reads as one dataset. Damaged records and
+unreadable files go to the side dataset `raw_quarantine` with a reason: each task streams its own
+`quarantine-NNNNN.parquet` into `raw_quarantine/source=<s>/snapshot=<n>/` (`QUARANTINE_DATASET`), so no list
+of damaged records is ever held in memory or sent back to the parent process.
 
 Backpressure: a reader thread parses records into a bounded queue (`PREFETCH_MAX_ITEMS` records and
 `PREFETCH_MAX_BYTES` bytes at most) that the writer drains. Reading overlaps with writing, and when
@@ -39,8 +40,6 @@ from sluice.storage import StorageError, StoreSpec, local_temp_dir
 RAW_SCHEMA = pa.schema(
     [
         pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("snapshot", pa.string(), nullable=False),
         pa.field("url", pa.string()),
         pa.field("fetch_date", pa.timestamp("ms", tz="UTC")),
         pa.field("content_type", pa.string(), nullable=False),  # text/html or text/plain
@@ -53,10 +52,9 @@ RAW_SCHEMA = pa.schema(
     ]
 )
 
+QUARANTINE_DATASET = "raw_quarantine"
 QUARANTINE_SCHEMA = pa.schema(
     [
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("snapshot", pa.string(), nullable=False),
         pa.field("file", pa.string(), nullable=False),
         pa.field("location", pa.string(), nullable=False),  # record / line / "file"
         pa.field("reason", pa.string(), nullable=False),
@@ -153,6 +151,7 @@ class IngestTask:
     source: str
     snapshot: str
     s3: S3Settings = field(default_factory=S3Settings)
+    quarantine_url: str | None = None  # the partition's raw_quarantine folder (default: output_url)
 
 
 def list_snapshot_files(source_url: str, fmt: str, s3: S3Settings) -> list[str]:
@@ -235,7 +234,8 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
             records = content_bytes = 0
         part_key = f"part-{task.part:05d}.parquet"
         entry = writer.publish(output_store, part_key)
-        quarantine_entry = quarantine_writer.publish(output_store, quarantine_part_key(task.part))
+        quarantine_store = StoreSpec(task.quarantine_url, task.s3).open() if task.quarantine_url else output_store
+        quarantine_entry = quarantine_writer.publish(quarantine_store, quarantine_part_key(task.part))
     except BaseException:
         writer.abort()
         quarantine_writer.abort()
@@ -275,33 +275,6 @@ def _quarantine_unverified(writer: ParquetStreamWriter, quarantine: Any) -> Parq
             )
     writer.abort()
     return ParquetStreamWriter(RAW_SCHEMA)
-
-
-def merge_quarantine(store: Any, prefix: str, results: list[dict[str, Any]], key: str = "quarantine.parquet") -> dict[str, Any]:
-    """Concatenate the tasks' quarantine files (in task order) into `prefix/key`, batch by batch; the
-    per-task files are left for `write_manifest` to remove as unlisted."""
-    import pyarrow.parquet as pq
-
-    merged = ParquetStreamWriter(QUARANTINE_SCHEMA, batch_rows=64)
-    scratch = local_temp_dir()
-    try:
-        for result in results:
-            part = result["quarantine_part"]
-            if part["rows"] == 0:
-                continue
-            part_key = f"{prefix}/{part['key']}"
-            path = store.fetch(part_key, scratch)
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
-                for row in batch.to_pylist():
-                    merged.append(row, size_hint=len(row["payload"]))
-        return merged.publish(store, f"{prefix}/{key}")
-    except BaseException:
-        merged.abort()
-        raise
-    finally:
-        import shutil
-
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class _Prepend:
@@ -347,8 +320,6 @@ class _Prepend:
 def _raw_row(task: IngestTask, record: RawRecord) -> dict[str, Any]:
     return {
         "doc_id": f"{task.source}/{task.file_label}#{record.ordinal}",
-        "source": task.source,
-        "snapshot": task.snapshot,
         "url": record.url,
         "fetch_date": record.fetch_date,
         "content_type": record.content_type,
@@ -363,8 +334,6 @@ def _raw_row(task: IngestTask, record: RawRecord) -> dict[str, Any]:
 
 def _quarantine_row(task: IngestTask, item: Quarantined) -> dict[str, Any]:
     return {
-        "source": task.source,
-        "snapshot": task.snapshot,
         "file": task.file_label,
         "location": item.location,
         "reason": item.reason,
@@ -374,7 +343,8 @@ def _quarantine_row(task: IngestTask, item: Quarantined) -> dict[str, Any]:
 
 
 def plan_ingest(
-    source_location: str, ref: PartitionRef, fmt: str, options: dict[str, Any], output_url: str, s3: S3Settings
+    source_location: str, ref: PartitionRef, fmt: str, options: dict[str, Any], output_url: str, s3: S3Settings,
+    quarantine_url: str | None = None,
 ) -> list[IngestTask]:
     snapshot_url = source_location.rstrip("/") + "/" + ref.snapshot
     files = list_snapshot_files(snapshot_url, fmt, s3)
@@ -390,6 +360,7 @@ def plan_ingest(
             source=ref.source,
             snapshot=ref.snapshot,
             s3=s3,
+            quarantine_url=quarantine_url,
         )
         for index, key in enumerate(files)
     ]

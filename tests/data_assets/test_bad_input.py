@@ -1,5 +1,5 @@
 """Bad input through Dagster: damaged files and records are quarantined with a reason (in the metadata and
-in quarantine.parquet), the partition still succeeds, no good document is lost; a missing source location
+in the raw_quarantine dataset), the partition still succeeds, no good document is lost; a missing source location
 fails the run naming it; the blocking quarantine check fails when most files are unreadable."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from dagster import materialize
@@ -71,6 +72,13 @@ def quarantine_check(result):
 
 def raw_partition(storage: Path, source: str) -> Path:
     return storage / "raw_documents" / f"source={source}" / f"snapshot={SNAPSHOT}"
+
+
+def quarantine_rows(storage: Path, source: str) -> list[dict]:
+    """One partition of the raw_quarantine dataset, read as a Hive-partitioned dataset (files in task order)."""
+    dataset = ds.dataset(storage / "raw_quarantine", format="parquet", partitioning="hive")
+    table = dataset.to_table(filter=(ds.field("source") == source) & (ds.field("snapshot") == SNAPSHOT))
+    return table.to_pylist()
 
 
 @pytest.fixture
@@ -155,9 +163,10 @@ def test_damaged_web_snapshot_succeeds_with_everything_good_kept(make_config, da
     assert check.metadata["quarantined_file_share"].value == 0.25
 
     partition = raw_partition(storage, "web")
-    quarantine = pq.ParquetFile(partition / "quarantine.parquet").read().to_pylist()
+    quarantine = quarantine_rows(storage, "web")
     assert {(row["file"], row["location"], row["reason"]) for row in quarantine} == damaged_sources["quarantine"]
     assert len(quarantine) == 3
+    # The raw_quarantine dataset: its partition column comes from the Hive folders, not from the files.
     assert all(row["source"] == "web" and row["snapshot"] == SNAPSHOT and row["detail"] for row in quarantine)
 
     # Nothing lost: per input file, exactly the URLs an undamaged read gives, minus the damaged records.
@@ -191,7 +200,7 @@ def test_damaged_jsonl_snapshot_succeeds_with_every_good_line_kept(make_config, 
     assert raw["quarantined_records"] == 3 and raw["quarantined_files"] == 0
     assert raw["quarantine/malformed_json"] == 1 and raw["quarantine/invalid_utf8"] == 2
     partition = raw_partition(storage, "reference")
-    quarantine = pq.ParquetFile(partition / "quarantine.parquet").read().to_pylist()
+    quarantine = quarantine_rows(storage, "reference")
     file = f"{SNAPSHOT}/docs.jsonl.gz"
     assert [(row["file"], row["location"], row["reason"]) for row in quarantine] == [
         (file, "line 4", "malformed_json"),

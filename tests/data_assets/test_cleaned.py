@@ -84,7 +84,7 @@ def test_pii_redacted_counted_and_checked(make_config, dagster_instance, tmp_pat
     first = texts["https://example.org/0"]
     assert "<EMAIL>" in first and "<PHONE>" in first and "miller@example.org" not in first
     assert dict(zip(kept["url"], kept["pii_redactions"], strict=True)) == {"https://example.org/0": 2, "https://example.org/1": 0}
-    dropped = pl.read_parquet(partition / "dropped-00000.parquet")
+    dropped = pl.read_parquet(tmp_path / "data" / "cleaned_dropped" / "source=reference" / f"snapshot={SNAPSHOT}" / "dropped-00000.parquet")
     assert dropped.select("url", "step", "reason").rows() == [("https://example.org/2", "length", "too_short")]
 
 

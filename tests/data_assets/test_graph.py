@@ -59,8 +59,10 @@ def cleaned_frame(folder, source: str, snapshot: str, kind: str = "part"):
     """The cleaned (kind="part") or dropped (kind="dropped") documents of a partition, in part order."""
     import polars as pl
 
-    files = sorted((folder / "data" / "cleaned_documents" / f"source={source}" / f"snapshot={snapshot}").glob(f"{kind}-*.parquet"))
-    return pl.concat([pl.read_parquet(path) for path in files])
+    dataset = "cleaned_documents" if kind == "part" else "cleaned_dropped"
+    files = sorted((folder / "data" / dataset / f"source={source}" / f"snapshot={snapshot}").glob(f"{kind}-*.parquet"))
+    frame = pl.concat([pl.read_parquet(path) for path in files])
+    return frame.with_columns(source=pl.lit(source), snapshot=pl.lit(snapshot))
 
 
 def test_exact_duplicates_removed_across_snapshots_and_sources(local_run):
@@ -109,13 +111,24 @@ def test_cleaning_metadata_explains_every_decision(local_run):
         dropped = cleaned_frame(folder, source, snapshot, "dropped")
         assert kept.height == cleaned["documents_out"] and dropped.height == sum(drops.values())
         # The side output, read with polars, holds every dropped document with its step and reason.
-        assert dict(zip(*dropped.group_by("reason").len().sort("reason").to_dict(as_series=False).values(), strict=True)) == drops
+        assert dict(zip(*dropped.group_by("reason").len().sort("reason").to_dict(as_series=False).values(), strict=True)) == {
+            reason: count for reason, count in drops.items() if count
+        }
         assert set(dropped.columns) >= {"doc_id", "url", "step", "reason", "detail", "text"}
         assert cleaned["median_chars_out"] == float(kept["n_chars"].median())
         assert abs(cleaned["mean_chars_out"] - float(kept["n_chars"].mean())) < 1e-6
         assert cleaned["input_bytes_mean"] > cleaned["mean_chars_out"] > 0
         # Every kept text carries the detected language and score.
         assert kept.filter(kept["language_score"] < 0.65).height == 0
+    # Every drop reason and language recorded for an earlier partition is recorded for the later ones too
+    # (0 included), so each per-reason chart is a line across partitions.
+    order = sorted(report["partitions"], key=lambda pair: (pair[1], pair[0]))
+    seen: set[str] = set()
+    for pair in order:
+        keys = {key for key in report["partitions"][pair]["cleaned_documents"] if key.startswith(("drop/", "language/"))}
+        assert seen <= keys, pair
+        seen |= keys
+    assert any(report["partitions"][pair]["cleaned_documents"][key] == 0 for pair in order[1:] for key in seen)
     web = report["partitions"][("web", "2026-01")]["cleaned_documents"]
     assert {"language/de", "language/en", "language/ru", "language/zh"} <= set(web)
 
@@ -291,3 +304,21 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
                 checked += 1
     assert checked == sum(meta["tokenized_shards"]["documents"] for meta in report["partitions"].values())
     assert {meta["tokenized_shards"]["encoder"] for meta in report["partitions"].values()} == {"word cache fast path"}
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        "raw_documents", "raw_quarantine", "cleaned_documents", "cleaned_dropped", "decontamination",
+        # Band, shingle and cluster files and removed documents still sit beside the parts on this branch;
+        # issue 14's dedup branch moves them to dedup_* and deduped_removed (then this passes: drop the mark).
+        pytest.param("deduped_documents", marks=pytest.mark.xfail(strict=True, reason="dedup side files beside the parts until issue 14 lands")),
+    ],
+)
+def test_every_output_folder_reads_as_one_dataset(local_run, dataset):
+    """After the whole graph, polars, pyarrow.dataset and DuckDB read the folder as one Hive-partitioned
+    dataset and count the rows the files' footers hold."""
+    from tests.data_assets.test_datasets import read_every_dataset
+
+    folder, _, _ = local_run
+    read_every_dataset(folder / "data", (dataset,))

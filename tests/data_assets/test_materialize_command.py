@@ -122,20 +122,20 @@ def test_exits_non_zero_naming_the_poisoned_partition_and_why(poisoned_run):
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     failed = done.stdout.split("FAILED:", 1)[1]
     assert "raw_documents poisoned/2026-01: failed: blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable" in failed
-    for asset in ("cleaned_documents", "deduped_documents", "tokenized_shards"):
+    for asset in ("cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"):
         assert f"{asset} poisoned/2026-01: blocked: upstream" in failed
-    assert failed.count(": failed:") == 1 and failed.count(": blocked:") == 3
+    assert failed.count(": failed:") == 1 and failed.count(": blocked:") == 4
 
 
 def test_everything_else_completes(poisoned_run):
     folder, done = poisoned_run
     status = run_lines(done.stdout)
     for source in ("web", "reference"):
-        for asset in ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"):
+        for asset in ("raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"):
             assert status[f"{asset} {source}/2026-01"].startswith("ok"), (asset, source)
     for asset in ("quality_model", "perplexity_model", "tokenizer", "mixed_dataset default"):
         assert status[asset].startswith("ok"), status[asset]
-    assert len(status) == 16  # 4 per-partition assets x 3 sources, quality and perplexity models, tokenizer, one mix
+    assert len(status) == 19  # 5 per-partition assets x 3 sources, quality and perplexity models, tokenizer, one mix
     assert "tokenizer ran without failed upstream partitions: deduped_documents poisoned/2026-01" in done.stdout
     mix = folder / "data" / "mixed_dataset"
     assert any(mix.rglob("_manifest.json"))
@@ -149,7 +149,8 @@ def test_the_dotted_leader_page_is_judged_by_the_filters_not_the_budget(poisoned
     folder, _ = poisoned_run
     cleaned = folder / "data" / "cleaned_documents" / "source=web" / f"snapshot={SNAPSHOT}"
     kept = pl.concat([pl.read_parquet(p) for p in sorted(cleaned.glob("part-*.parquet"))])
-    dropped = pl.concat([pl.read_parquet(p) for p in sorted(cleaned.glob("dropped-*.parquet"))])
+    dropped_folder = folder / "data" / "cleaned_dropped" / "source=web" / f"snapshot={SNAPSHOT}"
+    dropped = pl.concat([pl.read_parquet(p) for p in sorted(dropped_folder.glob("dropped-*.parquet"))])
     page = kept.filter(pl.col("url") == DOTTED_URL)
     if page.height:
         assert "Creating certificates" in page["text"][0]

@@ -60,7 +60,8 @@ def test_quality_model_trained_versioned_and_used_by_cleaning(make_config, dagst
     assert any(key.startswith("funnel/") and key.endswith("_quality_model") for key in cleaned_meta)
     partition = tmp_path / "data" / "cleaned_documents" / "source=web" / "snapshot=2026-01"
     kept = pl.concat([pl.read_parquet(p) for p in sorted(partition.glob("part-*.parquet"))])
-    dropped = pl.concat([pl.read_parquet(p) for p in sorted(partition.glob("dropped-*.parquet"))])
+    dropped_folder = tmp_path / "data" / "cleaned_dropped" / "source=web" / "snapshot=2026-01"
+    dropped = pl.concat([pl.read_parquet(p) for p in sorted(dropped_folder.glob("dropped-*.parquet"))])
     assert kept.height == cleaned_meta["documents_out"]
     assert kept["quality_score"].null_count() == 0 and kept["quality_score"].min() >= threshold
     low = dropped.filter(pl.col("reason") == "low_quality_score")

@@ -506,7 +506,7 @@ def test_ingest_damaged_warc_writes_good_records_and_quarantine_rows(tmp_path):
     assert result["records"] == len(urls) - 1 and result["file_quarantined"] is False
     assert result["quarantine_reasons"] == {"corrupt_gzip": 1}
     [row] = pq.read_table(tmp_path / "out" / "quarantine-00003.parquet").to_pylist()
-    assert (row["source"], row["snapshot"], row["file"], row["location"]) == ("web", "2026-01", "2026-01/damaged.warc.gz", f"record 2 @ byte {offsets(members)[2]}")
+    assert (row["file"], row["location"]) == ("2026-01/damaged.warc.gz", f"record 2 @ byte {offsets(members)[2]}")
     part = pq.read_table(tmp_path / "out" / "part-00003.parquet")
     assert part["url"].to_pylist() == urls[:2] + urls[3:]
     assert part["doc_id"].to_pylist()[:3] == ["web/2026-01/damaged.warc.gz#0", "web/2026-01/damaged.warc.gz#1", "web/2026-01/damaged.warc.gz#3"]

@@ -1,0 +1,80 @@
+"""What a user meets first: config and source problems stop `sluice materialize` before any work with one
+line naming the file, the key and the fix (no traceback unless --debug); runs of `sluice materialize` are
+named after their stage job and tagged with the partition's source and snapshot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from dagster import AssetKey, DagsterEventType, DagsterInstance
+
+from data_assets.definitions import build_resources, defs
+from data_assets.partitions import SNAPSHOTS, multi_key
+from data_assets.runner import GraphRunner, Stage
+from sluice.config import ConfigError, load_config
+from sluice.preflight import location_problems
+from tests.conftest import PROJECT_ROOT, base_config, write_config
+
+
+def sluice(tmp_path, config: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SLUICE_CONFIG": config, "DAGSTER_HOME": str(tmp_path / "home"), "SLUICE_PROGRESS": "lines"}
+    return subprocess.run(
+        [sys.executable, "-m", "data_assets.cli", "materialize", *args], cwd=PROJECT_ROOT, env=env,
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_config_typo_is_one_line_with_a_suggestion(tmp_path):
+    raw = base_config(str(tmp_path / "data"))
+    raw["cleaning"]["min_char"] = raw["cleaning"].pop("min_chars")
+    path = write_config(tmp_path / "sluice.yaml", raw)
+    try:
+        load_config(path)
+    except ConfigError as error:
+        message = str(error)
+    assert message.count("\n") == 0
+    assert path in message and "cleaning.min_char" in message and "did you mean 'min_chars'?" in message
+
+
+def test_missing_source_folder_stops_materialize_before_any_work(tmp_path):
+    raw = base_config(str(tmp_path / "data"))
+    raw["sources"][0]["location"] = "crawl/webb"  # relative: resolved against the config file's folder
+    (tmp_path / "crawl" / "web").mkdir(parents=True)
+    path = write_config(tmp_path / "sluice.yaml", raw)
+
+    [problem] = location_problems(load_config(path), path)
+    assert problem.startswith(f"{path}: sources[0].location (source 'web'): {tmp_path / 'crawl' / 'webb'}")
+    assert f"'crawl/webb' resolved against {tmp_path}" in problem and "did you mean 'web'?" in problem and "fix:" in problem
+
+    done = sluice(tmp_path, path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == problem  # the one line, no traceback
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "data").exists()  # nothing was written: no run started
+
+    debug = sluice(tmp_path, path, "--debug")
+    assert debug.returncode == 2 and debug.stderr.strip() == problem  # a located problem needs no traceback
+
+
+def test_stage_runs_are_named_and_tagged(tmp_path):
+    raw = base_config(str(tmp_path / "data"))
+    raw["compute"] = {"backend": "local", "max_workers": 1}
+    resources = build_resources(write_config(tmp_path / "sluice.yaml", raw))
+    (tmp_path / "home").mkdir()
+    with DagsterInstance.local_temp(tempdir=str(tmp_path / "home")) as instance:
+        instance.add_dynamic_partitions(SNAPSHOTS, ["2026-01"])
+        runner = GraphRunner(defs, instance, resources, log=lambda _: None, tags={"sluice/command": "materialize"})
+        [outcome] = runner.run([Stage(AssetKey("raw_documents"), [multi_key("reference", "2026-01")])])
+        assert outcome.status == "ok", outcome.reason
+        run = instance.get_run_by_id(outcome.run_id)
+        assert run.job_name == "raw_documents_job"
+        assert run.tags["sluice/source"] == "reference" and run.tags["sluice/snapshot"] == "2026-01"
+        assert run.tags["sluice/command"] == "materialize" and run.tags["sluice/asset"] == "raw_documents"
+        # The check ran inside the named job, and its evaluation belongs to the partition (the UI links it).
+        assert outcome.checks == [("raw_documents", "quarantined_file_share_below_bound", True)]
+        [record] = instance.all_logs(outcome.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+        evaluation = record.dagster_event.event_specific_data
+        assert evaluation.check_name == "quarantined_file_share_below_bound"
+        assert evaluation.partition == multi_key("reference", "2026-01")
