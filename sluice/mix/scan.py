@@ -155,7 +155,8 @@ def scan_sources(store: Store, settings: MixSettings, folder: str, flags: FlagRe
                     raise MixError("a mix can index at most 2^32 shards")
                 scan.shards.append(
                     {"id": shard_id, "prefix": prefix, "name": shard["name"], "source": ref.source, "partition": ref.key,
-                     "documents": int(shard["documents"]), "tokens": int(shard["tokens"])}
+                     "documents": int(shard["documents"]), "tokens": int(shard["tokens"]),
+                     **{key: int(shard[key]) for key in ("part", "first_row") if key in shard}}
                 )
                 with local_copy(store, f"{prefix}/{shard['name']}.idx", scratch) as path:
                     offsets = np.fromfile(path, dtype="<u8")
