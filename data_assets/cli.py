@@ -6,6 +6,8 @@
     sluice export     write a built mix as Parquet token sequences (--mix, --split, --out)
     sluice cleanup    remove what crashed runs left behind (temp files, scratch folders, stale
                       multipart uploads); never anything a reader can see
+    sluice trace      which documents a training batch held, where they came from, why they were kept
+                      (data_assets/trace_cli.py; `sluice trace --help`)
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage), so `dagster dev` shows them afterwards.
@@ -109,9 +111,12 @@ def materialize_all(
         # cleaning.quality_threshold is set).
         log("  materializing quality_model")
         report["quality_model"] = run(["quality_model"]).get("quality_model", {})
+    run(["blocklist"])
     for source, snapshot in keys:
-        log(f"  materializing cleaned -> deduped -> decontamination for {source}/{snapshot}")
-        report["partitions"][(source, snapshot)].update(run(["cleaned_documents", "deduped_documents", "decontamination"], multi_key(source, snapshot)))
+        log(f"  materializing cleaned -> deduped -> decontamination, blocklist matches for {source}/{snapshot}")
+        report["partitions"][(source, snapshot)].update(
+            run(["cleaned_documents", "deduped_documents", "decontamination", "blocklist_matches"], multi_key(source, snapshot))
+        )
     log("  materializing tokenizer")
     report["tokenizer"] = run(["tokenizer"]).get("tokenizer", {})
     for source, snapshot in keys:
@@ -230,6 +235,11 @@ def export_mix(mix: str | None, split: str, out: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["trace"]:  # its own options (data_assets/trace_cli.py)
+        from data_assets.trace_cli import main as trace
+
+        return trace(argv[1:])
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["register", "demo", "export", "cleanup"])
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")

@@ -1,9 +1,11 @@
-"""The sluice code location: six partitioned assets (+ the tokenizer, quality and perplexity models), their checks, jobs, sensor, schedule."""
+"""The sluice code location: seven partitioned assets (+ the tokenizer, quality and perplexity models, the blocklist), their checks, jobs (the
+batch trace among them), sensor, schedule."""
 
 from __future__ import annotations
 
 from dagster import Definitions
 
+from data_assets.blocklist import blocklist, blocklist_matches
 from data_assets.cleaned import cleaned_documents
 from data_assets.decontamination import decontamination
 from data_assets.deduped import deduped_documents
@@ -17,6 +19,7 @@ from data_assets.sensors import new_snapshot_sensor
 from data_assets.settings import CONFIG_PATH
 from data_assets.tokenized import tokenized_shards
 from data_assets.tokenizer import tokenizer
+from data_assets.trace import trace_batch_job
 from resources import (
     ComputeResource,
     SluiceSettings,
@@ -25,7 +28,10 @@ from resources import (
     TrainingLoaderResource,
 )
 
-ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, tokenizer, tokenized_shards, mixed_dataset]
+ASSETS = [
+    raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, blocklist, blocklist_matches,
+    tokenizer, tokenized_shards, mixed_dataset,
+]
 
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:
@@ -42,7 +48,7 @@ def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict
 
 defs = Definitions(
     assets=ASSETS,
-    jobs=[ingest_job, tokenizer_job, mix_job],
+    jobs=[ingest_job, tokenizer_job, mix_job, trace_batch_job],
     sensors=[new_snapshot_sensor],
     schedules=[daily_mix_rebuild],
     resources=build_resources(),

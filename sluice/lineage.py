@@ -276,3 +276,35 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) 
             sizes = [s for s in same.column("cluster_size").to_pylist() if s is not None]
             size = max(sizes) if sizes else 1 + same.num_rows
     return {"cluster_id": cluster_id, "cluster_size": size, "layout": "deduped_documents side files"}
+
+
+def absent_reason(reader: RowReader, doc_id: str) -> str:
+    """Why a document id is in no tokenized shard: never ingested, dropped by cleaning (step, reason, detail;
+    the dropped file of its part), removed by dedup (kind, duplicate of; its partition's removed list)."""
+    try:
+        doc = DocId.parse(doc_id)
+    except ValueError as error:
+        return str(error)
+    part = raw_part(reader, doc.ref, doc.file)
+    if part is None:
+        return f"no raw input file {doc.file} in raw_documents {doc.ref.key}"
+    key = part_key(reader, RAW, doc.ref, part)
+    if key is None or not reader.rows_in_range(key, "ordinal", doc.ordinal, doc.ordinal, ["ordinal"]).num_rows:
+        return f"record {doc.ordinal} of {doc.file} is not in raw_documents (quarantined or out of range)"
+    cleaned_prefix = partition_prefix(CLEANED, doc.ref)
+    cleaned = reader.manifest(cleaned_prefix) or {}
+    dropped = [e for e in cleaned.get("side_files", []) if e["key"].startswith("dropped-") and e["key"].endswith(f"{part:05d}.parquet")]
+    for entry in dropped:
+        rows = reader.parquet(entry_key(cleaned_prefix, entry)).read(columns=["doc_id", "step", "reason", "detail"])
+        match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
+        if match:
+            return f"dropped by cleaning: step {match[0]['step']}, {match[0]['reason']} ({match[0]['detail'][:160]})"
+    deduped_prefix = partition_prefix(DEDUPED, doc.ref)
+    deduped = reader.manifest(deduped_prefix) or {}
+    for entry in deduped.get("side_files", []):
+        if entry["key"] == "removed.parquet":
+            rows = reader.parquet(entry_key(deduped_prefix, entry)).read(columns=["doc_id", "kind", "duplicate_of", "cluster_size"])
+            match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
+            if match:
+                return f"removed by dedup: {match[0]['kind']} duplicate of {match[0]['duplicate_of']} (cluster of {match[0]['cluster_size'] or '?'})"
+    return "kept by cleaning and dedup, but in no tokenized shard (tokenized_shards not materialized since?) or routed to another dataset"
