@@ -3,6 +3,8 @@ batch trace among them), sensor, schedule."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dagster import Definitions
 
 from data_assets.blocklist import blocklist, blocklist_matches
@@ -27,11 +29,19 @@ from resources import (
     TokenizerResource,
     TrainingLoaderResource,
 )
+from sluice.config import SluiceConfig
 
 ASSETS = [
     raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, blocklist, blocklist_matches,
     tokenizer, tokenized_shards, mixed_dataset,
 ]
+
+# Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
+# with that reason instead of failing (a config that needs them and cannot feed them fails at load).
+OPTIONAL_ASSETS: dict[str, Callable[[SluiceConfig], str | None]] = {
+    "quality_model": SluiceConfig.quality_model_unavailable,
+    "perplexity_model": SluiceConfig.perplexity_model_unavailable,
+}
 
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:
