@@ -243,8 +243,10 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) 
     `part << 24 | row` there, sorted). Two layouts: a `dedup_clusters` dataset with `cluster_size` per row
     (the global dedup index), else the deduplicated partition's side files (`clusters.parquet` naming each
     document's kept document, `removed.parquet` with the sizes of clusters that lost a document here).
-    The size counts the documents of the cluster as the document's partition saw them (later partitions'
-    copies are in their own removed lists)."""
+    The size counts the documents of the cluster as the document's partition saw them when it was
+    deduplicated (`scope`): copies removed later, by later partitions, are in those partitions' removed
+    lists, which this probe does not read (that would cost a read per later partition); the global dedup
+    index (issue 14) can answer it with a probe once it lands."""
     low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
     clusters_prefix = partition_prefix(DEDUP_CLUSTERS, ref)
     manifest = reader.manifest(clusters_prefix)
@@ -255,11 +257,11 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) 
         if match:
             row = match[0]
             return {"cluster_id": doc_id if row.get("kind") is None else None, "cluster_size": row.get("cluster_size"),
-                    "parent": f"{row['parent_partition']}:{row['parent_doc']}", "layout": DEDUP_CLUSTERS}
+                    "parent": f"{row['parent_partition']}:{row['parent_doc']}", "layout": DEDUP_CLUSTERS, "scope": f"as {ref.key} was deduplicated"}
     deduped_prefix = partition_prefix(DEDUPED, ref)
     deduped = reader.manifest(deduped_prefix)
     if deduped is None:
-        return {"cluster_id": None, "cluster_size": None, "layout": None}
+        return {"cluster_id": None, "cluster_size": None, "layout": None, "scope": None}
     side = {entry["key"]: entry_key(deduped_prefix, entry) for entry in deduped.get("side_files", [])}
     cluster_id, size = doc_id, 1
     clusters_key = side.get("clusters.parquet")
@@ -275,7 +277,7 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) 
         if same.num_rows:
             sizes = [s for s in same.column("cluster_size").to_pylist() if s is not None]
             size = max(sizes) if sizes else 1 + same.num_rows
-    return {"cluster_id": cluster_id, "cluster_size": size, "layout": "deduped_documents side files"}
+    return {"cluster_id": cluster_id, "cluster_size": size, "layout": "deduped_documents side files", "scope": f"as {ref.key} was deduplicated"}
 
 
 def absent_reason(reader: RowReader, doc_id: str) -> str:

@@ -112,6 +112,7 @@ class DocumentTracer:
         out["url"] = out.get("url") or raw.get("url")
         cluster = dedup_cluster(self.reader, ref, part, doc_id)
         out["dedup_cluster"], out["dedup_cluster_size"] = cluster.get("cluster_id"), cluster.get("cluster_size")
+        out["dedup_scope"] = cluster.get("scope")
         out["measures"], out["near_thresholds"], out["replay_matches"] = [], [], None
         if self.measures and raw.get("content") is not None and cleaned:
             out.update(self._measure(raw, cleaned, source))
