@@ -57,6 +57,36 @@ def _arange(size: int, dtype: type) -> np.ndarray:
     return values
 
 
+def window_segments(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The segments of the samples' windows (L + 1 tokens each) from one index probe per sample, reading no
+    tokens: records covering each window, their counts, the first record's index, and per segment its row
+    and [seg_begin, seg_end) inside the window."""
+    length = data.sequence_length
+    records, counts, first = data.index().sample_records_at(ids)
+    begins = ids * length
+    row = np.repeat(np.arange(len(ids)), counts)
+    offsets = records["offset"].astype(np.int64)
+    seg_begin = np.maximum(offsets - begins[row], 0)
+    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - begins[row], length + 1)
+    return {"records": records, "counts": counts, "first": first, "row": row, "seg_begin": seg_begin, "seg_end": seg_end}
+
+
+def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+    """What `pack_arrays(..., provenance=True)` says about the samples' input segments (`segment_starts`,
+    `segment_records`, `provenance`), from the index alone: no token is read (what a trace needs)."""
+    length = data.sequence_length
+    ids = np.asarray(sample_ids, dtype=np.int64)
+    where = window_segments(data, ids)
+    row, seg_begin, seg_end = where["row"], where["seg_begin"], where["seg_end"]
+    in_inputs = seg_begin < length
+    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    return {
+        "segment_starts": row[in_inputs] * length + seg_begin[in_inputs],
+        "segment_records": where["records"][in_inputs],
+        "provenance": segment_provenance(where, ids * length, in_inputs, input_sizes),
+    }
+
+
 def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     """The token windows (L + 1 tokens each) of the given samples, and their segments.
 
@@ -65,16 +95,12 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     each, straight into the window buffer (the segments tile the windows in order), or, for a mix read
     through memory maps, copied by one concatenate of their slices.
     """
-    length = data.sequence_length
-    width = length + 1
+    width = data.sequence_length + 1
     count = len(ids)
-    records, counts, first = data.index().sample_records_at(ids)
-    begins = ids * length
-    row = np.repeat(np.arange(count), counts)
+    where = window_segments(data, ids)
+    records, counts, first, row, seg_begin, seg_end = (where[k] for k in ("records", "counts", "first", "row", "seg_begin", "seg_end"))
     offsets = records["offset"].astype(np.int64)
-    seg_begin = np.maximum(offsets - begins[row], 0)  # inside the window
-    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - begins[row], width)
-    source = records["start"].astype(np.int64) + begins[row] + seg_begin - offsets  # token offset inside the shard
+    source = records["start"].astype(np.int64) + ids[row] * data.sequence_length + seg_begin - offsets  # token offset inside the shard
     sizes = seg_end - seg_begin
     window = np.empty(count * width, dtype=data.token_dtype)  # token dtype: the reads move 2 (or 4) bytes a token
     view = memoryview(window).cast("B")

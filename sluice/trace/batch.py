@@ -9,7 +9,7 @@ import numpy as np
 
 from sluice.loader.data import MixedTokens
 from sluice.loader.order import GlobalOrder
-from sluice.loader.packing import PROVENANCE_COLUMNS, pack_arrays
+from sluice.loader.packing import PROVENANCE_COLUMNS, locate_segments
 from sluice.loader.skip import KeptStream, SkipList, SkipPlan
 
 
@@ -148,7 +148,7 @@ def batch_segments(data: MixedTokens, spec: BatchSpec) -> list[Segment]:
             raise ValueError(f"rank {rank} is not in [0, {world})")
     mine = np.concatenate([positions[rank * batch_size : (rank + 1) * batch_size] for rank in ranks])
     ids, epochs = order.at(mine)
-    packed = pack_arrays(data, ids, False, provenance=True)
+    packed = locate_segments(data, ids)  # the index alone: no token read
     rows = packed["segment_starts"] // data.sequence_length
     records = packed["segment_records"]
     out = []
