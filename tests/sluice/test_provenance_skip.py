@@ -279,3 +279,15 @@ def test_batches_keep_their_shape(data):
     loader = TrainingLoader(data, 5, seed=SEED, skip=SKIPS["mixed"], prefetch_batches=0)
     for batch in islice(iter(loader), 20):
         assert batch["input_ids"].shape == (5, SEQ) and batch["sample_ids"].dtype == torch.int64
+
+
+def test_locate_segments_reads_no_token_and_agrees_with_packing(data, monkeypatch):
+    from sluice.loader import packing
+
+    ids = np.random.default_rng(5).integers(0, len(data), 40)
+    packed = packing.pack_arrays(data, ids, False, provenance=True)
+    monkeypatch.setattr(type(data), "shards", lambda self: (_ for _ in ()).throw(AssertionError("a token read")))
+    located = packing.locate_segments(data, ids)
+    assert np.array_equal(located["provenance"], packed["provenance"])
+    assert np.array_equal(located["segment_starts"], packed["segment_starts"])
+    assert np.array_equal(located["segment_records"], packed["segment_records"])
