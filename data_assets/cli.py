@@ -10,6 +10,8 @@
     sluice export     write a built mix as Parquet token sequences (--mix, --split, --out)
     sluice cleanup    remove what crashed runs left behind (temp files, scratch folders, stale
                       multipart uploads); never anything a reader can see
+    sluice trace      which documents a training batch held, where they came from, why they were kept
+                      (data_assets/trace_cli.py; `sluice trace --help`)
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage), so `dagster dev` shows them afterwards.
@@ -302,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["trace"]:  # its own options (data_assets/trace_cli.py)
+        from data_assets.trace_cli import main as trace
+
+        return trace(argv[1:])
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup"])
     parser.add_argument(

@@ -1,4 +1,5 @@
-"""The sluice code location: six partitioned assets (+ the tokenizer, quality and perplexity models), their checks, jobs, sensor, schedule."""
+"""The sluice code location: seven partitioned assets (+ the tokenizer, quality and perplexity models, the blocklist), their checks, jobs (the
+batch trace among them), sensor, schedule."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable
 
 from dagster import Definitions
 
+from data_assets.blocklist import blocklist, blocklist_matches
 from data_assets.cleaned import cleaned_documents
 from data_assets.decontamination import decontamination
 from data_assets.deduped import deduped_documents
@@ -19,6 +21,7 @@ from data_assets.sensors import new_snapshot_sensor
 from data_assets.settings import CONFIG_PATH
 from data_assets.tokenized import tokenized_shards
 from data_assets.tokenizer import tokenizer
+from data_assets.trace import trace_batch_job
 from resources import (
     ComputeResource,
     SluiceSettings,
@@ -28,9 +31,12 @@ from resources import (
 )
 from sluice.config import SluiceConfig
 
-ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, tokenizer, tokenized_shards, mixed_dataset]
-# The purpose jobs (sensor, schedule) and one job per stage (what `sluice materialize` launches).
-JOBS = [ingest_job, *stage_jobs(key.to_user_string() for asset in ASSETS for key in asset.keys)]
+ASSETS = [
+    raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, blocklist, blocklist_matches,
+    tokenizer, tokenized_shards, mixed_dataset,
+]
+# The purpose jobs (sensor, schedule, tracing) and one job per stage (what `sluice materialize` launches).
+JOBS = [ingest_job, trace_batch_job, *stage_jobs(key.to_user_string() for asset in ASSETS for key in asset.keys)]
 
 # Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
 # with that reason instead of failing (a config that needs them and cannot feed them fails at load).

@@ -19,9 +19,11 @@ from dagster import (
     asset,
 )
 
+from data_assets.blocklist import blocked_reader
 from data_assets.metadata import markdown_table
 from data_assets.partitions import mix_partitions
 from resources import SluiceSettings, StorageResource, TokenizerResource
+from sluice.blocklist import load_configured
 from sluice.config import MixSettings, S3Settings
 from sluice.decontaminate import ASSET as DECONTAMINATION
 from sluice.decontaminate import FLAGS_FILE, EvalSpec, eval_sets_digest, eval_specs, flags_identity
@@ -34,6 +36,7 @@ SHARES_CHECK = "realized_shares_match_weights"
 DISJOINT_CHECK = "validation_disjoint_from_training"
 DECONTAMINATED_CHECK = "no_evaluation_overlap_in_mix"
 COPIES_CHECK = "copies_of_a_document_never_share_a_sample"
+BLOCKLIST_CHECK = "no_blocklisted_document_in_mix"
 
 
 def partition_flags(store: Store, spec: EvalSpec, mixes: dict[str, MixSettings], s3: S3Settings):
@@ -62,6 +65,8 @@ def partition_flags(store: Store, spec: EvalSpec, mixes: dict[str, MixSettings],
     deps=[
         AssetDep("tokenized_shards", partition_mapping=AllPartitionMapping()),
         AssetDep(DECONTAMINATION, partition_mapping=AllPartitionMapping()),
+        AssetDep("blocklist_matches", partition_mapping=AllPartitionMapping()),
+        AssetDep("blocklist"),
         AssetDep("tokenizer"),
     ],
     group_name="training",
@@ -70,7 +75,8 @@ def partition_flags(store: Store, spec: EvalSpec, mixes: dict[str, MixSettings],
     description=(
         "A training mix: token ranges over the tokenized shards of its sources, selected by token weight with a "
         "seeded placement and an epoch cap, plus a validation split held out by document, without the documents "
-        "decontamination flagged for its evaluation sets. An index, not a copy: the training loader reads the "
+        "decontamination flagged for its evaluation sets or the training blocklist matches (its version is in the "
+        "metadata and the lineage). An index, not a copy: the training loader reads the "
         "shards through it (mixed_index/mix=<name>/*.idx); the ranges are also a Parquet dataset here."
     ),
     check_specs=[
@@ -78,6 +84,7 @@ def partition_flags(store: Store, spec: EvalSpec, mixes: dict[str, MixSettings],
         AssetCheckSpec(DISJOINT_CHECK, asset=ASSET, blocking=True, description="No document is in both splits: every validation document's id hash is below every training document's."),
         AssetCheckSpec(DECONTAMINATED_CHECK, asset=ASSET, blocking=True, description="No document flagged by decontamination is in either index."),
         AssetCheckSpec(COPIES_CHECK, asset=ASSET, blocking=True, description="No two copies of an upsampled document fall in the same training sample."),
+        AssetCheckSpec(BLOCKLIST_CHECK, asset=ASSET, blocking=True, description="No document the training blocklist matches is in either index (counted while the indexes were written)."),
     ],
 )
 def mixed_dataset(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, tokenizer_resource: TokenizerResource) -> MaterializeResult:
@@ -90,7 +97,19 @@ def mixed_dataset(context: AssetExecutionContext, settings: SluiceSettings, stor
     if spec is not None:
         flags, digest = partition_flags(store, spec, config.mixes, config.s3)
         decontamination = {**spec.describe(), "eval_sets_sha256": digest}
-    manifest = build_mix(store, mix_name, mix, tokenizer_sha256=tokenizer_resource.manifest()["sha256"], flags=flags, decontamination=decontamination)
+    listed = load_configured(config.blocklist)
+    blocked, blocklist = None, {"sha256": None, "entries": {}}
+    if config.blocklist.path is not None:
+        blocked = blocked_reader(store, config, listed)
+        blocklist = {"sha256": listed.sha256, "entries": listed.counts(), "path": config.blocklist.path}
+    manifest = build_mix(
+        store, mix_name, mix, tokenizer_sha256=tokenizer_resource.manifest()["sha256"], flags=flags, decontamination=decontamination,
+        blocked=blocked, blocklist=blocklist,
+    )
+    context.log.info(
+        f"mix {mix_name}: blocklist {str(blocklist['sha256'])[:16]} removed {manifest['blocklist']['removed_documents']} documents "
+        f"({manifest['blocklist']['removed_tokens']} tokens)"
+    )
     return _result(store, manifest, config.checks.mix_share_tolerance)
 
 
@@ -103,7 +122,7 @@ def _result(store: Store, manifest: dict, tolerance: float) -> MaterializeResult
     splits = manifest["splits"]
     rows = [
         (row["component"], round(row["weight"], 4), round(shares[row["component"]], 4), row["target_tokens"], row["available_tokens"],
-         row["epochs"], row["validation_tokens"], row["contaminated_documents"])
+         row["epochs"], row["validation_tokens"], row["contaminated_documents"], row.get("blocked_documents", 0), row.get("blocked_tokens", 0))
         for row in manifest["sources"]
     ]
     return MaterializeResult(
@@ -119,10 +138,15 @@ def _result(store: Store, manifest: dict, tolerance: float) -> MaterializeResult
             "validation_samples": splits["validation"]["samples"],
             "validation_documents": splits["validation"]["ranges_count"],
             "contaminated_documents": manifest["decontamination"]["removed_documents"],
+            "blocklist_sha256": str(manifest.get("blocklist", {}).get("sha256")),
+            "blocklisted_documents": manifest.get("blocklist", {}).get("removed_documents", 0),
+            "blocklisted_tokens": manifest.get("blocklist", {}).get("removed_tokens", 0),
+            "blocklist": MetadataValue.json(manifest.get("blocklist", {})),
             **{f"share/{name}": value for name, value in sorted(shares.items())},
             **{f"epochs/{row['component']}": row["epochs"] for row in manifest["sources"]},
             "sources": markdown_table(
-                ["component", "weight", "realized share", "tokens", "available tokens", "epochs", "validation tokens", "contaminated docs"],
+                ["component", "weight", "realized share", "tokens", "available tokens", "epochs", "validation tokens", "contaminated docs",
+                 "blocklisted docs", "blocklisted tokens"],
                 rows,
             ),
             "decontamination": MetadataValue.json(manifest["decontamination"]),
@@ -150,6 +174,13 @@ def _result(store: Store, manifest: dict, tolerance: float) -> MaterializeResult
                 passed=values["flagged_in_index"] == 0,
                 severity=AssetCheckSeverity.ERROR,
                 metadata={"flagged": values["flagged_documents"], "still_in_mix": values["flagged_in_index"]},
+            ),
+            AssetCheckResult(
+                check_name=BLOCKLIST_CHECK,
+                passed=values.get("blocked_in_index", 0) == 0,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"blocklisted": values.get("blocked_documents", 0), "still_in_mix": values.get("blocked_in_index", 0),
+                          "blocklist_sha256": str(manifest.get("blocklist", {}).get("sha256"))},
             ),
             AssetCheckResult(
                 check_name=COPIES_CHECK,

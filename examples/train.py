@@ -11,11 +11,25 @@ document; a flash-attention model would pass `cu_seqlens` / `max_seqlen` to its 
 Every 5 steps rank 0 prints the loss averaged over all ranks and the trained tokens per second of all ranks
 (label tokens, padding excluded); at the end, the share of wall time spent waiting for data (the loader's
 stall metric).
+
+When a batch goes bad (README "When a batch goes bad"): every batch carries its provenance (`--provenance`,
+on by default: per packed segment the mix record, shard, document and token span). A loss-spike hook (loss
+above `--spike-factor` x the running mean, or `--spike-at-step` to try it) saves that batch's provenance as
+JSON under `--spike-dir` and prints the `sluice trace` command that explains it; `--stop-on-spike` ends the
+run there. Resume from the last checkpoint with the skip list:
+
+    .venv/bin/python examples/train.py --steps 30 --checkpoint /tmp/ckpt.pt --spike-at-step 24 --stop-on-spike
+    .venv/bin/python -m data_assets.cli trace --mix default --provenance '/tmp/ckpt.pt.spikes/step-00000024-rank*.json'
+    .venv/bin/python examples/train.py --steps 30 --checkpoint /tmp/ckpt.pt --skip-steps 24   # or --skip-doc-id / --skip-domain / --skip-url
+
+The skip list goes into the loader's state (`load_state_dict(state, skip=...)`) and so into every later
+checkpoint; every sample not skipped keeps its place in the global order.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -24,6 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from resources import TrainingLoaderResource
+from sluice.trace.batch import batch_provenance
 
 
 class TinyGPT(nn.Module):
@@ -69,6 +84,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--checkpoint", default=None, help="save here every --save-every steps; resume from it if it exists")
     parser.add_argument("--save-every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0, help="model initialization")
+    parser.add_argument("--no-provenance", dest="provenance", action="store_false", help="batches without their provenance")
+    parser.add_argument("--spike-factor", type=float, default=3.0, help="a loss above this x the running mean is a spike")
+    parser.add_argument("--spike-at-step", type=int, action="append", default=[], help="treat this step as a spike (to try the hook)")
+    parser.add_argument("--spike-dir", default=None, help="where spikes' batch provenance goes (default: <checkpoint>.spikes or ./spikes)")
+    parser.add_argument("--stop-on-spike", action="store_true", help="end the run at the first spike (then trace it, resume with a skip list)")
+    parser.add_argument("--skip-steps", type=int, nargs="*", default=[], help="at resume: leave out the samples of these steps of the saved run")
+    parser.add_argument("--skip-doc-id", action="append", default=[], help="at resume: leave out every sample holding this document")
+    parser.add_argument("--skip-domain", action="append", default=[], help="at resume: leave out documents of this domain (and subdomains)")
+    parser.add_argument("--skip-url", action="append", default=[], help="at resume: leave out documents whose URL matches this wildcard")
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     if "RANK" in os.environ and not dist.is_initialized():
@@ -78,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
 
     resource = TrainingLoaderResource.from_config_file(
-        args.config, mix=args.mix, batch_size=args.batch_size, device=args.device, num_workers=args.num_workers, mask_document_boundaries=True
+        args.config, mix=args.mix, batch_size=args.batch_size, device=args.device, num_workers=args.num_workers, mask_document_boundaries=True,
+        provenance=args.provenance,
     )
     loader = resource.loader()  # rank / world size from torch.distributed when initialized
     model = TinyGPT(int(loader.data.manifest["vocab_size"])).to(args.device)
@@ -92,10 +117,16 @@ def main(argv: list[str] | None = None) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     if args.checkpoint and os.path.exists(args.checkpoint):
         optimizer.load_state_dict(saved["optimizer"])
-        loader.load_state_dict(saved["loader"])  # same global order, whatever the world size now
+        skip = {"steps": args.skip_steps, "doc_ids": args.skip_doc_id, "domains": args.skip_domain, "urls": args.skip_url}
+        # Same global order, whatever the world size now, minus what the skip list names (steps are the saved run's).
+        loader.load_state_dict(saved["loader"], skip=skip if any(skip.values()) else None)
         step = saved["step"]
         if rank0:
-            print(f"resumed at step {step}, loader state {saved['loader']}")
+            print(f"resumed at step {step}, loader position {saved['loader']['position']}, skip list {loader.state_dict()['skip']}")
+            if loader.skip_unresolved:
+                print(f"  not in this mix (nothing to skip): {loader.skip_unresolved}")
+    spike_dir = args.spike_dir or (args.checkpoint + ".spikes" if args.checkpoint else "spikes")
+    running_loss = None
 
     started = window_started = time.perf_counter()
     first_step = step
@@ -105,6 +136,12 @@ def main(argv: list[str] | None = None) -> None:
             break
         logits = model(batch["input_ids"], batch["position_ids"])
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+        value = mean_over_ranks(loss)  # every rank takes the same spike decision
+        if (running_loss is not None and value > args.spike_factor * running_loss) or step in args.spike_at_step:
+            saved_spike = save_spike(batch, loader, step, value, spike_dir, args.mix)
+            if saved_spike and args.stop_on_spike:
+                break  # before the update: the last checkpoint never saw this batch
+        running_loss = value if running_loss is None else 0.9 * running_loss + 0.1 * value
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -130,6 +167,32 @@ def main(argv: list[str] | None = None) -> None:
             f"{step - first_step} steps in {total:.2f}s; waiting for data {stats.wait_seconds:.3f}s "
             f"({100 * stats.stall_share(total):.2f}% of the time, {1000 * stats.mean_wait_seconds:.2f} ms per step)"
         )
+
+
+def mean_over_ranks(loss: torch.Tensor) -> float:
+    value = loss.detach().clone()
+    if dist.is_initialized():
+        dist.all_reduce(value)
+        value /= dist.get_world_size()
+    return float(value.item())
+
+
+def save_spike(batch: dict, loader, step: int, loss: float, folder: str, mix: str) -> bool:
+    """The loss-spike hook: save this rank's batch provenance (what `sluice trace --provenance` reads)."""
+    if "provenance" not in batch:
+        print(f"step {step}: loss {loss:.3f} looks like a spike, but the loader runs without provenance")
+        return False
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"step-{step:08d}-rank{loader.rank}.json")
+    with open(path + ".tmp", "w") as handle:
+        json.dump({**batch_provenance(batch, loader, step), "loss": loss}, handle)
+    os.replace(path + ".tmp", path)
+    if loader.rank == 0:
+        pattern = os.path.join(folder, f"step-{step:08d}-rank*.json")
+        print(f"step {step}: loss spike ({loss:.3f}); batch provenance in {pattern}\n"
+              f"  explain it:  sluice trace --mix {mix} --provenance '{pattern}'\n"
+              f"  resume without it:  examples/train.py ... --skip-steps {step}")
+    return True
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ class TrainingLoaderResource(ConfigurableResource):
     # (flat RSS); mmap | pread force one (see sluice.loader.data)
     read_mode: str = "auto"
     mmap_max_bytes: int = 1 << 30
+    # every batch also carries `provenance` (mix record, shard, doc, token span per packed segment, aligned with
+    # cu_seqlens) and the samples' stream `positions`: what a loss-spike hook saves (sluice.trace.batch_provenance)
+    provenance: bool = False
 
     @classmethod
     def from_config_file(cls, config_path: str, **kwargs) -> TrainingLoaderResource:
@@ -78,6 +81,7 @@ class TrainingLoaderResource(ConfigurableResource):
             mask_document_boundaries=self.mask_document_boundaries,
             num_epochs=num_epochs,
             prefetch_batches=self.prefetch_batches,
+            provenance=self.provenance,
         )
 
     def batches(self, rank: int | None = None, world_size: int | None = None, epoch: int = 0) -> Iterator[dict]:

@@ -125,7 +125,7 @@ def build_steps(
     quality_max_chars: int = 4000,
     perplexity_models: tuple[dict[str, dict], Any] | None = None,
 ) -> list[Step]:
-    """The default chain: URL filter, charset + extraction, length, code share, language ID, then per
+    """The default chain: URL filter, charset + extraction, (training blocklist), length, code share, language ID, then per
     language: Gopher quality, Gopher repetition, C4, FineWeb quality, length again, toxicity, perplexity,
     quality model; then PII redaction on what is kept. `settings` are one source's settings
     (`CleaningSettings.for_source`); `perplexity_models` = (manifest entries by language, fetch(key) -> path)
@@ -142,6 +142,10 @@ def build_steps(
         from sluice.extract import FixMojibake
 
         steps.append(FixMojibake())
+    if settings.blocklist:
+        from sluice.blocklist import BlocklistFilter
+
+        steps.append(BlocklistFilter.from_file(settings.blocklist))
     steps.append(LengthFilter(settings.min_chars, settings.max_chars))
     if settings.code_share.enabled:
         from sluice.codeshare import CodeShare

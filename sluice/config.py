@@ -414,6 +414,9 @@ class CleaningSettings(_Model):
     # words per language) or english (datatrove's default behaviour for every language). See sluice.words.
     word_splitting: Literal["multilingual", "english"] = "multilingual"
     url_blocklist: str | None = None  # file of blocked domains / `word:` entries (see sluice.urlfilter)
+    # A training blocklist (sluice.blocklist; usually the same file as blocklist.path) applied while cleaning,
+    # so new snapshots never carry its documents (reasons blocklisted_doc / _url / _domain / _regex); null = off.
+    blocklist: str | None = None
     # Repair mojibake (UTF-8 decoded as cp1252 and the like) with ftfy after extraction; needs the
     # `unicode` extra. Off by default: it costs time and most pages are fine.
     fix_mojibake: bool = False
@@ -576,6 +579,14 @@ class DedupSettings(_Model):
     max_removed_share: float = Field(0.8, ge=0.0, le=1.0)
 
 
+class BlocklistSettings(_Model):
+    """The training blocklist (see sluice.blocklist): documents, URLs, domains and text patterns that no mix
+    may contain. Matched once per deduplicated partition (`blocklist_matches`) and left out of every mix."""
+
+    path: str | None = None  # the blocklist file; null = none (an empty list)
+    regex_timeout_s: float = Field(0.05, gt=0.0)  # per document and pattern; a search that runs out counts as a match
+
+
 class CheckSettings(_Model):
     max_quarantined_file_share: float = Field(0.25, ge=0.0, le=1.0)
     min_cleaned_drop_rate: float = Field(0.0, ge=0.0, le=1.0)
@@ -651,6 +662,7 @@ class SluiceConfig(_Model):
     checks: CheckSettings = CheckSettings()
     quality_model: QualityModelSettings = QualityModelSettings()
     perplexity_model: PerplexityModelSettings = PerplexityModelSettings()
+    blocklist: BlocklistSettings = BlocklistSettings()
     mixes: dict[str, MixSettings]
 
     @model_validator(mode="after")
@@ -811,7 +823,7 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
             {**s, "location": resolve(s["location"])} if isinstance(s, dict) and isinstance(s.get("location"), str) else s
             for s in raw["sources"]
         ]
-    for section, key in (("cleaning", "langid_model"), ("cleaning", "url_blocklist"), ("tokenizer", "path")):
+    for section, key in (("cleaning", "langid_model"), ("cleaning", "url_blocklist"), ("cleaning", "blocklist"), ("tokenizer", "path"), ("blocklist", "path")):
         if isinstance(raw.get(section), dict) and isinstance(raw[section].get(key), str):
             raw[section] = {**raw[section], key: resolve(raw[section][key])}
     if isinstance(raw.get("mixes"), dict):
@@ -828,7 +840,7 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
             if isinstance(override, dict):
                 override = {
                     **override,
-                    **{key: resolve(override[key]) for key in ("url_blocklist", "langid_model") if isinstance(override.get(key), str)},
+                    **{key: resolve(override[key]) for key in ("url_blocklist", "langid_model", "blocklist") if isinstance(override.get(key), str)},
                 }
             per_source[name] = override
         raw["cleaning"] = {**cleaning, "per_source": per_source}

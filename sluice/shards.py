@@ -5,10 +5,18 @@
     shard-NNNNN.idx   uint64 little-endian, documents + 1 entries: token offsets, idx[0] = 0;
                       document i is bin[idx[i]:idx[i+1]] (EOS included), so access is O(1)
     shard-NNNNN.docs.parquet   per document, in the same order: doc_id (lineage, decontamination),
-                      doc_hash (uint64 xxh3_64 of doc_id: the validation split), language (lid.176 code)
+                      doc_hash (uint64 xxh3_64 of doc_id: the validation split), language (lid.176 code);
+                      row groups of DOCS_ROW_GROUP documents, so one document's row is one small read
+    shard-NNNNN.urls  the documents' URLs (skip lists by URL / domain, `sluice.loader.skip`): uint64
+                      little-endian offsets, documents + 1 entries, then the UTF-8 bytes; URL i is
+                      bytes[offsets[i]:offsets[i+1]] counted from the end of the offsets (empty: none)
     _manifest.json    {"format": "sluice-tokens", "version": 1, "dtype", "vocab_size", "eos_id",
                        "tokenizer_sha256", "documents", "tokens",
-                       "files": [{key, rows, bytes, sha256}], "shards": [{name, documents, tokens}]}
+                       "files": [{key, rows, bytes, sha256}],
+                       "shards": [{name, documents, tokens, part, first_row}]}
+                      part / first_row: the deduplicated part file (index in its manifest's files) the shard's
+                      documents come from, and the row there of its first document (document i of the shard
+                      is row first_row + i), so a document's text is found without a search
 
     tokens = np.memmap("shard-00000.bin", dtype="<u2"); idx = np.fromfile("shard-00000.idx", "<u8")
 """
@@ -32,6 +40,9 @@ DOCS_SCHEMA = pa.schema(
     ]
 )
 
+
+
+DOCS_ROW_GROUP = 8192
 
 
 def doc_hashes(doc_ids: list[str]) -> pa.Array:
@@ -135,3 +146,46 @@ def verify_files(folder_files: dict[str, str], manifest: dict[str, Any]) -> list
         elif sha256_path(path) != entry["sha256"]:
             problems.append(f"{path}: checksum mismatch (corrupt)")
     return problems
+
+
+def write_urls(path: str, urls: list[str | None]) -> None:
+    """A shard's `.urls` file (format in the module docstring)."""
+    encoded = [(url or "").encode("utf-8", "surrogatepass") for url in urls]
+    offsets = np.zeros(len(encoded) + 1, dtype="<u8")
+    np.cumsum([len(item) for item in encoded], out=offsets[1:])
+    with open(path, "wb") as handle:
+        handle.write(offsets.tobytes())
+        handle.write(b"".join(encoded))
+
+
+class UrlFile:
+    """Reads documents' URLs from a shard's `.urls` file with two small preads each."""
+
+    def __init__(self, path: str, documents: int, name: str | None = None) -> None:
+        self.path = path
+        self.name = name or path
+        self.documents = documents
+        self.base = 8 * (documents + 1)
+        self._fd = -1
+        self._fd = os.open(path, os.O_RDONLY)
+        if os.fstat(self._fd).st_size < self.base:
+            self.close()
+            raise ShardError(f"{self.name}: shorter than the offsets of its {documents} documents; the file is truncated or corrupt")
+
+    def get(self, docs: np.ndarray | list[int]) -> list[str | None]:
+        out: list[str | None] = []
+        for doc in np.asarray(docs, dtype=np.int64).tolist():
+            if not 0 <= doc < self.documents:
+                raise IndexError(f"{self.name}: document {doc} outside [0, {self.documents})")
+            begin, end = np.frombuffer(os.pread(self._fd, 16, 8 * doc), "<u8").tolist()
+            raw = os.pread(self._fd, end - begin, self.base + begin) if end > begin else b""
+            out.append(raw.decode("utf-8", "surrogatepass") or None)
+        return out
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()

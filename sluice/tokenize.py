@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from sluice.config import S3Settings
 from sluice.layout import _remove_tree, list_partitions, partition_prefix, read_manifest, sha256_file
 from sluice.shards import (
+    DOCS_ROW_GROUP,
     DOCS_SCHEMA,
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -48,6 +49,7 @@ from sluice.shards import (
     doc_hashes,
     dtype_name,
     token_dtype,
+    write_urls,
 )
 from sluice.storage import Store, StoreSpec, local_temp_dir
 
@@ -384,6 +386,8 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
         writer: ShardWriter | None = None
         doc_ids: list[str] = []
         languages: list[str | None] = []
+        urls: list[str | None] = []
+        first_row = 0  # row in the deduplicated part of the current shard's first document
         samples: list[tuple[int, str, str]] = []  # (document index in the shard, doc_id, text) to decode back
 
         def finish(current: ShardWriter) -> None:
@@ -408,8 +412,10 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
                 },
                 schema=DOCS_SCHEMA,
             )
-            pq.write_table(docs, ids_path, compression="zstd")
-            for local in (current.bin_path, current.idx_path, ids_path):
+            pq.write_table(docs, ids_path, compression="zstd", row_group_size=DOCS_ROW_GROUP)
+            urls_path = os.path.join(out_dir, f"{current.name}.urls")
+            write_urls(urls_path, urls)
+            for local in (current.bin_path, current.idx_path, ids_path, urls_path):
                 key = os.path.basename(local)
                 entry = {"key": key, "rows": None, "bytes": os.path.getsize(local), "sha256": sha256_file(local)}
                 output_store.put_file(local, key)
@@ -417,26 +423,29 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
                 if problem:
                     problems.append(problem)
                 files.append(entry)
-            shards.append({"name": current.name, "documents": current.documents, "tokens": current.tokens})
+            shards.append({"name": current.name, "documents": current.documents, "tokens": current.tokens, "part": task.part, "first_row": first_row})
 
         parquet = pq.ParquetFile(path)
         has_language = "language" in parquet.schema_arrow.names
-        columns = ["doc_id", "text", "language"] if has_language else ["doc_id", "text"]
+        has_url = "url" in parquet.schema_arrow.names
+        columns = ["doc_id", "text"] + (["language"] if has_language else []) + (["url"] if has_url else [])
         sample_every = max(1, parquet.metadata.num_rows // task.sample_documents) if task.sample_documents > 0 else 0
         for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=columns):
             texts = batch.column("text").to_pylist()
             ids = batch.column("doc_id").to_pylist()
             batch_languages = batch.column("language").to_pylist() if has_language else [None] * len(ids)
+            batch_urls = batch.column("url").to_pylist() if has_url else [None] * len(ids)
             encoded, fallbacks = encoder.encode_counting(texts)
             fallback_documents += fallbacks
             sizes = np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1  # EOS
             histogram += np.histogram(sizes, bins=LENGTH_BINS)[0]
             tops = [int(ids_.max()) for ids_ in encoded if len(ids_)]
             max_token_id = max([max_token_id, eos_id, *tops])
-            for doc_id, language, text, doc_tokens, size in zip(ids, batch_languages, texts, encoded, sizes.tolist(), strict=True):
+            for doc_id, language, url, text, doc_tokens, size in zip(ids, batch_languages, batch_urls, texts, encoded, sizes.tolist(), strict=True):
                 if writer is not None and writer.tokens + size > task.max_shard_tokens and writer.documents:
                     finish(writer)
-                    writer, doc_ids, languages = None, [], []
+                    first_row += writer.documents
+                    writer, doc_ids, languages, urls = None, [], [], []
                 if writer is None:
                     writer = ShardWriter(out_dir, f"shard-{task.part:05d}-{len(shards):02d}", vocab_size)
                 if sample_every and documents % sample_every == 0:
@@ -444,6 +453,7 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
                 writer.add(doc_tokens, eos_id)
                 doc_ids.append(doc_id)
                 languages.append(language)
+                urls.append(url)
                 documents += 1
                 tokens += size
             text_bytes += int(pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0)

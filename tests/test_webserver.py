@@ -38,7 +38,9 @@ DEPENDENCIES: dict[str, set[str]] = {
     "tokenizer": {"deduped_documents"},
     "tokenized_shards": {"deduped_documents", "tokenizer"},
     "decontamination": {"deduped_documents"},
-    "mixed_dataset": {"tokenized_shards", "decontamination", "tokenizer"},
+    "blocklist": set(),
+    "blocklist_matches": {"deduped_documents", "blocklist"},
+    "mixed_dataset": {"tokenized_shards", "decontamination", "blocklist_matches", "blocklist", "tokenizer"},
 }
 GROUPS = {
     "raw_documents": "curation",
@@ -47,6 +49,8 @@ GROUPS = {
     "cleaned_documents": "curation",
     "deduped_documents": "curation",
     "decontamination": "training",
+    "blocklist": "training",
+    "blocklist_matches": "training",
     "tokenizer": "tokenization",
     "tokenized_shards": "tokenization",
     "mixed_dataset": "training",
@@ -60,6 +64,8 @@ CHECKS: dict[str, dict[str, bool]] = {
     "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False, "removed_share_within_bounds": False},
     "tokenizer": {},
     "decontamination": {},
+    "blocklist": {},
+    "blocklist_matches": {},
     "tokenized_shards": {
         "token_ids_below_vocab_size": True,
         "decoded_sample_equals_text": True,
@@ -70,9 +76,10 @@ CHECKS: dict[str, dict[str, bool]] = {
         "validation_disjoint_from_training": True,
         "no_evaluation_overlap_in_mix": True,
         "copies_of_a_document_never_share_a_sample": True,
+        "no_blocklisted_document_in_mix": True,
     },
 }
-SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"]
+SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "blocklist_matches", "tokenized_shards"]
 
 WORKSPACE_QUERY = """
 query {
@@ -252,7 +259,7 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert location["__typename"] == "RepositoryLocation", location.get("message", location)
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
-    assert {"ingest_job", "tokenizer_job", "mix_job"} <= {job["name"] for job in repository["jobs"]}
+    assert {"ingest_job", "tokenizer_job", "mix_job", "trace_batch_job"} <= {job["name"] for job in repository["jobs"]}
     assert [sensor["name"] for sensor in repository["sensors"]] == ["new_snapshot_sensor"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 

@@ -93,7 +93,7 @@ class MixedTokens:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         # Per process: the manifest (O(shards)) is re-read, files re-opened, threads re-started.
-        state.update(_manifest=None, _refs=None, _pid=None, _index=None, _provider=None)
+        state.update(_manifest=None, _refs=None, _pid=None, _index=None, _provider=None, _url_files={})
         return state
 
     def _choose_mapped(self, read_mode: str, mmap_max_bytes: int) -> bool:
@@ -235,6 +235,47 @@ class MixedTokens:
         length = self.sequence_length
         window = self.tokens(index * length, index * length + length + 1)
         return window[:-1], window[1:]
+
+    # -- document identity (skip lists, trace)
+    def locate_documents(self, doc_ids: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+        """doc_id -> [(shard id, document index)] in this mix's shards (`sluice.lineage.locate_in_mix`)."""
+        from sluice.lineage import RowReader, locate_in_mix
+
+        with RowReader(self.store) as reader:
+            return locate_in_mix(reader, self.manifest, list(doc_ids))
+
+    def _url_file(self, shard: int):
+        from sluice.shards import UrlFile
+
+        files = self.__dict__.setdefault("_url_files", {})
+        url_file = files.get(shard)
+        if url_file is None:
+            info = self.manifest["shards"][shard]
+            key = f"{info['prefix']}/{info['name']}.urls"
+            path = self.store.local_path(key)
+            if path is None:  # remote: the (small) URL file of a shard, fetched once into the local cache
+                folder = os.path.join(self.cache_dir, f"mix-{self.mix}", "urls", f"{self.index_sha256[:16]}-{os.getpid()}")
+                os.makedirs(folder, exist_ok=True)
+                path = os.path.join(folder, f"{shard}.urls")
+                if not os.path.exists(path):
+                    os.replace(self.store.fetch(key, folder), path)
+            elif not os.path.exists(path):
+                raise ShardError(
+                    f"{self.store.uri(key)} does not exist: shards tokenized before sluice recorded URLs cannot be skipped by URL or "
+                    "domain; re-materialize tokenized_shards"
+                )
+            if len(files) >= 256:
+                files.pop(next(iter(files))).close()
+            url_file = files[shard] = UrlFile(path, int(info["documents"]), self.store.uri(key))
+        return url_file
+
+    def document_urls(self, shards: np.ndarray, docs: np.ndarray) -> list[str | None]:
+        """The crawl URL of each (shard, document) (the shards' `.urls` files)."""
+        return [self._url_file(int(shard)).get([int(doc)])[0] for shard, doc in zip(np.asarray(shards).tolist(), np.asarray(docs).tolist(), strict=True)]
+
+    def check_urls(self) -> None:
+        """Fail early, naming the shard, when the shards carry no URLs (skip lists by URL or domain need them)."""
+        self._url_file(0)
 
     def shards_of(self, sample_ids: Sequence[int] | np.ndarray) -> list[int]:
         """Shard ids the given samples read, in read order (repeats kept; for the cache's plan)."""

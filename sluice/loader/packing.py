@@ -10,7 +10,21 @@
 
 A segment is the piece of one index record (one document) inside one sample's inputs; `segment_records`
 (the records of the input segments, aligned with cu_seqlens) carries each segment's document identity
-(shard, doc, component, copy) for provenance.
+(shard, doc, component, copy).
+
+With provenance on (`TrainingLoader(provenance=True)`), a batch also carries
+
+    provenance          int64 [segments, 5], row i describing segment i (tokens cu_seqlens[i] ..
+                        cu_seqlens[i+1] of the flattened inputs), columns `PROVENANCE_COLUMNS`:
+                        record      index of the segment's record in the mix index (`sluice.mixindex`)
+                        shard       shard id in the mix manifest's `shards`
+                        doc         document index in that shard (its .idx / .docs.parquet row)
+                        token_begin, token_end   the segment's tokens inside the document: doc tokens
+                                    [token_begin, token_end) (the document's EOS is its last token)
+    positions           int64 [B], the stream positions of the batch's samples (`sluice.loader.order`)
+
+which is enough to name every document and token span of the batch offline (`sluice trace`). Each window's
+last token (the last label) is not part of any input segment; it belongs to the next segment's document.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ if TYPE_CHECKING:
     from sluice.loader.data import MixedTokens
 
 IGNORE_INDEX = -100  # the label value torch's cross_entropy ignores
+PROVENANCE_COLUMNS = ("record", "shard", "doc", "token_begin", "token_end")
 # Tokens packed per call: batches are built this many at a time, then cut apart (per-call numpy costs are
 # amortized over more batches; 2^18 int64 tokens x 3 fields is 6 MiB of host memory per call).
 PACK_TOKENS = 1 << 18
@@ -42,6 +57,36 @@ def _arange(size: int, dtype: type) -> np.ndarray:
     return values
 
 
+def window_segments(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The segments of the samples' windows (L + 1 tokens each) from one index probe per sample, reading no
+    tokens: records covering each window, their counts, the first record's index, and per segment its row
+    and [seg_begin, seg_end) inside the window."""
+    length = data.sequence_length
+    records, counts, first = data.index().sample_records_at(ids)
+    begins = ids * length
+    row = np.repeat(np.arange(len(ids)), counts)
+    offsets = records["offset"].astype(np.int64)
+    seg_begin = np.maximum(offsets - begins[row], 0)
+    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - begins[row], length + 1)
+    return {"records": records, "counts": counts, "first": first, "row": row, "seg_begin": seg_begin, "seg_end": seg_end}
+
+
+def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+    """What `pack_arrays(..., provenance=True)` says about the samples' input segments (`segment_starts`,
+    `segment_records`, `provenance`), from the index alone: no token is read (what a trace needs)."""
+    length = data.sequence_length
+    ids = np.asarray(sample_ids, dtype=np.int64)
+    where = window_segments(data, ids)
+    row, seg_begin, seg_end = where["row"], where["seg_begin"], where["seg_end"]
+    in_inputs = seg_begin < length
+    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    return {
+        "segment_starts": row[in_inputs] * length + seg_begin[in_inputs],
+        "segment_records": where["records"][in_inputs],
+        "provenance": segment_provenance(where, ids * length, in_inputs, input_sizes),
+    }
+
+
 def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     """The token windows (L + 1 tokens each) of the given samples, and their segments.
 
@@ -50,16 +95,12 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     each, straight into the window buffer (the segments tile the windows in order), or, for a mix read
     through memory maps, copied by one concatenate of their slices.
     """
-    length = data.sequence_length
-    width = length + 1
+    width = data.sequence_length + 1
     count = len(ids)
-    records, counts = data.index().sample_records(ids)
-    begins = ids * length
-    row = np.repeat(np.arange(count), counts)
+    where = window_segments(data, ids)
+    records, counts, first, row, seg_begin, seg_end = (where[k] for k in ("records", "counts", "first", "row", "seg_begin", "seg_end"))
     offsets = records["offset"].astype(np.int64)
-    seg_begin = np.maximum(offsets - begins[row], 0)  # inside the window
-    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - begins[row], width)
-    source = records["start"].astype(np.int64) + begins[row] + seg_begin - offsets  # token offset inside the shard
+    source = records["start"].astype(np.int64) + ids[row] * data.sequence_length + seg_begin - offsets  # token offset inside the shard
     sizes = seg_end - seg_begin
     window = np.empty(count * width, dtype=data.token_dtype)  # token dtype: the reads move 2 (or 4) bytes a token
     view = memoryview(window).cast("B")
@@ -77,7 +118,7 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
                 files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
         if pieces:
             np.concatenate(pieces, out=window)
-        return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records}
+        return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records, "first": first, "counts": counts}
     fds = [files[shard].fd for shard in shard_ids]
     ends = np.cumsum(sizes) * item
     read = 0
@@ -87,16 +128,17 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     if read != len(view):  # a shard shorter than the mix says: name it
         for shard, start, size in zip(shard_ids, source.tolist(), sizes.tolist(), strict=True):
             files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
-    return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records}
+    return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records, "first": first, "counts": counts}
 
 
 def pack_arrays(
-    data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool, out: np.ndarray | None = None
+    data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool, out: np.ndarray | None = None,
+    provenance: bool = False,
 ) -> dict[str, np.ndarray]:
     """Rows of samples with their document-boundary fields, as numpy arrays (see the module docstring).
 
     `out`, an int64 array [3, rows, length], receives input_ids, labels and position_ids (one buffer, so a
-    DataLoader worker sends one tensor per group of batches).
+    DataLoader worker sends one tensor per group of batches). `provenance` adds the `provenance` array.
     """
     length = data.sequence_length
     ids = np.asarray(sample_ids, dtype=np.int64)
@@ -123,7 +165,7 @@ def pack_arrays(
     np.copyto(inputs, window[:, :-1])
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
-    return {
+    packed = {
         "input_ids": inputs,
         "labels": labels,
         "position_ids": positions,
@@ -131,11 +173,32 @@ def pack_arrays(
         "segment_sizes": input_sizes,
         "segment_records": read["records"][in_inputs],
     }
+    if provenance:
+        packed["provenance"] = segment_provenance(read, ids * length, in_inputs, input_sizes)
+    return packed
 
 
-def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool = False) -> dict[str, Any]:
+def segment_provenance(read: dict[str, np.ndarray], begins: np.ndarray, in_inputs: np.ndarray, input_sizes: np.ndarray) -> np.ndarray:
+    """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result."""
+    counts, records = read["counts"], read["records"]
+    # A sample's records are consecutive in the index: record k of sample i is first[i] + k.
+    within = np.arange(len(records), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    record_index = np.repeat(read["first"], counts) + within
+    # Where the segment starts inside its document: its stream position minus the record's (a record is a
+    # document or its head, so its first token is the document's first).
+    doc_begin = begins[read["row"]] + read["seg_begin"] - records["offset"].astype(np.int64)
+    out = np.empty((int(in_inputs.sum()), len(PROVENANCE_COLUMNS)), dtype=np.int64)
+    out[:, 0] = record_index[in_inputs]
+    out[:, 1] = records["shard"][in_inputs]
+    out[:, 2] = records["doc"][in_inputs]
+    out[:, 3] = doc_begin[in_inputs]
+    out[:, 4] = out[:, 3] + input_sizes
+    return out
+
+
+def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool = False, provenance: bool = False) -> dict[str, Any]:
     """One batch of samples with document-boundary fields for variable-length attention (all on the CPU)."""
-    return split_packed(pack_arrays(data, sample_ids, mask_document_boundaries), 1)[0]
+    return split_packed(pack_arrays(data, sample_ids, mask_document_boundaries, provenance=provenance), 1)[0]
 
 
 def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, Any]]:
@@ -153,6 +216,7 @@ def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, A
     if nonempty.any():
         max_seqlen[nonempty] = np.maximum.reduceat(sizes, edges[:-1][nonempty])
     inputs, labels, positions = packed["input_ids"], packed["labels"], packed["position_ids"]
+    provenance = packed.get("provenance")
     out = []
     for piece, (a, b, longest) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), max_seqlen.tolist(), strict=True)):
         rows_slice = slice(piece * size, (piece + 1) * size)
@@ -166,4 +230,6 @@ def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, A
                 "max_seqlen": longest,
             }
         )
+        if provenance is not None:
+            out[-1]["provenance"] = torch.from_numpy(provenance[a:b])
     return out

@@ -4,7 +4,12 @@ DataLoader workers take whole local batches in turn (worker w builds batches k =
 groups, one shared-memory tensor per group) and the main process hands them out in k order, so the worker
 count never changes what a rank sees; the state counts only batches handed to the caller, never prefetched
 ones. `state_dict()` = {seed, epoch, position (samples of that epoch consumed by all ranks), block_size,
-num_samples}: a few integers, the same on every rank (`sluice.loader.order`).
+num_samples, step (global batches handed out since position 0), global_batch, index_sha256, skip (the skip
+list, `sluice.loader.skip`)}: a few integers and the skip list, the same on every rank (`sluice.loader.order`).
+
+With a skip list the rank's batches are cut from the kept stream (`KeptStream`): the positions from the
+resume position on minus the skipped ones; `provenance=True` adds each batch's `provenance` and `positions`
+(`sluice.loader.packing`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from sluice.loader.data import MixedTokens
 from sluice.loader.order import GlobalOrder, RankPlan
 from sluice.loader.packing import PACK_TOKENS, pack_arrays, split_packed
+from sluice.loader.skip import KeptStream, SkipList, SkipPlan
 
 _COPIED = "_copied_event"  # internal key: the CUDA event of a batch's host-to-device copy
-STATE_VERSION = 1
+_NEXT = "_next_position"  # internal key: the stream position after the batch's global batch
+STATE_VERSION = 2
 
 
 class RankBatches(IterableDataset):
@@ -40,6 +47,8 @@ class RankBatches(IterableDataset):
         mask_document_boundaries: bool,
         lookahead_batches: int = 16,
         transport: bool = False,
+        provenance: bool = False,
+        skip: SkipPlan | None = None,
     ) -> None:
         # transport=True (DataLoader workers): yield one item per group of batches, its big arrays in one
         # tensor, because every tensor crossing the process boundary costs a shared-memory segment;
@@ -50,12 +59,17 @@ class RankBatches(IterableDataset):
         self.plan = plan
         self.mask_document_boundaries = mask_document_boundaries
         self.lookahead_batches = lookahead_batches
+        self.provenance = provenance
+        self.skip = skip if skip is not None and not skip.empty else None
 
-    def _samples(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Sample ids and epochs of this rank's local batch k (permutations evaluated many batches at a time)."""
+    def _samples(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+        """Sample ids, epochs and stream positions of this rank's local batch k, and the stream position after
+        its global batch (permutations evaluated many batches at a time)."""
         cached = self._ids.get(k)
         if cached is not None:
             return cached
+        if self.skip is not None:
+            return self._kept_samples(k)
         if self.plan.batch_begin(k) is None:
             return None
         # Evaluate the next `chunk` batches of this worker in one vectorized call (numpy per-call overhead).
@@ -63,9 +77,25 @@ class RankBatches(IterableDataset):
         begins = np.array([self.plan.batch_begin(j) for j in wanted], dtype=np.int64)
         positions = (begins[:, None] + np.arange(self.plan.batch_size, dtype=np.int64)).reshape(-1)
         ids, epochs = self.order.at(positions)
-        size = self.plan.batch_size
+        size, step = self.plan.batch_size, self.plan.global_batch
         for index, j in enumerate(wanted):
-            self._ids[j] = (ids[index * size : (index + 1) * size], epochs[index * size : (index + 1) * size])
+            part = slice(index * size, (index + 1) * size)
+            self._ids[j] = (ids[part], epochs[part], positions[part], self.plan.start + (j + 1) * step)
+        return self._ids[k]
+
+    def _kept_samples(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+        """`_samples` with a skip list: global batch k of the kept stream, this rank's slice of it."""
+        if self._stream is None:
+            stride, offset = self._stride, self._offset
+            self._stream = KeptStream(self.plan.start, self.plan.end, self.plan.global_batch, self.skip, self.order, self.data,
+                                      keep=lambda j: j % stride == offset)
+        positions = self._stream.batch(k)
+        if positions is None:
+            return None
+        size, rank = self.plan.batch_size, self.plan.rank
+        mine = positions[rank * size : (rank + 1) * size]
+        ids, epochs = self.order.at(mine)
+        self._ids[k] = (ids, epochs, mine, int(positions[-1]) + 1)
         return self._ids[k]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -73,6 +103,7 @@ class RankBatches(IterableDataset):
         workers, worker_id = (worker.num_workers, worker.id) if worker else (1, 0)
         # Permutations cost a fixed numpy overhead per call (cycle walking): evaluate ~4096 positions at once.
         self._ids, self._stride, self._chunk = {}, workers, max(16, 4096 // self.plan.batch_size)
+        self._offset, self._stream = worker_id, None
         # Likewise packing: build PACK_TOKENS per call (fixed numpy costs per call; for workers, also the fixed
         # cost of each group crossing the process boundary), then cut them into batches.
         group = max(1, min(64, PACK_TOKENS // (self.plan.batch_size * self.data.sequence_length)))
@@ -101,24 +132,32 @@ class RankBatches(IterableDataset):
                 shards.plan([shard for _, batch_shards in ahead for shard in batch_shards])
             for index in range(len(batches)):
                 self._ids.pop(k + index * workers, None)  # consumed: the cache only holds batches still ahead
-            ids = np.concatenate([batch_ids for batch_ids, _ in batches])
+            ids = np.concatenate([batch[0] for batch in batches])
             if self.transport:
                 buffer = torch.empty((3, len(ids), self.data.sequence_length), dtype=torch.int64).share_memory_()  # filled in place, sent without a copy
-                packed = pack_arrays(self.data, ids, self.mask_document_boundaries, out=buffer.numpy())
-                yield {
+                packed = pack_arrays(self.data, ids, self.mask_document_boundaries, out=buffer.numpy(), provenance=self.provenance)
+                item = {
                     "group": buffer,
                     "ks": [k + index * workers for index in range(len(batches))],
                     "sample_ids": ids.tolist(),
-                    "epochs": np.concatenate([epochs for _, epochs in batches]).tolist(),
+                    "epochs": np.concatenate([batch[1] for batch in batches]).tolist(),
+                    "next_positions": [batch[3] for batch in batches],
                     "segment_starts": packed["segment_starts"].tolist(),
                     "segment_sizes": packed["segment_sizes"].tolist(),
                 }
+                if self.provenance:
+                    item["provenance"] = torch.from_numpy(packed["provenance"])
+                    item["positions"] = np.concatenate([batch[2] for batch in batches]).tolist()
+                yield item
                 k += len(batches) * workers
                 continue
-            packed = pack_arrays(self.data, ids, self.mask_document_boundaries)
-            for (batch_ids, epochs), batch in zip(batches, split_packed(packed, len(batches)), strict=True):
+            packed = pack_arrays(self.data, ids, self.mask_document_boundaries, provenance=self.provenance)
+            for (batch_ids, epochs, positions, after), batch in zip(batches, split_packed(packed, len(batches)), strict=True):
                 batch["sample_ids"] = torch.from_numpy(batch_ids)
                 batch["epochs"] = torch.from_numpy(epochs)
+                if self.provenance:
+                    batch["positions"] = torch.from_numpy(positions)
+                batch[_NEXT] = after
                 yield batch
             k += len(batches) * workers
 
@@ -133,13 +172,19 @@ def unpack_group(item: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
         "segment_starts": np.asarray(item["segment_starts"], dtype=np.int64),
         "segment_sizes": np.asarray(item["segment_sizes"], dtype=np.int64),
     }
+    if "provenance" in item:
+        packed["provenance"] = item["provenance"].numpy()
     ks = item["ks"]
     batches = split_packed(packed, len(ks))
     ids = np.asarray(item["sample_ids"], dtype=np.int64).reshape(len(ks), -1)
     epochs = np.asarray(item["epochs"], dtype=np.int64).reshape(len(ks), -1)
+    positions = np.asarray(item["positions"], dtype=np.int64).reshape(len(ks), -1) if "positions" in item else None
     for index, batch in enumerate(batches):
         batch["sample_ids"] = torch.from_numpy(ids[index])
         batch["epochs"] = torch.from_numpy(epochs[index])
+        if positions is not None:
+            batch["positions"] = torch.from_numpy(positions[index])
+        batch[_NEXT] = item["next_positions"][index]
     return list(zip(ks, batches, strict=True))
 
 
@@ -228,7 +273,9 @@ class TrainingLoader:
     """Batches of one rank, on `device`, in the global order; `state_dict()` / `load_state_dict()` resume.
 
     Iterating continues from the current state; breaking out and iterating again goes on where it left.
-    `stats` tells how long the caller waited for data.
+    `stats` tells how long the caller waited for data. `provenance=True` adds to every batch the identity of
+    each packed segment (`provenance`, aligned with cu_seqlens) and the samples' stream `positions`; `skip`
+    (or `load_state_dict(state, skip=...)`) leaves samples out (`sluice.loader.skip`).
     """
 
     def __init__(
@@ -244,6 +291,8 @@ class TrainingLoader:
         mask_document_boundaries: bool = False,
         num_epochs: int | None = None,
         prefetch_batches: int = 4,  # 0 = build batches synchronously in the caller (no thread)
+        provenance: bool = False,
+        skip: SkipList | dict[str, Any] | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, {world_size})")
@@ -262,7 +311,18 @@ class TrainingLoader:
         self.order = GlobalOrder(len(data), seed, block_size)
         self._copy_stream = None  # CUDA side stream for host-to-device copies
         self.stream_position = 0  # absolute: epoch * N + samples of that epoch consumed
+        self.step: int | None = 0  # global batches handed out since position 0 (None: a v1 checkpoint's, unknown)
+        self.provenance = provenance
         self.stats = LoaderStats()
+        self.skip_list = SkipList()
+        self.skip_unresolved: list[str] = []  # doc ids of the skip list not found in this mix
+        self._skip_plan: SkipPlan | None = None
+        if skip is not None:
+            self._set_skip(self._resolve_steps(SkipList(), SkipList.coerce(skip), self.step, self.stream_position, self.global_batch))
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
 
     @property
     def num_samples(self) -> int:
@@ -276,7 +336,7 @@ class TrainingLoader:
     def epoch(self) -> int:
         return self.stream_position // self.num_samples
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
             "seed": self.order.seed,
@@ -284,21 +344,82 @@ class TrainingLoader:
             "position": self.stream_position % self.num_samples,
             "num_samples": self.num_samples,
             "block_size": self.order.block_size,
+            "step": self.step,
+            "global_batch": self.global_batch,
+            "index_sha256": self.data.index_sha256,
+            "skip": self.skip_list.to_state(),
         }
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        if int(state.get("version", STATE_VERSION)) != STATE_VERSION:
-            raise ValueError(f"loader state version {state.get('version')} is not {STATE_VERSION}")
+    def load_state_dict(self, state: dict[str, Any], skip: SkipList | dict[str, Any] | None = None) -> None:
+        """Resume from `state` (any world size, batch size or worker count). `skip` adds entries to the
+        checkpoint's skip list; its steps are the steps of the run that saved `state` (`sluice.loader.skip`)."""
+        version = int(state.get("version", 1))
+        if version not in (1, STATE_VERSION):
+            raise ValueError(f"loader state version {version} is not {STATE_VERSION} (or 1)")
         if int(state["num_samples"]) != self.num_samples:
             raise ValueError(
                 f"the saved loader state is for a mix of {state['num_samples']} samples but mix {self.data.mix!r} "
                 f"({self.data.split}) has {self.num_samples}: resume on the same mix"
+            )
+        saved_index = state.get("index_sha256")
+        if saved_index is not None and self.data.index_sha256 is not None and saved_index != self.data.index_sha256:
+            raise ValueError(
+                f"the saved loader state is for another build of mix {self.data.mix!r} (index {str(saved_index)[:12]}..., now "
+                f"{self.data.index_sha256[:12]}...): the order changed; resume on the build it was saved with"
             )
         position = int(state["position"])
         if not 0 <= position < self.num_samples:
             raise ValueError(f"loader state position {position} is outside [0, {self.num_samples})")
         self.order = GlobalOrder(self.num_samples, int(state["seed"]), int(state.get("block_size", 1)))
         self.stream_position = int(state["epoch"]) * self.num_samples + position
+        self.step = None if state.get("step") is None else int(state["step"])
+        saved = SkipList.from_state(state.get("skip"))
+        added = SkipList.coerce(skip) if skip is not None else SkipList()
+        saved_batch = int(state.get("global_batch") or self.global_batch)
+        self._set_skip(saved.merged(self._resolve_steps(saved, added, self.step, self.stream_position, saved_batch)))
+
+    def _resolve_steps(self, saved: SkipList, added: SkipList, step: int | None, position: int, global_batch: int) -> SkipList:
+        """`added` with its steps turned into the positions those steps held in the run that saved (step,
+        position, global_batch) with the skip list `saved`."""
+        ranges = added.step_ranges()
+        if not ranges:
+            return added
+        if step is None:
+            raise ValueError("this checkpoint does not count steps (loader state version 1): skip positions instead of steps")
+        if ranges[0][0] < step:
+            raise ValueError(f"step {ranges[0][0]} is before the checkpoint's step {step}: its samples were consumed already")
+        plan = self._resolve_plan(saved)
+        stream = KeptStream(position, None, global_batch, plan, self.order, self.data)
+        positions = []
+        for first, stop in ranges:
+            for k in range(first - step, stop - step):
+                held = stream.batch(k)
+                if held is not None:
+                    positions.extend([int(p), int(p) + 1] for p in held)
+        resolved = {"steps": [list(r) for r in ranges], "from_step": step, "from_position": position, "global_batch": global_batch,
+                    "positions": [list(r) for r in SkipList(positions=positions).positions]}
+        out = SkipList(**{**added.to_state(with_version=False), "steps": []})
+        out.positions = SkipList(positions=out.positions + positions).positions
+        out.resolved_steps = [*out.resolved_steps, resolved]
+        return out
+
+    def _resolve_plan(self, skip: SkipList) -> SkipPlan | None:
+        if skip.empty:
+            return None
+        keys = [(shard << 32) | doc for shard, doc in skip.documents]
+        if skip.doc_ids:
+            found = self.data.locate_documents(skip.doc_ids)
+            keys += [(shard << 32) | doc for places in found.values() for shard, doc in places]
+            self.skip_unresolved = [doc_id for doc_id in skip.doc_ids if not found.get(doc_id)]
+        return SkipPlan(skip.positions, np.asarray(keys, dtype=np.uint64), skip.urls, skip.domains)
+
+    def _set_skip(self, skip: SkipList) -> None:
+        if skip.steps:
+            raise ValueError("unresolved steps in a skip list")
+        self.skip_list = skip
+        self._skip_plan = self._resolve_plan(skip)
+        if self._skip_plan is not None and (self._skip_plan.urls or self._skip_plan.domains):
+            self.data.check_urls()
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the start of `epoch` (for loops that count epochs themselves)."""
@@ -309,7 +430,8 @@ class TrainingLoader:
         return RankPlan(self.stream_position, self.batch_size, self.rank, self.world_size, end)
 
     def _host_batches(self, plan: RankPlan) -> Iterator[dict[str, Any]]:
-        dataset = RankBatches(self.data, self.order, plan, self.mask_document_boundaries, transport=self.num_workers > 0)
+        dataset = RankBatches(self.data, self.order, plan, self.mask_document_boundaries, transport=self.num_workers > 0,
+                              provenance=self.provenance, skip=self._skip_plan)
         cuda = self.device.type == "cuda"
         if self.num_workers > 0:
             loader = DataLoader(dataset, batch_size=None, num_workers=self.num_workers, pin_memory=cuda, prefetch_factor=2)
@@ -359,7 +481,6 @@ class TrainingLoader:
         plan = self._plan()
         source = self._host_batches(plan)
         cuda = self.device.type == "cuda"
-        consumed = 0
 
         def fetch() -> tuple[dict[str, Any] | None, float]:
             mark = time.perf_counter()
@@ -373,8 +494,9 @@ class TrainingLoader:
                 if cuda:  # start the next batch's copy before handing out this one, so it overlaps the step
                     following, more = fetch()
                     waited += more
-                consumed += 1
-                self.stream_position = plan.start + consumed * plan.global_batch
+                self.stream_position = ready.pop(_NEXT)
+                if self.step is not None:
+                    self.step += 1
                 self.stats.steps += 1
                 self.stats.wait_seconds += waited
                 self.stats.last_wait_seconds = waited

@@ -26,12 +26,13 @@ shifted by one), L = sequence_length. Every range is one document or the cut hea
 boundaries inside a sample are its document boundaries.
 """
 
-from sluice.mix.build import CONTAMINATED, INDEX, MIXED, build_mix, index_prefix, mix_prefix
+from sluice.mix.build import BLOCKED, CONTAMINATED, INDEX, MIXED, build_mix, index_prefix, mix_prefix
 from sluice.mix.export import export_sequences, iter_split_tokens, split_index
 from sluice.mix.plan import MixError, targets, validation_mask
 from sluice.mix.scan import read_docs_table
 
 __all__ = [
+    "BLOCKED",
     "CONTAMINATED",
     "INDEX",
     "MIXED",

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.config import MixSettings, split_weight_key
 from sluice.layout import _remove_tree, named_prefix, sha256_file, write_manifest, write_parquet
@@ -18,11 +19,15 @@ from sluice.storage import Store, local_temp_dir
 MIXED = "mixed_dataset"
 INDEX = "mixed_index"
 CONTAMINATED = "mixed_contaminated"
+BLOCKED = "mixed_blocked"
 FORMAT = "sluice-mix"
 VERSION = 3
 SPLITS = ("train", "validation")
 CONTAMINATED_SCHEMA = pa.schema(
     [("doc_id", pa.string()), ("source", pa.string()), ("partition", pa.string()), ("matched_ngrams", pa.int64())]
+)
+BLOCKED_SCHEMA = pa.schema(
+    [("doc_id", pa.string()), ("source", pa.string()), ("partition", pa.string()), ("rule", pa.string()), ("entry", pa.string()), ("tokens", pa.int64())]
 )
 
 
@@ -60,6 +65,7 @@ def _plans(scan: Scan, settings: MixSettings) -> list[ComponentPlan]:
 
 def _write_splits(scan: Scan, plans: list[ComponentPlan], settings: MixSettings, folder: str) -> dict[str, SplitStats]:
     flagged = scan.flagged()
+    blocked = scan.blocked_documents()
     stats = {}
     train = KeyedBuckets(folder, "train", sum(plan.ranges for plan in plans))
     for chunk in iter_spill(scan.train_path):
@@ -73,7 +79,7 @@ def _write_splits(scan: Scan, plans: list[ComponentPlan], settings: MixSettings,
         tokens = settings.token_budget if split == "train" else int(scan.validation_tokens.sum())
         stats[split] = write_split(
             buckets, split, os.path.join(folder, f"{split}.idx"), os.path.join(folder, f"{split}.parquet"), tokens,
-            settings.sequence_length, scan.components.names, flagged, separate=split == "train",
+            settings.sequence_length, scan.components.names, flagged, separate=split == "train", blocked=blocked,
         )
     return stats
 
@@ -85,16 +91,20 @@ def build_mix(
     tokenizer_sha256: str | None = None,
     flags: FlagReader | None = None,
     decontamination: dict[str, Any] | None = None,
+    blocked: FlagReader | None = None,
+    blocklist: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build and publish the index of one mix; returns its manifest (with the values its checks compare).
 
     `tokenizer_sha256`: the current tokenizer; shards from another one are refused.
     `flags(ref)`: the documents of a tokenized partition flagged by decontamination for this mix (doc_id,
     matched_ngrams); they are left out of both splits.
+    `blocked(ref)`: the documents of a partition the training blocklist matches (doc_id, rule, entry), left
+    out of both splits as if they had never been crawled; `blocklist` describes the list (its sha256).
     """
     folder = local_temp_dir()
     try:
-        scan = scan_sources(store, settings, folder, flags)
+        scan = scan_sources(store, settings, folder, flags, blocked=blocked)
         if not scan.shards:
             raise MixError(f"mix {mix_name!r}: no tokenized shards exist for sources {settings.sources}; materialize tokenized_shards first")
         if tokenizer_sha256 is not None and scan.info["tokenizer_sha256"] != tokenizer_sha256:
@@ -104,13 +114,13 @@ def build_mix(
             )
         plans = _plans(scan, settings)
         stats = _write_splits(scan, plans, settings, folder)
-        return _publish(store, mix_name, settings, scan, plans, stats, folder, decontamination)
+        return _publish(store, mix_name, settings, scan, plans, stats, folder, decontamination, blocklist)
     finally:
         _remove_tree(folder)
 
 
 def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, plans: list[ComponentPlan], stats: dict[str, SplitStats], folder: str,
-             decontamination: dict[str, Any] | None) -> dict[str, Any]:
+             decontamination: dict[str, Any] | None, blocklist: dict[str, Any] | None = None) -> dict[str, Any]:
     prefix, side = mix_prefix(mix_name), index_prefix(mix_name)
     files, side_files, splits = [], [], {}
     for split in SPLITS:
@@ -133,6 +143,13 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
     contaminated = (rows.select(CONTAMINATED_SCHEMA.names).cast(CONTAMINATED_SCHEMA) if rows is not None else CONTAMINATED_SCHEMA.empty_table())
     contaminated_prefix = named_prefix(CONTAMINATED, "mix", mix_name)
     side_files.append({**write_parquet(store, f"{contaminated_prefix}/contaminated.parquet", contaminated), "prefix": contaminated_prefix})
+    blocked_rows = pa.concat_tables(scan.blocked_rows).sort_by([("partition", "ascending"), ("doc_id", "ascending")]) if scan.blocked_rows else None
+    blocked = blocked_rows.select(BLOCKED_SCHEMA.names).cast(BLOCKED_SCHEMA) if blocked_rows is not None else BLOCKED_SCHEMA.empty_table()
+    blocked_prefix = named_prefix(BLOCKED, "mix", mix_name)
+    side_files.append({**write_parquet(store, f"{blocked_prefix}/blocked.parquet", blocked), "prefix": blocked_prefix})
+    by_rule: dict[str, int] = {}
+    for rule in blocked.column("rule").to_pylist():
+        by_rule[rule] = by_rule.get(rule, 0) + 1
     train = stats["train"]
     shares = {name: (int(train.component_tokens[index]) / train.tokens if train.tokens else 0.0) for index, name in enumerate(scan.components.names)}
     total_weight = sum(settings.weights.values())
@@ -152,6 +169,8 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
             "validation_documents": int(scan.validation_docs[index]),
             "validation_tokens": int(scan.validation_tokens[index]),
             "contaminated_documents": int(scan.contaminated[index]),
+            "blocked_documents": int(scan.blocked[index]),
+            "blocked_tokens": int(scan.blocked_tokens[index]),
         }
         for index, plan in enumerate(plans)
     ]
@@ -173,6 +192,9 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
         "shards": scan.shards,
         "sources": sources,
         "decontamination": {**(decontamination or {}), "removed_documents": contaminated.num_rows},
+        # The blocklist version this build applied and what it removed (documents and their tokens, both splits).
+        "blocklist": {**(blocklist or {"sha256": None}), "removed_documents": blocked.num_rows,
+                      "removed_tokens": int(pc.sum(blocked.column("tokens")).as_py() or 0), "removed_by_rule": by_rule},
         # Values gathered while writing the indexes, which the mixed_dataset checks compare.
         "checks": {
             "realized_shares": shares,
@@ -181,6 +203,8 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
             "training_documents": scan.train_documents,
             "validation_documents": scan.validation_documents,
             "flagged_in_index": train.flagged_in_index + validation.flagged_in_index,
+            "blocked_in_index": train.blocked_in_index + validation.blocked_in_index,
+            "blocked_documents": len(scan.blocked_documents()),
             "flagged_documents": len(scan.flagged()),
             "copies_in_one_sample": train.copies_in_one_sample,
         },

@@ -171,13 +171,14 @@ class SplitStats:
     doc_hash_min: int | None = None
     doc_hash_max: int | None = None
     flagged_in_index: int = 0
+    blocked_in_index: int = 0
     copies_in_one_sample: int = 0
     component_tokens: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         self.component_tokens = np.zeros(self.components, np.int64)
 
-    def add(self, records: np.ndarray, flagged: np.ndarray) -> None:
+    def add(self, records: np.ndarray, flagged: np.ndarray, blocked: np.ndarray | None = None) -> None:
         if not len(records):
             return
         self.ranges += len(records)
@@ -188,6 +189,8 @@ class SplitStats:
         self.doc_hash_max = high if self.doc_hash_max is None else max(self.doc_hash_max, high)
         if len(flagged):
             self.flagged_in_index += int(np.isin(document_ids(records), flagged).sum())
+        if blocked is not None and len(blocked):
+            self.blocked_in_index += int(np.isin(document_ids(records), blocked).sum())
 
 
 def write_split(
@@ -200,6 +203,7 @@ def write_split(
     component_names: list[str],
     flagged: np.ndarray,
     separate: bool,
+    blocked: np.ndarray | None = None,
 ) -> SplitStats:
     """Write one split's index and Parquet ranges from its sorted buckets (one bucket in memory at a time)."""
     stats = SplitStats(len(component_names))
@@ -214,7 +218,7 @@ def write_split(
                     records, left = separate_copies(context, records, writer.written_tokens, sequence_length)
                     stats.copies_in_one_sample += left
                 offsets = writer.append(records["shard"], records["start"], records["doc"], records["length"], records["component"], records["copy"])
-                stats.add(records, flagged)
+                stats.add(records, flagged, blocked)
                 parquet.write_table(_ranges_table(records, offsets, split_dictionary, component_dictionary), row_group_size=BUCKET_ROWS)
                 if separate:
                     joined = np.concatenate([context, records])

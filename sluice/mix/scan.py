@@ -104,6 +104,8 @@ class Scan:
     validation_documents: int = 0
     flagged_keys: list[np.ndarray] = field(default_factory=list)  # shard << 32 | doc of contaminated documents
     contaminated_rows: list[pa.Table] = field(default_factory=list)
+    blocked_keys: list[np.ndarray] = field(default_factory=list)  # shard << 32 | doc of blocklisted documents
+    blocked_rows: list[pa.Table] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         count = len(self.components.names)
@@ -112,6 +114,8 @@ class Scan:
         self.validation_tokens = np.zeros(count, np.int64)
         self.validation_docs = np.zeros(count, np.int64)
         self.contaminated = np.zeros(count, np.int64)
+        self.blocked = np.zeros(count, np.int64)  # documents left out by the blocklist, per component
+        self.blocked_tokens = np.zeros(count, np.int64)
         self.token_hist = np.zeros((count, HIST_BINS), np.int64)
         self.count_hist = np.zeros((count, HIST_BINS), np.int64)
         self.train_path = os.path.join(self.folder, "train.spill")
@@ -119,6 +123,9 @@ class Scan:
 
     def flagged(self) -> np.ndarray:
         return np.unique(np.concatenate(self.flagged_keys)) if self.flagged_keys else np.zeros(0, np.uint64)
+
+    def blocked_documents(self) -> np.ndarray:
+        return np.unique(np.concatenate(self.blocked_keys)) if self.blocked_keys else np.zeros(0, np.uint64)
 
 
 def _check_tokenizer(store: Store, prefix: str, manifest: dict[str, Any], info: dict[str, Any]) -> None:
@@ -131,8 +138,12 @@ def _check_tokenizer(store: Store, prefix: str, manifest: dict[str, Any], info: 
         info[key] = manifest[key]
 
 
-def scan_sources(store: Store, settings: MixSettings, folder: str, flags: FlagReader | None = None, scratch: str | None = None) -> Scan:
-    """Classify every document of the mix's sources and spill training / validation documents to `folder`."""
+def scan_sources(
+    store: Store, settings: MixSettings, folder: str, flags: FlagReader | None = None, scratch: str | None = None, blocked: FlagReader | None = None
+) -> Scan:
+    """Classify every document of the mix's sources and spill training / validation documents to `folder`.
+    `flags(ref)`: contaminated documents (doc_id, matched_ngrams); `blocked(ref)`: blocklisted documents
+    (doc_id, rule, entry); both are left out of both splits and counted."""
     components = Components.of(settings)
     scan = Scan(components, folder)
     keys = np.array([component_key(settings.seed, name) for name in components.names] or [0], np.uint64)
@@ -148,26 +159,30 @@ def scan_sources(store: Store, settings: MixSettings, folder: str, flags: FlagRe
                 continue
             _check_tokenizer(store, prefix, manifest, scan.info)
             flagged = flags(ref) if flags is not None else None
-            flagged_ids = flagged.column("doc_id") if flagged is not None and flagged.num_rows else None
+            blocked_rows = blocked(ref) if blocked is not None else None
+            if blocked_rows is not None and not blocked_rows.num_rows:
+                blocked_rows = None
+            need_ids = (flagged is not None and flagged.num_rows > 0) or blocked_rows is not None
             for shard in manifest["shards"]:
                 shard_id = len(scan.shards)
                 if shard_id >= U32_LIMIT:
                     raise MixError("a mix can index at most 2^32 shards")
                 scan.shards.append(
                     {"id": shard_id, "prefix": prefix, "name": shard["name"], "source": ref.source, "partition": ref.key,
-                     "documents": int(shard["documents"]), "tokens": int(shard["tokens"])}
+                     "documents": int(shard["documents"]), "tokens": int(shard["tokens"]),
+                     **{key: int(shard[key]) for key in ("part", "first_row") if key in shard}}
                 )
                 with local_copy(store, f"{prefix}/{shard['name']}.idx", scratch) as path:
                     offsets = np.fromfile(path, dtype="<u8")
-                columns = ["doc_hash", "language"] + (["doc_id"] if flagged_ids is not None else [])
+                columns = ["doc_hash", "language"] + (["doc_id"] if need_ids else [])
                 with local_copy(store, f"{prefix}/{shard['name']}.docs.parquet", scratch) as path:
                     docs = read_docs_table(path, columns)
-                _classify(scan, ref, shard_id, offsets, docs, flagged, keys, threshold, train_out, validation_out)
+                _classify(scan, ref, shard_id, offsets, docs, flagged, keys, threshold, train_out, validation_out, blocked_rows)
     return scan
 
 
 def _classify(scan: Scan, ref: PartitionRef, shard_id: int, offsets: np.ndarray, docs: pa.Table, flagged: pa.Table | None,
-              keys: np.ndarray, threshold: np.uint64, train_out, validation_out) -> None:
+              keys: np.ndarray, threshold: np.uint64, train_out, validation_out, blocked: pa.Table | None = None) -> None:
     count = len(offsets) - 1
     name = f"{ref.key}/shard {shard_id}"
     if docs.num_rows != count:
@@ -191,10 +206,24 @@ def _classify(scan: Scan, ref: PartitionRef, shard_id: int, offsets: np.ndarray,
             rows = rows.append_column("source", pa.array([ref.source] * rows.num_rows, pa.string()))
             scan.contaminated_rows.append(rows.append_column("partition", pa.array([ref.key] * rows.num_rows, pa.string())))
     weighted = component >= 0
+    is_blocked = np.zeros(count, bool)
+    if blocked is not None:
+        is_blocked = pc.is_in(docs.column("doc_id"), value_set=blocked.column("doc_id")).to_numpy(zero_copy_only=False)
+        if is_blocked.any():
+            where = np.flatnonzero(is_blocked)
+            scan.blocked_keys.append((np.uint64(shard_id) << np.uint64(32)) | where.astype(np.uint64))
+            rows = pa.table({"doc_id": docs.column("doc_id").take(pa.array(where)), "tokens": pa.array(lengths[where], pa.int64())})
+            rows = rows.join(blocked.select(["doc_id", "rule", "entry"]), "doc_id", join_type="left outer")
+            rows = rows.append_column("source", pa.array([ref.source] * rows.num_rows, pa.string()))
+            scan.blocked_rows.append(rows.append_column("partition", pa.array([ref.key] * rows.num_rows, pa.string())))
+            mine = weighted & is_blocked
+            np.add.at(scan.blocked, component[mine], 1)
+            np.add.at(scan.blocked_tokens, component[mine], lengths[mine])
+    excluded = contaminated | is_blocked
     held_out = doc_hash < threshold
     scan_components = len(scan.components.names)
     np.add.at(scan.contaminated, component[weighted & contaminated], 1)
-    for mask, out, is_train in ((weighted & ~contaminated & ~held_out, train_out, True), (weighted & ~contaminated & held_out, validation_out, False)):
+    for mask, out, is_train in ((weighted & ~excluded & ~held_out, train_out, True), (weighted & ~excluded & held_out, validation_out, False)):
         where = np.flatnonzero(mask)
         records = np.zeros(len(where), SPILL)
         records["doc_hash"], records["start"], records["shard"] = doc_hash[where], offsets[where], shard_id

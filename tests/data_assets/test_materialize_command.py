@@ -122,9 +122,10 @@ def test_exits_non_zero_naming_the_poisoned_partition_and_why(poisoned_run):
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     failed = done.stdout.split("FAILED:", 1)[1]
     assert "raw_documents poisoned/2026-01: failed: blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable" in failed
-    for asset in ("cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"):
+    downstream = ("cleaned_documents", "deduped_documents", "decontamination", "blocklist_matches", "tokenized_shards")
+    for asset in downstream:
         assert f"{asset} poisoned/2026-01: blocked: upstream" in failed
-    assert failed.count(": failed:") == 1 and failed.count(": blocked:") == 4
+    assert failed.count(": failed:") == 1 and failed.count(": blocked:") == len(downstream), failed
 
 
 def test_everything_else_completes(poisoned_run):
@@ -135,7 +136,9 @@ def test_everything_else_completes(poisoned_run):
             assert status[f"{asset} {source}/2026-01"].startswith("ok"), (asset, source)
     for asset in ("quality_model", "perplexity_model", "tokenizer", "mixed_dataset default"):
         assert status[asset].startswith("ok"), status[asset]
-    assert len(status) == 19  # 5 per-partition assets x 3 sources, quality and perplexity models, tokenizer, one mix
+    per_partition = ("raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "blocklist_matches", "tokenized_shards")
+    expected = {f"{asset} {source}/2026-01" for asset in per_partition for source in ("web", "reference", "poisoned")}
+    assert set(status) == expected | {"quality_model", "perplexity_model", "tokenizer", "blocklist", "mixed_dataset default"}
     assert "tokenizer ran without failed upstream partitions: deduped_documents poisoned/2026-01" in done.stdout
     mix = folder / "data" / "mixed_dataset"
     assert any(mix.rglob("_manifest.json"))

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from sluice.config import MixSettings
 from sluice.layout import PartitionRef, partition_prefix, sha256_file
 from sluice.mix import build_mix
-from sluice.shards import ShardWriter
+from sluice.shards import ShardWriter, write_urls
 from sluice.storage import Store
 
 EOS = 0
@@ -42,7 +42,9 @@ def write_partition(
         docs_path = os.path.join(folder, f"{writer.name}.docs.parquet")
         doc_ids = [f"{source}/{snapshot}/{writer.name}#{i}" for i in range(writer.documents)]
         pq.write_table(pa.table({"doc_id": doc_ids}), docs_path)  # doc_hash and language are derived by the mix
-        for path in (writer.bin_path, writer.idx_path, docs_path):
+        urls_path = os.path.join(folder, f"{writer.name}.urls")
+        write_urls(urls_path, [fixture_url(source, writer.name, i) for i in range(writer.documents)])
+        for path in (writer.bin_path, writer.idx_path, docs_path, urls_path):
             files.append({"key": os.path.basename(path), "rows": None, "bytes": os.path.getsize(path), "sha256": sha256_file(path)})
         shard_entries.append({"name": writer.name, "documents": writer.documents, "tokens": writer.tokens})
     manifest = {
@@ -51,6 +53,14 @@ def write_partition(
         "tokens": sum(s["tokens"] for s in shard_entries), "files": files, "shards": shard_entries,
     }
     store.write_bytes(f"{prefix}/_manifest.json", json.dumps(manifest).encode())
+
+
+def fixture_url(source: str, shard: str, doc: int) -> str | None:
+    """The URL the fixture gives a document: hosts on a few domains (one in 7 documents has none)."""
+    if doc % 7 == 3:
+        return None
+    host = ("www.alpha.example", "beta.example", "news.beta.example", "gamma.test")[doc % 4]
+    return f"https://{host}/{source}/{shard}/page-{doc}.html"
 
 
 def build_test_mix(

@@ -99,8 +99,9 @@ def test_resume_yields_exactly_the_uninterrupted_batches(data, stop_after):
     first = TrainingLoader(data, batch, seed=9, mask_document_boundaries=True)
     head = take(first, stop)
     state = first.state_dict()
-    assert set(state) == {"version", "seed", "epoch", "position", "num_samples", "block_size"}
-    assert all(isinstance(value, int) for value in state.values())
+    assert set(state) == {"version", "seed", "epoch", "position", "num_samples", "block_size", "step", "global_batch", "index_sha256", "skip"}
+    assert all(isinstance(state[key], int) for key in ("version", "seed", "epoch", "position", "num_samples", "block_size", "step", "global_batch"))
+    assert state["step"] == stop and state["global_batch"] == batch and state["skip"]["positions"] == []
     resumed = TrainingLoader(data, batch, seed=0, mask_document_boundaries=True)  # the seed comes from the state
     resumed.load_state_dict(json.loads(json.dumps(state)))
     tail = take(resumed, total - stop)
