@@ -16,7 +16,7 @@ CLEANED_COLUMNS = [
     "doc_id", "url", "fetch_date", "language", "language_score", "n_chars", "pii_redactions", "quality_score", "code_share",
     "toxicity_score", "toxic_terms", "perplexity", "perplexity_bucket",
 ]
-RAW_COLUMNS = ["ordinal", "file", "source_id", "fetch_date", "url", "content_type", "charset", "content", "doc_id", "source", "snapshot"]
+RAW_COLUMNS = ["ordinal", "file", "source_id", "fetch_date", "url", "content_type", "charset", "content", "doc_id"]  # source, snapshot: the folder
 
 
 class DocumentTracer:
@@ -107,6 +107,7 @@ class DocumentTracer:
         if raw is None:
             out["problems"].append(f"no raw record {parsed.file}#{parsed.ordinal} in raw_documents {ref.key}")
             raw = {}
+        raw.update(source=ref.source, snapshot=ref.snapshot)  # the partition's, not columns of the files
         out["record_id"] = raw.get("source_id")
         out["fetch_date"] = out.get("fetch_date") or raw.get("fetch_date")
         out["url"] = out.get("url") or raw.get("url")
