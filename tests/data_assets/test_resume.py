@@ -48,12 +48,13 @@ def make_config(folder: Path, crawl: Path) -> str:
     return write_config(folder / "sluice.yaml", raw)
 
 
-def run_stage(config: str, stage: str) -> dict:
-    """Materialize `stage` for web/2026-02 in this process; returns its materialization metadata."""
+def run_stage(config: str, stage: str, partition: object = "web|2026-02") -> dict:
+    """Materialize `stage` (for web/2026-02, or unpartitioned: None) in this process; returns its metadata."""
     resources = build_resources(config)
+    key = multi_key(*partition.split("|")) if isinstance(partition, str) else None
     with DagsterInstance.ephemeral() as instance:
         register_snapshots(instance, resources)
-        result = materialize(ASSETS, selection=[stage], partition_key=multi_key("web", "2026-02"), instance=instance, resources=resources)
+        result = materialize(ASSETS, selection=[stage], partition_key=key, instance=instance, resources=resources)
     assert result.success
     event = result.get_asset_materialization_events()[0]
     return {key: getattr(value, "value", value) for key, value in event.event_specific_data.materialization.metadata.items()}
@@ -87,19 +88,32 @@ def crawl(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, crawl) -> Path:
-    """raw_documents then cleaned_documents of web/2026-02, uninterrupted."""
+    """web/2026-02 from raw_documents to tokenized_shards, uninterrupted."""
     folder = tmp_path_factory.mktemp("resume_reference")
     config = make_config(folder, crawl)
-    run_stage(config, "raw_documents")
-    run_stage(config, "cleaned_documents")
+    for stage in ("raw_documents", "cleaned_documents", "deduped_documents"):
+        run_stage(config, stage)
+    run_stage(config, "tokenizer", None)
+    run_stage(config, "tokenized_shards")
     return folder / "data"
 
 
-# stage -> (its dataset folder, the record of part N's outputs in that folder)
+PARTITION = "source=web/snapshot=2026-02"
+# stage -> (the folders it writes, its records folder, the result fields naming a task's output files, its
+# metadata's counter prefix)
 STAGES = {
-    "raw_documents": ("raw_documents/source=web/snapshot=2026-02", ("part-{:05d}.parquet", "quarantine-{:05d}.parquet")),
-    "cleaned_documents": ("cleaned_documents/source=web/snapshot=2026-02", ("part-{:05d}.parquet", "dropped-{:05d}.parquet")),
+    "raw_documents": (("raw_documents",), "raw_documents_tasks", ("part", "quarantine_part"), "tasks"),
+    "cleaned_documents": (("cleaned_documents",), "cleaned_documents_tasks", ("part", "dropped"), "tasks"),
+    # dedup: the signing tasks are the per-part work (bands and shingles of each cleaned part)
+    "deduped_documents": (("deduped_documents",), "dedup_signatures_tasks", ("bands", "shingles"), "signature_tasks"),
+    "tokenized_shards": (("tokenized_shards",), "tokenized_shards_tasks", ("files",), "tasks"),  # none for an empty part
 }
+
+
+def output_names(record: Path, fields: tuple[str, ...]) -> list[str]:
+    result = json.loads(record.read_bytes())["result"]
+    entries = [entry for name in fields for entry in (result[name] if isinstance(result[name], list) else [result[name]])]
+    return [entry["key"] for entry in entries if entry]
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
@@ -107,34 +121,36 @@ def test_killed_at_half_rerun_runs_only_the_rest_and_matches_an_uninterrupted_ru
     total = COPIES * 3
     config = make_config(tmp_path, crawl)
     work = tmp_path / "data"
-    if stage != "raw_documents":  # the stages before it, complete
-        shutil.copytree(reference / "raw_documents", work / "raw_documents")
-        shutil.copytree(reference / "raw_documents_tasks", work / "raw_documents_tasks")
-    folder, outputs = STAGES[stage]
-    records = work / f"{stage}_tasks/source=web/snapshot=2026-02"
+    datasets, records_name, fields, counter = STAGES[stage]
+    written = (*datasets, records_name)
+    shutil.copytree(reference, work, ignore=lambda folder, names: [n for n in names if Path(folder) == reference and n in written])
+    folder = work / datasets[0] / PARTITION
+    records = work / records_name / PARTITION
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     kill_at_half(config, stage, records, total, scratch)
 
-    assert not (work / folder / "_manifest.json").exists()  # killed before publishing
+    assert not (folder / "_manifest.json").exists()  # killed before publishing
     done = sorted(int(p.name[5:10]) for p in records.iterdir() if p.name.startswith("task-"))
     assert total // 2 <= len(done) < total, done
-    before = {**file_stamps(work / folder), **{f"record:{k}": v for k, v in file_stamps(records).items()}}
+    before = {**file_stamps(folder), **{f"record:{k}": v for k, v in file_stamps(records).items()}}
 
     metadata = run_stage(config, stage)
 
-    after = {**file_stamps(work / folder), **{f"record:{k}": v for k, v in file_stamps(records).items()}}
+    after = {**file_stamps(folder), **{f"record:{k}": v for k, v in file_stamps(records).items()}}
     for part in range(total):
-        names = [f"record:task-{part:05d}.json", *(pattern.format(part) for pattern in outputs)]
+        outputs = output_names(records / f"task-{part:05d}.json", fields)
+        assert outputs or stage == "tokenized_shards"
+        names = [f"record:task-{part:05d}.json", *outputs]
+        assert all(name in after for name in names), names
         unchanged = [name in before and before[name] == after[name] for name in names]
         # A task recorded before the kill is reused: none of its files is written again; any other runs.
         assert all(unchanged) if part in done else not any(unchanged), (part, names)
-    assert metadata["tasks_reused"] == len(done)
-    assert metadata["tasks_run"] == total - len(done)
-    stage_files = {k: v for k, v in tree_digest(str(work)).items() if k.startswith(stage)}
-    reference_files = {k: v for k, v in tree_digest(str(reference)).items() if k.startswith(stage)}
-    assert stage_files == reference_files  # published outputs and records, byte for byte
-    manifest = json.loads((work / folder / "_manifest.json").read_bytes())
+    assert metadata[f"{counter}_reused"] == len(done)
+    assert metadata[f"{counter}_run"] == total - len(done)
+    mine = lambda tree: {k: v for k, v in tree.items() if k.split("/", 1)[0] in written}  # noqa: E731
+    assert mine(tree_digest(str(work))) == mine(tree_digest(str(reference)))  # published outputs and records, byte for byte
+    manifest = json.loads((folder / "_manifest.json").read_bytes())
     assert len(manifest["task_records"]["keys"]) == total
 
 
