@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--kill-at", type=float, nargs="+", default=[0.5, 0.9])
     args = parser.parse_args()
 
-    crawl = make_crawl(args.crawl, args.files, WORK / "crawl")
+    crawl = make_crawl(args.crawl, args.files, WORK / f"crawl-{hashlib.sha256(str(args.crawl.resolve()).encode()).hexdigest()[:8]}")
     written = (args.stage, f"{args.stage}_tasks")
     records_of = lambda root: root / f"{args.stage}_tasks" / "source=web" / "snapshot=2026-02"  # noqa: E731
 
