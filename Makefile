@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 KENLM_BUILD_DEPS := libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev
 
-.PHONY: setup demo test test-slow test-all ui lint clean
+.PHONY: setup demo test test-slow test-all ui lint clean bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -44,8 +44,23 @@ ui: setup
 	mkdir -p $(DAGSTER_HOME)
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
+# Every benchmark, then the README's results table rewritten from their figure: lines (peers install on first use).
+BENCHMARKS ?= cleaning curation_steps perplexity_auc tokenization minhash_throughput dedup_quality dedup_scaling loader loader_scale mix_scale end_to_end
+BENCH_SCALES ?= 1 4 16
+BENCH_RESULTS := .bench_data/results
+
+bench: SHELL := /bin/bash
+bench: setup
+	mkdir -p $(BENCH_RESULTS)
+	set -o pipefail; for name in $(BENCHMARKS); do \
+	  args=""; [ $$name = end_to_end ] && args="--scales $(BENCH_SCALES)"; \
+	  echo "== benchmarks/$$name.py $$args"; \
+	  $(PY) benchmarks/$$name.py $$args 2>&1 | tee $(BENCH_RESULTS)/$$name.log || exit 1; \
+	done
+	$(PY) scripts/update_readme_figures.py $(addprefix $(BENCH_RESULTS)/,$(addsuffix .log,$(BENCHMARKS)))
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf .sluice_data .dagster_home
+	rm -rf .sluice_data .dagster_home .bench_data

@@ -1,17 +1,20 @@
-"""Cleaning speed and fidelity: sluice's default chain against datatrove's, on the same WARC pages.
+"""Cleaning speed and fidelity: sluice's default chain against datatrove's, same extractor, same WARC pages.
 
-    python benchmarks/cleaning.py [--pages-per-file 40] [--snapshot web/2026-01]
+    python benchmarks/cleaning.py [--pages-per-file 40] [--snapshot web/2026-01] [--trafilatura-peer]
 
-1. Speed: sluice's chain (charset + resiliparse extraction in its budgeted helper process, lid.176,
-   Gopher repetition + quality, C4, FineWeb) against datatrove 0.10.1's (Trafilatura, LanguageFilter,
+1. Whole chain, same extractor on both sides: sluice's (charset, resiliparse extraction within its budget,
+   lid.176, Gopher repetition + quality, C4, FineWeb) against datatrove 0.10.1's (a Resiliparse extractor
+   making sluice's resiliparse call with sluice's arguments, see benchmarks/_datatrove.py; LanguageFilter,
    GopherRepetition, GopherQuality, C4Quality, FineWebQuality; all defaults), one process each (plus the
-   extraction helpers both use). Docs/s per core = documents / CPU seconds (process + helper processes),
-   which the other jobs on a shared machine disturb less than wall time; wall docs/s printed too.
-   Both chains keep every language above the 0.65 language score; sluice's length and PII steps are off
-   (datatrove's chain has neither).
-2. Fidelity: the same extracted texts (resiliparse's) through both filter chains. sluice with `english`
-   word splitting applies datatrove's rules as datatrove applies them to every language (the share of same
-   keep/drop decisions is the headline figure); sluice's default `multilingual` splitting is compared too.
+   extraction helper processes both use). Docs/s per core = documents / CPU seconds (process + helper
+   processes), which the other jobs on a shared machine disturb less than wall time; wall docs/s printed too.
+   Both chains keep every language above the 0.65 language score; sluice's length, PII, toxicity and
+   code-share steps are off (datatrove's chain has none of them; benchmarks/curation_steps.py measures them). `--trafilatura-peer` also times datatrove with its own Trafilatura
+   extractor (datatrove's default chain; informational: not the same work).
+2. Filters only, on identical texts: the same resiliparse-extracted texts through both filter chains (the
+   four filters, per document, no extraction or language ID): speed (sluice with `english` word splitting,
+   datatrove's rules as datatrove applies them, is the like-for-like figure; `multilingual` printed too)
+   and the share of same keep/drop decisions (fidelity).
 3. Per-language kept counts of both chains, where non-English handling differs.
 
 datatrove runs in its own virtual environment (benchmarks/peers.py; pins in ../shared/ENVIRONMENT.md).
@@ -32,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.peers import SHARED, figure, peer_python  # noqa: E402
+from benchmarks.peers import SHARED, datatrove_python, figure  # noqa: E402
 
-DATATROVE = ["datatrove[processing,io,s3]==0.10.1", "boto3>=1.43.115,<1.43.118", "botocore>=1.43.115,<1.43.118", "spacy"]
+PEER = ROOT / "benchmarks" / "_datatrove.py"
 
 
 def cpu_seconds() -> float:
@@ -69,10 +72,14 @@ def load_pages(snapshot: str, per_file: int) -> list[dict]:
 
 def sluice_chain(pages: list[dict]) -> tuple[dict[str, str], float, float]:
     from sluice.clean import CleaningPipeline
-    from sluice.config import CleaningSettings, PIISettings
+    from sluice.config import CleaningSettings, CodeShareSettings, PIISettings, ToxicitySettings
     from sluice.steps import Document
 
-    settings = CleaningSettings(min_chars=0, pii=PIISettings(enabled=False))
+    # The steps datatrove's chain has: no length, PII, toxicity or code-share steps (perplexity is off by
+    # default); benchmarks/curation_steps.py measures what those add.
+    settings = CleaningSettings(
+        min_chars=0, pii=PIISettings(enabled=False), toxicity=ToxicitySettings(enabled=False), code_share=CodeShareSettings(enabled=False)
+    )
     pipeline = CleaningPipeline.from_settings(settings)
     warm = Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the model</p>", "utf-8")
     pipeline.run(warm)  # helper process start and model load, outside the timing (as on datatrove's side)
@@ -86,7 +93,8 @@ def sluice_chain(pages: list[dict]) -> tuple[dict[str, str], float, float]:
     return kept, time.perf_counter() - started, cpu_seconds() - cpu
 
 
-def sluice_filters(texts: list[dict], word_splitting: str) -> dict[str, list[str]]:
+def sluice_filters(texts: list[dict], word_splitting: str) -> tuple[dict[str, list[str]], float]:
+    """Keep/drop decision per text through sluice's four filters, and the CPU seconds they took."""
     from sluice.config import CleaningSettings
     from sluice.filters import (
         C4QualityFilter,
@@ -104,36 +112,51 @@ def sluice_filters(texts: list[dict], word_splitting: str) -> dict[str, list[str
         C4QualityFilter(s.c4, multilingual),
         FineWebQualityFilter(s.fineweb_quality, multilingual),
     ]
-    decisions = {}
-    for item in texts:
+
+    def decide(item: dict) -> list[str]:
         doc = Document.from_text(item["text"], language=item["language"], doc_id=item["id"])
-        outcome = ["kept", ""]
         for step in steps:
             drop = step.apply(doc)
             if drop is not None:
-                outcome = [step.name, drop.reason]
-                break
-        decisions[item["id"]] = outcome
-    return decisions
+                return [step.name, drop.reason]
+        return ["kept", ""]
+
+    if texts:
+        decide(texts[0])  # warm-up outside the timing, as on datatrove's side
+    cpu = time.process_time()
+    decisions = {item["id"]: decide(item) for item in texts}
+    return decisions, time.process_time() - cpu
+
+
+def peer(python: Path, mode: str, *args: str) -> dict:
+    """Run benchmarks/_datatrove.py `mode` in the peer environment; its JSON result."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch, "result.json")
+        subprocess.run([str(python), str(PEER), mode, *args, str(out)], check=True)
+        return json.loads(out.read_text())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages-per-file", type=int, default=40)
     parser.add_argument("--snapshot", default="web/2026-01")
+    parser.add_argument("--trafilatura-peer", action="store_true", help="also time datatrove's default chain (Trafilatura)")
     args = parser.parse_args()
 
     from sluice.extract import DecodeText, extract_resiliparse
     from sluice.langid import LanguageIdentifier, default_model_path
     from sluice.steps import Document
 
-    python = peer_python("datatrove", DATATROVE)
+    python = datatrove_python()
     pages = load_pages(args.snapshot, args.pages_per_file)
-    print(f"{len(pages)} pages from {SHARED / 'corpus' / args.snapshot} ({args.pages_per_file} per file)")
+    files = len(list((SHARED / "corpus" / args.snapshot).glob("*.warc.gz")))
+    n = len(pages)
+    print(f"{n} pages from {SHARED / 'corpus' / args.snapshot} ({args.pages_per_file} per file, {files} files = languages)")
     decode = DecodeText()
     for page in pages:
         doc = Document(page["id"], "b", "b", page["url"], None, "text/html", page["content"], page["charset"])
         page["html"] = doc.text if decode.apply(doc) is None else ""
+    model = str(default_model_path())
 
     with tempfile.TemporaryDirectory() as scratch:
         pages_file, texts_file = Path(scratch, "pages.jsonl"), Path(scratch, "texts.jsonl")
@@ -141,23 +164,23 @@ def main() -> None:
             for page in pages:
                 out.write(json.dumps({"id": page["id"], "url": page["url"], "html": page["html"]}) + "\n")
 
-        # 1. speed
-        print("\n1. Full chain, one process each")
+        # 1. the whole chain, resiliparse on both sides
+        print("\n1. Whole chain, one process each (+ extraction helpers), resiliparse on both sides")
         kept_sluice, wall_sluice, cpu_sluice = sluice_chain(pages)
-        result = Path(scratch, "chain.json")
-        helper = ROOT / "benchmarks" / "_datatrove_clean.py"
-        subprocess.run([str(python), str(helper), "chain", str(pages_file), str(default_model_path()), str(result)], check=True)
-        peer = json.loads(result.read_text())
-        kept_peer, wall_peer, cpu_peer = peer["kept"], peer["seconds"], peer["cpu_seconds"]
-        n = len(pages)
-        per_core_sluice, per_core_peer = n / cpu_sluice, n / cpu_peer
-        print(f"  sluice:    {n / wall_sluice:8.1f} docs/s wall, {per_core_sluice:8.1f} docs/s per core, kept {len(kept_sluice)}")
-        print(f"  datatrove: {n / wall_peer:8.1f} docs/s wall, {per_core_peer:8.1f} docs/s per core, kept {len(kept_peer)}")
+        chain = peer(python, "chain", str(pages_file), model, "resiliparse")
+        kept_peer = chain["kept"]
+        per_core_sluice, per_core_peer = n / cpu_sluice, n / chain["cpu_seconds"]
+        print(f"  sluice:                  {n / wall_sluice:8.1f} docs/s wall, {per_core_sluice:8.1f} docs/s per core, kept {len(kept_sluice)}")
+        print(f"  datatrove (resiliparse): {n / chain['seconds']:8.1f} docs/s wall, {per_core_peer:8.1f} docs/s per core, kept {len(kept_peer)}")
         ratio = per_core_sluice / per_core_peer
         print(f"  ratio (per core): {ratio:.1f}x")
+        if args.trafilatura_peer:
+            default_chain = peer(python, "chain", str(pages_file), model, "trafilatura")
+            per_core_trafilatura = n / default_chain["cpu_seconds"]
+            print(f"  datatrove (trafilatura, its default extractor): {per_core_trafilatura:8.1f} docs/s per core, kept {len(default_chain['kept'])}")
 
-        # 2. fidelity on the same texts
-        print("\n2. Same extracted texts (resiliparse) through both filter chains")
+        # 2. filters only, on identical texts
+        print("\n2. Filters only: the same extracted texts (resiliparse) through both filter chains")
         identifier = LanguageIdentifier()
         texts = []
         for page in pages:
@@ -167,20 +190,22 @@ def main() -> None:
         with open(texts_file, "w", encoding="utf-8") as out:
             for item in texts:
                 out.write(json.dumps({"id": item["id"], "text": item["text"]}) + "\n")
-        result = Path(scratch, "filters.json")
-        subprocess.run([str(python), str(helper), "filters", str(texts_file), str(result)], check=True)
-        peer_decisions = json.loads(result.read_text())["decisions"]
+        filtered = peer(python, "filters", str(texts_file))
+        peer_decisions = filtered["decisions"]
+        peer_filter_rate = len(texts) / filtered["cpu_seconds"]
+        print(f"  datatrove:              {peer_filter_rate:8.1f} docs/s per core")
         language_of = {item["id"]: item["language"] for item in texts}
-        agreement = {}
+        agreement, filter_rate = {}, {}
         for mode in ("english", "multilingual"):
-            ours = sluice_filters(texts, mode)
-            same = [doc_id for doc_id in ours if (ours[doc_id][0] == "kept") == (peer_decisions[doc_id][0] == "kept")]
+            ours, cpu = sluice_filters(texts, mode)
+            filter_rate[mode] = len(texts) / cpu
+            same = {doc_id for doc_id in ours if (ours[doc_id][0] == "kept") == (peer_decisions[doc_id][0] == "kept")}
             agreement[mode] = len(same) / len(ours)
             english = [doc_id for doc_id in ours if language_of[doc_id] == "en"]
-            same_en = sum(1 for doc_id in english if doc_id in set(same))
+            same_en = sum(1 for doc_id in english if doc_id in same)
             print(
-                f"  sluice {mode:12s}: same decision on {len(same)}/{len(ours)} = {agreement[mode]:.3f} "
-                f"(English texts: {same_en}/{len(english)}); kept {sum(v[0] == 'kept' for v in ours.values())}, "
+                f"  sluice {mode:12s}:    {filter_rate[mode]:8.1f} docs/s per core; same decision on {len(same)}/{len(ours)} = "
+                f"{agreement[mode]:.3f} (English texts: {same_en}/{len(english)}); kept {sum(v[0] == 'kept' for v in ours.values())}, "
                 f"datatrove kept {sum(v[0] == 'kept' for v in peer_decisions.values())}"
             )
             differing = Counter(
@@ -191,20 +216,27 @@ def main() -> None:
             for (mine, theirs, language), count in differing.most_common(8):
                 print(f"      {count:4d} x  sluice {mine:28s} datatrove {theirs:28s} [{language}]")
 
-        # 3. per-language kept counts (full chains)
-        print("\n3. Kept documents per language (full chains)")
+        # 3. per-language kept counts (whole chains)
+        print("\n3. Kept documents per language (whole chains)")
         by_language_sluice, by_language_peer = Counter(kept_sluice.values()), Counter(kept_peer.values())
         pages_per_language = Counter(language_of.values())
         print(f"  {'language':8s} {'pages':>6s} {'sluice':>7s} {'datatrove':>10s}")
         for language in sorted(set(by_language_sluice) | set(by_language_peer) | set(pages_per_language)):
             print(f"  {language:8s} {pages_per_language.get(language, 0):6d} {by_language_sluice.get(language, 0):7d} {by_language_peer.get(language, 0):10d}")
 
+    chain_config = f"resiliparse both sides, {n} pages, {files} langs, CPU time"
+    filter_config = f"same resiliparse texts, 4 filters, {len(texts)} texts"
     print()
-    figure("cleaning_docs_per_s_per_core_sluice", per_core_sluice, "-")
-    figure("cleaning_docs_per_s_per_core_datatrove", per_core_peer, "-")
-    figure("cleaning_speed_ratio", ratio, ">= 10")
-    figure("filter_decision_agreement", agreement["english"], ">= 0.97")
-    figure("filter_decision_agreement_multilingual", agreement["multilingual"], "- (differs by design)")
+    figure("cleaning_docs_per_s_per_core_sluice", per_core_sluice, "-", chain_config)
+    figure("cleaning_docs_per_s_per_core_datatrove", per_core_peer, "-", chain_config)
+    figure("cleaning_docs_per_s_ratio", ratio, ">= 10", chain_config)
+    figure("cleaning_filters_docs_per_s_ratio", filter_rate["english"] / peer_filter_rate, "-", filter_config + ", english word splitting both sides, CPU time")
+    figure("cleaning_filters_docs_per_s_ratio_multilingual", filter_rate["multilingual"] / peer_filter_rate, "-", filter_config + ", sluice multilingual, CPU time")
+    figure("filter_decision_agreement", agreement["english"], ">= 0.97", filter_config + ", english word splitting both sides")
+    figure("filter_decision_agreement_multilingual", agreement["multilingual"], "- (differs by design)", filter_config + ", sluice multilingual")
+    if args.trafilatura_peer:
+        figure("cleaning_docs_per_s_ratio_vs_trafilatura", per_core_sluice / per_core_trafilatura, "- (not the same extractor)",
+               f"sluice resiliparse vs datatrove Trafilatura, {n} pages, {files} langs, CPU time")
 
 
 if __name__ == "__main__":

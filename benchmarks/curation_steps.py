@@ -130,7 +130,7 @@ def main() -> None:
     print()
     for name in NEW_STEPS:
         figure(f"step_us_per_doc_{name}", spent[name] / reached[name] * 1e6 if reached.get(name) else 0.0, "cheap: << the chain's per-document cost")
-    figure("new_steps_added_cpu_share", new_share, "<= 0.2 (keeps benchmarks/cleaning.py's ratio >= 10x from 12x)")
+    figure("new_steps_added_cpu_share", new_share, "<= 0.2")
     figure("code_share_pages_above_0_3", flagged[0.3], "- (handbook pages with code listings)")
 
 

@@ -9,17 +9,22 @@ computed exactly from the shingle sets (sluice's normalization and word 5-grams)
 on the exact shingle strings (Polars self-join) gives every pair's intersection size; pairs with no
 shared shingle have Jaccard 0.
 
-A pair is flagged when sluice's LSH (14 bands x 8 rows, the dedup defaults) puts both documents in a
-common bucket; with `dedup.verify_min_jaccard: 0.8` (the default) a flagged pair is also checked on
-its texts (the headline figures; `..._lsh_only`: without the check, datatrove's rule). recall = flagged pairs with J >= 0.8 / pairs with J >= 0.8; precision = flagged pairs
-with J >= 0.8 / flagged pairs. Also printed: the flag rate per Jaccard bucket next to the LSH
-S-curve 1 - (1 - J^8)^14 it should follow, and precision counting J >= 0.7 as near duplicates.
+The headline figures judge what the shipped algorithm REMOVED. The documents are dealt round robin into
+`--partitions` cleaned partitions (so an edited copy usually lands in another partition than its base
+page) and deduplicated in the global order exactly as the deduped_documents asset does
+(`sluice.dedup.deduplicate_partition`: exact, LSH, verification against the first `verify_anchors`
+members of a bucket, earlier documents represented by their cluster's kept document, incremental over
+the band indexes); the removed documents are read back from the removed-documents files the deduped
+manifests publish. A document SHOULD be removed when an earlier document in that order has Jaccard >=
+0.8 with it: recall = such documents removed / such documents, precision = such documents removed /
+documents removed. Both can fail: a document whose only near copy was itself removed (chains), an anchor
+rule that skips a pair, or a cluster linked through a third document all show up. Run once with
+`verify_min_jaccard: 0.8` (the default: the headline) and once with null (LSH only, datatrove's rule);
+the CPU-time ratio of the two runs is `verification_time_overhead`.
 
-Cost of verification (on by default): the same documents, dealt round robin into `--partitions` cleaned
-partitions (so an edited copy usually lands in another partition than its base page), are deduplicated
-whole with `sluice.dedup.deduplicate_partition` (exact + near, incremental over the band indexes, in
-this process) once with `verify_min_jaccard: null` and once with 0.8; the CPU-time ratio is the
-`verification_time_overhead` figure (informational).
+Informational, before any clustering: the LSH candidate pairs (sharing a band of 14 x 8) against the
+pairs at J >= 0.8, the flag rate per Jaccard bucket next to the S-curve 1 - (1 - J^8)^14 it should
+follow, and what filtering candidates by the signatures' own Jaccard estimate would give.
 
     PYTHONPATH=. .venv/bin/python benchmarks/dedup_quality.py [--stride 10 --variants 2 --max-rate 0.10 --partitions 4]
 """
@@ -32,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -68,26 +75,83 @@ def write_partitions(folder: str, texts: list[str], partitions: int) -> None:
         write_manifest(store, prefix, {"asset": "cleaned_documents", "files": [entry]})
 
 
-def time_whole_dedup(texts: list[str], partitions: int, verify: float | None) -> dict[str, float]:
-    """Deduplicate all partitions in order (fresh storage); CPU and wall seconds, removal counts."""
-    from sluice.config import DedupSettings
+def run_shipped_dedup(store, settings) -> None:
+    """Deduplicate every cleaned partition in the global order as the deduped_documents asset does:
+    `deduplicate_partition`, then publish the partition's manifest. (The one place that calls the dedup API.)"""
     from sluice.dedup import deduplicate_partition
     from sluice.layout import list_partitions, partition_prefix, write_manifest
+
+    for ref in list_partitions(store, "cleaned_documents"):
+        prefix = partition_prefix("deduped_documents", ref)
+        result = deduplicate_partition(store, ref, prefix, settings=settings)
+        write_manifest(store, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
+
+
+def removed_documents(store) -> pl.DataFrame:
+    """What dedup removed (doc_id, kind, duplicate_of), read from the removed-documents files that the
+    deduped partitions' manifests publish (wherever they live: `entry_key` follows an entry's `prefix`)."""
+    from sluice.layout import entry_key, list_partitions, partition_prefix, read_manifest, read_parquet_file
+
+    frames = []
+    for ref in list_partitions(store, "deduped_documents"):
+        prefix = partition_prefix("deduped_documents", ref)
+        for entry in (read_manifest(store, prefix) or {}).get("side_files", []):
+            if entry["key"].startswith("removed"):
+                frames.append(pl.from_arrow(read_parquet_file(store, entry_key(prefix, entry), columns=["doc_id", "kind", "duplicate_of"])))
+    return pl.concat(frames) if frames else pl.DataFrame(schema={"doc_id": pl.String, "kind": pl.String, "duplicate_of": pl.String})
+
+
+def whole_dedup(texts: list[str], partitions: int, verify: float | None) -> dict:
+    """Deduplicate all partitions in order (fresh storage): CPU and wall seconds, and what was removed."""
+    from sluice.config import DedupSettings
     from sluice.storage import open_store
 
-    settings = DedupSettings(verify_min_jaccard=verify)
     with tempfile.TemporaryDirectory(prefix="sluice-dedup-quality-") as folder:
         write_partitions(folder, texts, partitions)
         store = open_store(folder)
         cpu, wall = time.process_time(), time.perf_counter()
-        exact = fuzzy = 0
-        for ref in list_partitions(store, "cleaned_documents"):
-            prefix = partition_prefix("deduped_documents", ref)
-            result = deduplicate_partition(store, ref, prefix, settings=settings)
-            write_manifest(store, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
-            exact += result.removed_exact
-            fuzzy += result.removed_fuzzy
-        return {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall, "exact": exact, "fuzzy": fuzzy}
+        run_shipped_dedup(store, DedupSettings(verify_min_jaccard=verify))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        return {"cpu": cpu, "wall": wall, "removed": removed_documents(store)}
+
+
+def judge_removals(removed: pl.DataFrame, pairs: pl.DataFrame, documents: int, partitions: int) -> dict:
+    """Document-level recall and precision of what dedup removed, against exact Jaccard.
+
+    A document SHOULD go when an earlier document (in dedup's global order: partition, then row) has
+    Jaccard >= THRESHOLD with it. recall = such documents removed / such documents; precision = such
+    documents removed / documents removed. Also: removed documents whose named keeper (`duplicate_of`, a
+    kept document) itself reaches THRESHOLD with them."""
+    import polars as pl
+
+    position = pl.DataFrame({"doc": range(documents)}).with_columns(
+        order=(pl.col("doc") % partitions) * documents + pl.col("doc") // partitions
+    )
+    ordered = (
+        pairs.join(position, on="doc").join(position.rename({"doc": "doc_b", "order": "order_b"}), on="doc_b")
+        .select(
+            later=pl.when(pl.col("order") > pl.col("order_b")).then("doc").otherwise("doc_b"),
+            jaccard="jaccard",
+        )
+    )
+    best_earlier = ordered.group_by("later").agg(pl.col("jaccard").max().alias("best"))
+    should = set(best_earlier.filter(pl.col("best") >= THRESHOLD)["later"].to_list())
+    gone = {int(doc_id[1:]) for doc_id in removed["doc_id"].to_list()}
+    keeper_jaccard = dict(zip(zip(pairs["doc"].to_list(), pairs["doc_b"].to_list(), strict=True), pairs["jaccard"].to_list(), strict=True))
+    keeper_ok = 0
+    for doc_id, keeper in zip(removed["doc_id"].to_list(), removed["duplicate_of"].to_list(), strict=True):
+        a, b = sorted((int(doc_id[1:]), int(keeper[1:])))
+        keeper_ok += keeper_jaccard.get((a, b), 0.0) >= THRESHOLD
+    best = dict(zip(best_earlier["later"].to_list(), best_earlier["best"].to_list(), strict=True))
+    missed = sorted(best[doc] for doc in should - gone)
+    wrong = sorted(best.get(doc, 0.0) for doc in gone - should)
+    return {
+        "should": len(should), "removed": len(gone), "hits": len(should & gone),
+        "recall": len(should & gone) / len(should) if should else 1.0,
+        "precision": len(should & gone) / len(gone) if gone else 1.0,
+        "keeper_precision": keeper_ok / len(gone) if gone else 1.0,
+        "missed_best_jaccard": missed, "wrong_best_jaccard": wrong,
+    }
 
 
 def main() -> None:
@@ -100,7 +164,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import numpy as np
-    import polars as pl
 
     from sluice.config import DedupSettings
     from sluice.minhash import MinHasher, candidate_probability, shingles
@@ -130,6 +193,9 @@ def main() -> None:
     print(f"exact Jaccard of all {total_pairs:,} pairs ({pairs.height:,} share a shingle) in {time.perf_counter() - started:.1f} s")
 
     settings = DedupSettings()
+    b, r = settings.bands, settings.rows_per_band
+    half = (1 - 0.5 ** (1 / b)) ** (1 / r)  # the Jaccard at which a pair becomes a candidate half the time
+    print(f"LSH S-curve 1 - (1 - J^{r})^{b}: 0.5 at J = {half:.3f}; " + ", ".join(f"{candidate_probability(j, b, r):.4g} at J = {j}" for j in (0.7, 0.72, 0.8, 0.9)))
     hasher = MinHasher.from_settings(settings)
     bands = hasher.band_hashes(hasher.signatures(texts))
     band_rows = pl.DataFrame(
@@ -177,32 +243,37 @@ def main() -> None:
         hits = int((kept & (true_jaccard >= THRESHOLD)).sum())
         print(f"  flagged and estimated J >= {bound}: recall {hits / positives.height:.3f}, precision {hits / max(1, kept.sum()):.3f}")
 
-    # dedup.verify_min_jaccard = 0.8 (the default): flagged pairs are linked only if the Jaccard of their
-    # shingle-hash sets (sluice.dedup.ShingleSets / pair_jaccard, the code the ExactJaccardFilter runs) reaches 0.8.
-    from sluice.dedup import ShingleSets, pair_jaccard
+    # What dedup actually removed: the whole shipped algorithm (exact, LSH, verification against the
+    # first verify_anchors members of a bucket, keepers = earlier kept documents, incremental across the
+    # partitions), LSH only, then verified at 0.8 (the default); the same runs give the cost.
+    runs = {verify: whole_dedup(texts, args.partitions, verify) for verify in (None, THRESHOLD)}
+    verdicts = {}
+    for verify, run in runs.items():
+        verdict = verdicts[verify] = judge_removals(run["removed"], pairs, len(texts), args.partitions)
+        kinds = run["removed"]["kind"].value_counts()
+        counts = dict(zip(kinds["kind"].to_list(), kinds["count"].to_list(), strict=True))
+        print(
+            f"\n  whole dedup, {args.partitions} partitions, verify_min_jaccard = {verify}: {run['cpu']:.2f} s CPU ({run['wall']:.2f} s wall); "
+            f"removed {counts.get('exact', 0)} exact + {counts.get('fuzzy', 0)} near duplicates\n"
+            f"    documents with an earlier document at J >= {THRESHOLD}: {verdict['should']}; removed: {verdict['removed']}; both: {verdict['hits']}\n"
+            f"    recall {verdict['recall']:.4f}, precision {verdict['precision']:.4f}; removed documents at J >= {THRESHOLD} to their named "
+            f"keeper: {verdict['keeper_precision']:.4f}"
+        )
+        if verdict["missed_best_jaccard"]:
+            print(f"    missed (best J to an earlier document): {', '.join(f'{j:.3f}' for j in verdict['missed_best_jaccard'][:12])}")
+        if verdict["wrong_best_jaccard"]:
+            print(f"    removed without an earlier document at J >= {THRESHOLD} (their best J): {', '.join(f'{j:.3f}' for j in verdict['wrong_best_jaccard'][:12])}")
+    overhead = runs[THRESHOLD]["cpu"] / runs[None]["cpu"]
 
-    started = time.perf_counter()
-    sets = ShingleSets.of(texts, settings)
-    verified = pair_jaccard(sets, candidates["doc"].to_numpy(), candidates["doc_b"].to_numpy()) >= THRESHOLD
-    verified_hits = int((verified & (true_jaccard >= THRESHOLD)).sum())
-    verified_recall = verified_hits / positives.height
-    verified_precision = verified_hits / max(1, int(verified.sum()))
-    print(f"  with verify_min_jaccard = {THRESHOLD}: {int(verified.sum())} of {len(verified)} flagged pairs linked "
-          f"({time.perf_counter() - started:.1f} s): recall {verified_recall:.3f}, precision {verified_precision:.4f}")
-
-    # The cost: whole dedup of the same documents as partitions, verification off, then on (the default).
-    timings = {verify: time_whole_dedup(texts, args.partitions, verify) for verify in (None, THRESHOLD)}
-    for verify, timing in timings.items():
-        print(f"  whole dedup, {args.partitions} partitions, verify_min_jaccard = {verify}: {timing['cpu']:.2f} s CPU "
-              f"({timing['wall']:.2f} s wall), removed {timing['exact']} exact + {timing['fuzzy']} near duplicates")
-    overhead = timings[THRESHOLD]["cpu"] / timings[None]["cpu"]
-
+    config = f"{len(bases)} corpus pages + {args.variants} edited copies each at U(0, {args.max_rate}), {args.partitions} partitions, removals vs exact Jaccard"
     # The default configuration verifies (verify_min_jaccard 0.8); LSH only is datatrove's rule.
-    figure("near_dup_recall_at_j0.8", verified_recall, ">= 0.95")
-    figure("near_dup_precision_at_j0.8", verified_precision, ">= 0.99")
-    figure("near_dup_recall_at_j0.8_lsh_only", recall, "informational")
-    figure("near_dup_precision_at_j0.8_lsh_only", precision, "informational")
-    figure("verification_time_overhead", overhead, "informational: whole-dedup CPU time, verify 0.8 / LSH only")
+    figure("near_dup_recall_at_j0.8", verdicts[THRESHOLD]["recall"], ">= 0.95", config + ", default (verify 0.8, 4 anchors)")
+    figure("near_dup_precision_at_j0.8", verdicts[THRESHOLD]["precision"], ">= 0.99", config + ", default (verify 0.8, 4 anchors)")
+    figure("near_dup_recall_at_j0.8_lsh_only", verdicts[None]["recall"], "informational", config + ", verify_min_jaccard null")
+    figure("near_dup_precision_at_j0.8_lsh_only", verdicts[None]["precision"], "informational", config + ", verify_min_jaccard null")
+    figure("lsh_candidate_pair_recall_at_j0.8", recall, "informational", "all pairs, 14x8 bands, before clustering")
+    figure("lsh_candidate_pair_precision_at_j0.8", precision, "informational", "all pairs, 14x8 bands, before clustering")
+    figure("verification_time_overhead", overhead, "informational", "whole-dedup CPU time, verify 0.8 / LSH only")
 
 
 if __name__ == "__main__":

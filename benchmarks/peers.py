@@ -42,7 +42,30 @@ def peer_python(name: str, requirements: Sequence[str], uninstall: Sequence[str]
     return env / "bin" / "python"
 
 
-def figure(name: str, value: float | str, goal: str) -> None:
-    """Print one headline figure in the format every benchmark ends with."""
+def datatrove_requirements() -> list[str]:
+    """datatrove 0.10.1 and what the benchmarks' datatrove pipelines need (../shared/ENVIRONMENT.md): boto3 and
+    botocore pinned (its aiobotocore pins botocore; unpinned, pip backtracks for many minutes), spaCy for its
+    word splitting and MinHash shingles, and resiliparse at the version sluice runs, for the Resiliparse
+    extractor the benchmarks give it (0.10.1 ships none), so both sides run the same extractor code."""
+    from importlib.metadata import version
+
+    return [
+        "datatrove[processing,io,s3]==0.10.1",
+        "boto3>=1.43.115,<1.43.118",
+        "botocore>=1.43.115,<1.43.118",
+        "spacy",
+        f"resiliparse=={version('resiliparse')}",
+    ]
+
+
+def datatrove_python() -> Path:
+    """Interpreter of the datatrove peer environment (one environment for every benchmark script)."""
+    return peer_python("datatrove", datatrove_requirements())
+
+
+def figure(name: str, value: float | str, goal: str, config: str | None = None) -> None:
+    """Print one headline figure in the format every benchmark ends with:
+    `figure: name[configuration measured] = value (goal ...)` (scripts/update_readme_figures.py reads it)."""
     shown = f"{value:.3g}" if isinstance(value, float) else str(value)
-    print(f"figure: {name} = {shown} (goal {goal})", flush=True)
+    label = f"{name}[{config}]" if config else name
+    print(f"figure: {label} = {shown} (goal {goal})", flush=True)

@@ -6,38 +6,14 @@ refuses shards from two different tokenizers.
 
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from dagster import AssetDep, AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
-from resources import SluiceSettings, StorageResource
-from sluice.layout import list_partitions, partition_prefix, read_manifest
-from sluice.storage import Store, local_temp_dir
-from sluice.tokenize import load_tokenizer, tokenizer_sha256, train_bpe
+from resources import ComputeResource, SluiceSettings, StorageResource
+from sluice.tokenize import TrainingTask, load_tokenizer, tokenizer_sha256, train_from_store
 
 ASSET = "tokenizer"
-
-
-def training_texts(store: Store, sources: list[str], limit: int, used: list[str]) -> Iterator[str]:
-    """Texts of deduplicated partitions of `sources`, in the global partition order, at most `limit`."""
-    count = 0
-    for ref in list_partitions(store, "deduped_documents"):
-        if ref.source not in sources:
-            continue
-        prefix = partition_prefix("deduped_documents", ref)
-        manifest = read_manifest(store, prefix) or {"files": []}
-        used.append(ref.key)
-        for entry in manifest["files"]:
-            key = f"{prefix}/{entry['key']}"
-            path = store.fetch(key, local_temp_dir())
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=512, columns=["text"]):
-                for text in batch.column("text").to_pylist():
-                    if count >= limit:
-                        return
-                    count += 1
-                    yield text
 
 
 @asset(
@@ -48,7 +24,9 @@ def training_texts(store: Store, sources: list[str], limit: int, used: list[str]
     owners=["team:data-engineering"],
     description="The HF tokenizers tokenizer.json used for every shard: trained byte-level BPE, or tokenizer.path from the config.",
 )
-def tokenizer(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> MaterializeResult:
+def tokenizer(
+    context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
+) -> MaterializeResult:
     config = settings.config
     store = storage.store()
     used: list[str] = []
@@ -57,9 +35,9 @@ def tokenizer(context: AssetExecutionContext, settings: SluiceSettings, storage:
         origin = config.tokenizer.path
     else:
         sources = list(config.tokenizer.train_sources or config.source_names)
-        texts = training_texts(store, sources, config.tokenizer.max_training_documents, used)
-        trained = train_bpe(texts, config.tokenizer.vocab_size, config.tokenizer.eos_token)
-        json_text = trained.to_str()
+        task = TrainingTask(store.spec, tuple(sources), config.tokenizer.max_training_documents,
+                            config.tokenizer.vocab_size, config.tokenizer.eos_token)
+        json_text, used = compute.executor().isolated(train_from_store, task)  # its memory leaves with the worker
         if not used:
             raise FileNotFoundError(f"no deduped_documents partitions of {sources} exist to train the tokenizer on")
         origin = f"trained byte-level BPE on {len(used)} partitions"

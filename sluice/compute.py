@@ -54,6 +54,11 @@ class Executor:
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         return _inline(fn, tasks, progress)
 
+    def isolated(self, fn: Callable[[T], R], task: T) -> R:
+        """Run one memory-heavy task where its memory is returned when it ends (a worker process), so the
+        caller (a Dagster run that goes on to other steps) does not keep its peak."""
+        return fn(task)
+
     def describe(self) -> str:
         return self.backend
 
@@ -122,6 +127,10 @@ class LocalPoolExecutor(Executor):
                     if progress is not None:
                         progress(results[index])
 
+    def isolated(self, fn: Callable[[T], R], task: T) -> R:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(fn, task).result()
+
     def describe(self) -> str:
         text = f"local process pool ({self.max_workers} workers)"
         return text + (f"; {'; '.join(self.events)}" if self.events else "")
@@ -179,6 +188,9 @@ class RayExecutor(Executor):
         _LAST_ALIVE = self._alive_nodes(ray)
         self._report(set(before) - set(_LAST_ALIVE), len(before), f"during {name}")
         return results
+
+    def isolated(self, fn: Callable[[T], R], task: T) -> R:
+        return self.map(fn, [task])[0]  # a Ray worker process
 
     def _report(self, lost: set[str], of: int, when: str) -> None:
         if lost:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import filterfalse
 from typing import Any
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sluice.config import S3Settings
-from sluice.layout import _remove_tree, sha256_file
+from sluice.layout import _remove_tree, list_partitions, partition_prefix, read_manifest, sha256_file
 from sluice.shards import (
     DOCS_SCHEMA,
     FORMAT_NAME,
@@ -49,7 +49,7 @@ from sluice.shards import (
     dtype_name,
     token_dtype,
 )
-from sluice.storage import StoreSpec, local_temp_dir
+from sluice.storage import Store, StoreSpec, local_temp_dir
 
 ENCODE_BATCH = 1024  # documents per encode call: large enough for the tokenizer's thread pool
 
@@ -69,6 +69,51 @@ def train_bpe(texts: Iterator[str], vocab_size: int, eos_token: str) -> Any:
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
+
+
+@dataclass(frozen=True)
+class TrainingTask:
+    """Train a BPE on the deduplicated documents of `sources` (at most `limit`), reading `store`."""
+
+    store: StoreSpec
+    sources: tuple[str, ...]
+    limit: int
+    vocab_size: int
+    eos_token: str
+
+
+def training_texts(store: Store, sources: Sequence[str], limit: int, used: list[str], scratch: str) -> Iterator[str]:
+    """Texts of deduplicated partitions of `sources`, in the global partition order, at most `limit`;
+    appends each partition read to `used`. Remote parts are downloaded into `scratch`."""
+    count = 0
+    for ref in list_partitions(store, "deduped_documents"):
+        if ref.source not in sources:
+            continue
+        prefix = partition_prefix("deduped_documents", ref)
+        manifest = read_manifest(store, prefix) or {"files": []}
+        used.append(ref.key)
+        for entry in manifest["files"]:
+            path = store.fetch(f"{prefix}/{entry['key']}", scratch)
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=512, columns=["text"]):
+                for text in batch.column("text").to_pylist():
+                    if count >= limit:
+                        return
+                    count += 1
+                    yield text
+            if path.startswith(scratch):  # a download: scratch holds one part at a time
+                os.remove(path)
+
+
+def train_from_store(task: TrainingTask) -> tuple[str, list[str]]:
+    """The trained tokenizer's JSON and the partitions it read. A task for `Executor.isolated`: BPE
+    training holds every distinct word of its texts, and that memory should leave with the worker."""
+    used: list[str] = []
+    scratch = local_temp_dir()
+    try:
+        texts = training_texts(task.store.open(), task.sources, task.limit, used, scratch)
+        return train_bpe(texts, task.vocab_size, task.eos_token).to_str(), used
+    finally:
+        _remove_tree(scratch)
 
 
 def tokenizer_sha256(tokenizer_json: str) -> str:

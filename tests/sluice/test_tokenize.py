@@ -116,3 +116,25 @@ def test_a_bad_round_trip_or_publish_is_reported_by_the_task(tmp_path, monkeypat
     assert "does not match" in verify_published(store, "x.bin", str(tmp_path / "local.bin"), entry)
     (tmp_path / "out" / "x.bin").write_bytes(b"abc")
     assert verify_published(store, "x.bin", str(tmp_path / "local.bin"), entry) is None
+
+
+def _pid(_: object) -> int:
+    return os.getpid()
+
+
+def test_training_from_the_store_in_a_worker_equals_training_in_process(tmp_path):
+    from sluice.compute import LocalPoolExecutor
+    from sluice.layout import PartitionRef, partition_prefix, write_manifest
+    from sluice.storage import open_store
+    from sluice.tokenize import TrainingTask, train_from_store
+
+    store = open_store(str(tmp_path / "store"))
+    for snapshot, texts in (("2026-01", TEXTS[:20]), ("2026-02", TEXTS[20:])):
+        prefix = partition_prefix("deduped_documents", PartitionRef("web", snapshot))
+        deduped_part(tmp_path / "store" / prefix, texts)
+        write_manifest(store, prefix, {"files": [{"key": "part-00000.parquet"}]})
+    executor = LocalPoolExecutor(1)
+    assert executor.isolated(_pid, None) != os.getpid()  # a worker process, even with one worker
+    json_text, used = executor.isolated(train_from_store, TrainingTask(store.spec, ("web",), 30, 400, "<|endoftext|>"))
+    assert used == ["web/2026-01", "web/2026-02"]
+    assert json_text == train_bpe(iter(TEXTS[:30]), 400, "<|endoftext|>").to_str()  # the first 30 texts in partition order

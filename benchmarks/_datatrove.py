@@ -1,0 +1,236 @@
+"""datatrove's side of the benchmarks; runs inside the datatrove peer environment (no sluice imports).
+
+    python _datatrove.py chain    PAGES.jsonl LID_MODEL EXTRACTOR OUT.json   # extraction + LID + four filters
+    python _datatrove.py filters  TEXTS.jsonl OUT.json                       # the four filters on given texts
+    python _datatrove.py pipeline WARC_FOLDER LID_MODEL TOKENIZER WORK WORKERS OUT.json   # the whole pipeline
+
+PAGES.jsonl: {"id", "url", "html"} per page; TEXTS.jsonl: {"id", "text"}. EXTRACTOR: `resiliparse` (the
+extractor below, configured as sluice's) or `trafilatura` (datatrove's, favour_precision). Every filter runs
+with its defaults (datatrove 0.10.1), in the order of datatrove's FineWeb example: GopherRepetition,
+GopherQuality, C4Quality, FineWebQuality.
+
+`pipeline` is the FineWeb example's shape on a WARC crawl, one LocalPipelineExecutor per stage with
+WORKERS tasks and workers (MinHash buckets: one task per bucket; clustering: one task):
+  1. WarcReader -> Resiliparse -> LanguageFilter -> the four filters -> JsonlWriter
+  2-5. MinhashDedupSignature, MinhashDedupBuckets, MinhashDedupCluster (MinhashConfig defaults: 5-grams,
+     14 buckets x 8 hashes, as sluice's), then JsonlReader -> MinhashDedupFilter -> DocumentTokenizer (the given
+     tokenizer.json, EOS after each document, no in-file shuffle: sluice's shards are not shuffled either).
+
+Offline and input fixes, both documented in ../shared/ENVIRONMENT.md: the language filter's model lookup is
+pointed at the local lid.176.ftz (it would download lid.176.bin); WarcReader keeps a record only when its
+`WARC-Identified-Payload-Type` is HTML and asks libmagic when the header is absent (these WARC files have none,
+and libmagic calls XHTML `text/xml`, which would drop every page), so the header is filled from the HTTP
+Content-Type first. Executors fork their workers, so both patches reach them.
+"""
+
+import json
+import os
+import resource
+import sys
+import time
+
+from datatrove.pipeline.extractors.base import BaseExtractor
+
+# sluice's extractor call (sluice/extract.py: extract_resiliparse), the same arguments.
+RESILIPARSE_ARGS = {"main_content": True, "alt_texts": False, "links": False, "comments": False}
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def read_jsonl(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as stream:
+        return [json.loads(line) for line in stream]
+
+
+def write_json(path: str, value: dict) -> None:
+    with open(path, "w", encoding="utf-8") as stream:
+        json.dump(value, stream)
+
+
+def offline_patches(model_path: str) -> None:
+    import datatrove.pipeline.readers.warc as warc
+    import datatrove.utils.lid as lid
+
+    lid.cached_asset_path_or_download = lambda *args, **kwargs: model_path
+    original = warc.process_record
+    if getattr(original, "patched", False):
+        return
+
+    def process_record(record):
+        if record.rec_headers.get_header("WARC-Identified-Payload-Type") is None and record.http_headers is not None:
+            mime = (record.http_headers.get_header("Content-Type") or "").split(";")[0].strip().lower()
+            if mime:
+                record.rec_headers.add_header("WARC-Identified-Payload-Type", mime)
+        return original(record)
+
+    process_record.patched = True
+    warc.process_record = process_record
+
+
+class Resiliparse(BaseExtractor):
+    """A datatrove extractor running resiliparse as sluice runs it. datatrove 0.10.1 ships none; its main
+    branch has one built the same way (a BaseExtractor whose extract() calls extract_plain_text with
+    main_content=True). It runs in datatrove's extraction sandbox (a helper process with a per-document
+    timeout), as every datatrove extractor does; the timeout is sluice's (cleaning.extraction.timeout_s)."""
+
+    name = "⛏ Resiliparse"
+    _requires_dependencies = ["resiliparse"]
+
+    def __init__(self, timeout: float = 5.0):
+        super().__init__(timeout)
+
+    def extract(self, text: str) -> str:
+        from resiliparse.extract.html2text import extract_plain_text
+        from resiliparse.parse.html import HTMLTree
+
+        return extract_plain_text(HTMLTree.parse(text), **RESILIPARSE_ARGS)
+
+
+def extractor(name: str):
+    if name == "resiliparse":
+        return Resiliparse()
+    from datatrove.pipeline.extractors import Trafilatura
+
+    return Trafilatura(favour_precision=True)
+
+
+def filters():
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    return [GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(), FineWebQualityFilter()]
+
+
+def run_filters(texts_path: str, out_path: str) -> None:
+    from datatrove.data import Document
+
+    steps = filters()
+    docs = read_jsonl(texts_path)
+
+    def decide(item: dict) -> list[str]:
+        doc = Document(text=item["text"], id=item["id"])
+        for step in steps:
+            result = step.filter(doc)
+            passed, reason = (result, "") if isinstance(result, bool) else result
+            if not passed:
+                return [step.name, reason]
+        return ["kept", ""]
+
+    if docs:
+        decide(docs[0])  # warm-up outside the timing: spaCy's tokenizer loads on first use
+    started, cpu = time.perf_counter(), cpu_seconds()
+    decisions = {item["id"]: decide(item) for item in docs}
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    write_json(out_path, {"decisions": decisions, "seconds": elapsed, "cpu_seconds": cpu})
+
+
+def run_chain(pages_path: str, model_path: str, extractor_name: str, out_path: str) -> None:
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import LanguageFilter
+
+    offline_patches(model_path)
+    pages = read_jsonl(pages_path)
+    pipeline = [extractor(extractor_name), LanguageFilter(), *filters()]
+    # Warm-up outside the timing: model load and imports, as sluice's side does before timing.
+    pipeline[1].model.model  # noqa: B018
+    list(pipeline[0].run(iter([Document(text="<p>warm up</p>", id="warm")]), rank=0, world_size=1))
+
+    def documents():
+        for page in pages:
+            yield Document(text=page["html"], id=page["id"], metadata={"url": page["url"]})
+
+    started, cpu = time.perf_counter(), cpu_seconds()
+    data = documents()
+    for step in pipeline:
+        data = step.run(data, rank=0, world_size=1)
+    kept = {doc.id: doc.metadata.get("language", "unknown") for doc in data}
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    write_json(out_path, {"kept": kept, "documents": len(pages), "seconds": elapsed, "cpu_seconds": cpu})
+
+
+def count_jsonl_gz(folder: str) -> int:
+    import gzip
+
+    count = 0
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".jsonl.gz"):
+            with gzip.open(os.path.join(folder, name), "rt", encoding="utf-8") as stream:
+                count += sum(1 for _ in stream)
+    return count
+
+
+def folder_bytes(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
+
+
+def run_pipeline(warc_folder: str, model_path: str, tokenizer: str, work: str, workers: int, out_path: str) -> None:
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup import (
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+    from datatrove.pipeline.filters import LanguageFilter
+    from datatrove.pipeline.readers import JsonlReader, WarcReader
+    from datatrove.pipeline.tokens import DocumentTokenizer
+    from datatrove.pipeline.writers import JsonlWriter
+
+    offline_patches(model_path)
+    config = MinhashConfig()
+    folder = {name: os.path.join(work, name) for name in ("cleaned", "signatures", "buckets", "remove_ids", "tokens", "logs")}
+    stages = [
+        ("cleaning", workers, [WarcReader(warc_folder, glob_pattern="*/*.warc.gz"), Resiliparse(), LanguageFilter(), *filters(), JsonlWriter(folder["cleaned"])]),
+        ("minhash_signatures", workers, [JsonlReader(folder["cleaned"]), MinhashDedupSignature(output_folder=folder["signatures"], config=config)]),
+        ("minhash_buckets", config.num_buckets, [MinhashDedupBuckets(input_folder=folder["signatures"], output_folder=folder["buckets"], config=config)]),
+        ("minhash_cluster", 1, [MinhashDedupCluster(input_folder=folder["buckets"], output_folder=folder["remove_ids"], config=config)]),
+        (
+            "minhash_filter_tokenize",
+            workers,
+            [
+                JsonlReader(folder["cleaned"]),
+                MinhashDedupFilter(input_folder=folder["remove_ids"]),
+                DocumentTokenizer(output_folder=folder["tokens"], tokenizer_name_or_path=tokenizer, eos_token="<|endoftext|>", shuffle_documents=False),
+            ],
+        ),
+    ]
+    seconds = {}
+    started, cpu = time.perf_counter(), cpu_seconds()
+    for name, tasks, pipeline in stages:
+        stage_start = time.perf_counter()
+        LocalPipelineExecutor(
+            pipeline=pipeline, tasks=tasks, workers=min(workers, tasks), logging_dir=os.path.join(folder["logs"], name), start_method="fork"
+        ).run()
+        seconds[name] = time.perf_counter() - stage_start
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+    tokens = sum(os.path.getsize(os.path.join(folder["tokens"], p)) // 2 for p in os.listdir(folder["tokens"]) if p.endswith(".ds"))
+    result = {
+        "seconds": elapsed,
+        "cpu_seconds": cpu,
+        "stage_seconds": seconds,
+        "cleaned_documents": count_jsonl_gz(folder["cleaned"]),
+        "tokens": tokens,
+        "bytes": {name: folder_bytes(path) for name, path in folder.items() if name != "logs"},
+    }
+    write_json(out_path, result)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "filters":
+        run_filters(sys.argv[2], sys.argv[3])
+    elif mode == "chain":
+        run_chain(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    elif mode == "pipeline":
+        run_pipeline(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), sys.argv[7])
+    else:
+        sys.exit(f"unknown mode {mode!r}")

@@ -1,0 +1,406 @@
+"""The whole graph on a synthetic crawl at growing scale, through the command users run; and datatrove's
+pipeline on the same crawl.
+
+    python benchmarks/end_to_end.py [--scales 1 4 16] [--skip-datatrove]
+
+For each scale s: a seeded crawl of ~2,000 s pages (benchmarks/synth_crawl.py; cached under
+.bench_data/crawl-<s>x/, rebuilt when its parameters change) is run through GRAPH_COMMAND with SLUICE_CONFIG
+pointing at a config for it (one source `web`, the project's sluice.yaml otherwise: every cleaning step,
+exact + near dedup with verification, a BPE tokenizer trained on the crawl, tokenized shards, one mix of
+50,000 s tokens; compute.max_workers 2) and DAGSTER_HOME in a fresh folder (.bench_data/e2e-<s>x/). Printed:
+- per-stage wall seconds, from the run's step events in that Dagster instance (each stage summed over its
+  partitions' runs), and what the command spent outside steps (run start-up, registration, summary);
+- documents/s: crawl pages / wall seconds, and per core: pages / CPU seconds of the whole process tree;
+- peak RSS of the process tree (the command and every descendant, sampled every 0.2 s from /proc), overall
+  and while each stage's steps ran;
+- bytes written per stage (the storage root's datasets grouped by stage);
+- near-duplicate recall and precision against the planted truth: a cleaned document should be removed when
+  an earlier document (dedup's global order) of its planted group has exact Jaccard >= 0.8 with it on the
+  cleaned texts (word 5-grams, sluice's shingling); recall = those removed / those; precision = removed
+  documents that had such an earlier document (in their group, or their named keeper) / removed documents.
+Goals: time 16x / 1x <= 18 (4x / 1x <= 4.5 when 16x is not run), peak RSS 16x / 1x <= 1.3, recall >= 0.95,
+precision >= 0.99.
+
+datatrove (on the 1x crawl, unless --skip-datatrove): benchmarks/_datatrove.py `pipeline` in its peer
+environment, the FineWeb example's shape on the same WARC files: WarcReader -> the same resiliparse
+extraction -> LanguageFilter -> Gopher repetition + quality, C4, FineWeb filters -> 4-stage MinHash ->
+DocumentTokenizer with the tokenizer sluice trained; 2 tasks and workers, as sluice's 2 workers. sluice's run
+does more (raw Parquet ingest, tokenizer training, the mix and every asset check), all inside its time. The
+ratio is pages per CPU second of each process tree (goal >= 10); wall is printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import synth_crawl  # noqa: E402
+from benchmarks.peers import datatrove_python, figure  # noqa: E402
+
+# The command users run for the whole graph on their own crawl (`sluice materialize`).
+GRAPH_COMMAND = ("-m", "data_assets.cli", "materialize")
+DATA = Path(os.environ.get("SLUICE_BENCH_DATA", ROOT / ".bench_data"))  # crawls and run folders (git-ignored)
+STAGES = ("raw", "quality_model", "cleaned", "deduped", "tokenizer", "tokenized", "mixed")
+# Storage datasets (top-level folders) and step keys -> stage; side datasets follow issue 18's names.
+DATASET_STAGE = (("raw", "raw"), ("quality", "quality_model"), ("clean", "cleaned"), ("dedup", "deduped"),
+                 ("tokenizer", "tokenizer"), ("tokenized", "tokenized"), ("mix", "mixed"), ("decontam", "mixed"))
+THRESHOLD = 0.8
+TOKENS_PER_SCALE = 50_000
+
+
+def crawl(scale: float, seed: int = 0) -> Path:
+    """The synthetic crawl at this scale (generated once, reused while its parameters are the same)."""
+    out = DATA / f"crawl-{scale:g}x"
+    summary = out / "crawl.json"
+    if summary.exists():
+        known = json.loads(summary.read_text())
+        if (known.get("version"), known.get("scale"), known.get("seed")) == (synth_crawl.VERSION, scale, seed):
+            return out
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    result = synth_crawl.synthesize(out, scale, seed)
+    print(f"  synthesized {result['pages']} pages ({result['kinds']}) in {len(result['snapshots'])} snapshots, {result['files']} files, "
+          f"{time.perf_counter() - started:.0f} s -> {out}", flush=True)
+    return out
+
+
+def write_config(crawl_folder: Path, work: Path, scale: float) -> Path:
+    """The project's sluice.yaml pointed at the crawl (one source), storage under `work`."""
+    import yaml
+
+    raw = yaml.safe_load((ROOT / "sluice.yaml").read_text())
+    raw["storage"] = {"root": str(work / "data")}
+    raw["sources"] = [{"name": synth_crawl.SOURCE, "location": str(crawl_folder / synth_crawl.SOURCE), "format": "warc"}]
+    cleaning = raw.setdefault("cleaning", {})
+    if cleaning.get("url_blocklist"):
+        cleaning["url_blocklist"] = str(ROOT / cleaning["url_blocklist"])
+    cleaning.pop("per_source", None)
+    # One source: no curated source to contrast (quality model) or to train perplexity models on.
+    raw["quality_model"] = {**raw.get("quality_model", {}), "positive_source": None}
+    if "perplexity_model" in raw:
+        raw["perplexity_model"] = {**raw["perplexity_model"], "reference_source": None, "sources": {}}
+    raw["tokenizer"] = {**raw.get("tokenizer", {}), "train_sources": [synth_crawl.SOURCE]}
+    raw["compute"] = {**raw.get("compute", {}), "backend": "local", "max_workers": 2}
+    mix = dict(next(iter(raw["mixes"].values())))
+    mix.update(weights={synth_crawl.SOURCE: 1.0}, token_budget=int(TOKENS_PER_SCALE * scale))
+    mix["eval_sets"] = [str(ROOT / path) for path in mix.get("eval_sets", [])]
+    raw["mixes"] = {"default": mix}
+    path = work / "sluice.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def process_tree(root: int) -> dict[int, tuple[int, float]]:
+    """pid -> (resident bytes, CPU seconds so far) of `root` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            stats[int(entry)] = fields
+            children[int(fields[1])].append(int(entry))
+    tree, stack = {}, [root]
+    page, tick = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
+    while stack:
+        pid = stack.pop()
+        fields = stats.get(pid)
+        if fields is not None:  # fields[0] is the state: utime, stime are stat fields 14, 15; rss is 24
+            tree[pid] = (int(fields[21]) * page, (int(fields[11]) + int(fields[12])) / tick)
+        stack.extend(children.get(pid, []))
+    return tree
+
+
+def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str, float]:
+    """Run `command`, output to `log`; wall seconds, CPU seconds of the process tree and its peak RSS.
+
+    CPU: the reaped descendants' rusage; a process the tree never waited for is not in it, so the CPU
+    seen in /proc samples (every 0.2 s, per process its last value) is taken when larger."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak, sampled_cpu, timeline = 0, {}, []
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        done = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not done.wait(0.2):
+                tree = process_tree(process.pid)
+                rss = sum(rss for rss, _ in tree.values())
+                peak = max(peak, rss)
+                timeline.append((time.time(), rss, tree.get(process.pid, (0, 0.0))[0]))
+                sampled_cpu.update({pid: cpu for pid, (_, cpu) in tree.items()})
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        code = process.wait()
+        done.set()
+        sampler.join()
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if code != 0:
+        tail = log.read_text()[-4000:]
+        raise RuntimeError(f"{' '.join(command)} exited with {code}; the end of {log}:\n{tail}")
+    reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    sampled = sum(sampled_cpu.values())
+    return {"wall_s": wall, "cpu_s": max(reaped, sampled), "cpu_reaped_s": reaped, "cpu_sampled_s": sampled,
+            "cpu_command_s": sampled_cpu.get(process.pid, 0.0), "peak_rss_bytes": peak, "rss_timeline": timeline}
+
+
+def stage_of(name: str) -> str:
+    for prefix, stage in DATASET_STAGE:
+        if name.startswith(prefix):
+            return stage
+    return "other"
+
+
+def step_seconds(dagster_home: Path) -> tuple[dict[str, list[tuple[float, float]]], float, int]:
+    """Per stage, the (start, end) times of its steps (STEP_START -> STEP_SUCCESS, over all runs); the runs'
+    total seconds (RUN_START -> RUN_SUCCESS); the number of runs."""
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    from dagster import DagsterEventType, DagsterInstance
+
+    run_end = (DagsterEventType.RUN_SUCCESS.value, DagsterEventType.RUN_FAILURE.value)
+    step_end = (DagsterEventType.STEP_SUCCESS.value, DagsterEventType.STEP_FAILURE.value)
+    stages: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    runs_total = 0.0
+    with DagsterInstance.get() as instance:
+        runs = instance.get_runs()
+        for run in runs:
+            starts: dict[str, float] = {}
+            run_start = None
+            for entry in instance.all_logs(run.run_id):
+                event = entry.dagster_event
+                if event is None:
+                    continue
+                kind = event.event_type_value
+                if kind == DagsterEventType.RUN_START.value:
+                    run_start = entry.timestamp
+                elif kind in run_end and run_start is not None:
+                    runs_total += entry.timestamp - run_start
+                elif kind == DagsterEventType.STEP_START.value:
+                    starts[event.step_key] = entry.timestamp
+                elif kind in step_end and event.step_key in starts:
+                    stages[stage_of(event.step_key)].append((starts.pop(event.step_key), entry.timestamp))
+    return dict(stages), runs_total, len(runs)
+
+
+def bytes_per_stage(storage: Path) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for dataset in sorted(storage.iterdir()) if storage.exists() else []:
+        if dataset.is_dir():
+            out[stage_of(dataset.name)] += sum(p.stat().st_size for p in dataset.rglob("*") if p.is_file())
+    return dict(out)
+
+
+def manifest_rows(store: Any, asset: str) -> int:
+    from sluice.layout import list_partitions, partition_prefix, read_manifest
+
+    return sum(
+        entry.get("rows", 0)
+        for ref in list_partitions(store, asset)
+        for entry in (read_manifest(store, partition_prefix(asset, ref)) or {}).get("files", [])
+    )
+
+
+def removed_documents(store: Any) -> dict[str, str]:
+    """doc_id -> duplicate_of of every document dedup removed, read from the removed-documents files that the
+    deduped partitions' manifests publish (`entry_key` follows an entry into its side folder)."""
+    from sluice.layout import entry_key, list_partitions, partition_prefix, read_manifest, read_parquet_file
+
+    removed = {}
+    for ref in list_partitions(store, "deduped_documents"):
+        prefix = partition_prefix("deduped_documents", ref)
+        for entry in (read_manifest(store, prefix) or {}).get("side_files", []):
+            if entry["key"].startswith("removed"):
+                table = read_parquet_file(store, entry_key(prefix, entry), columns=["doc_id", "duplicate_of"])
+                removed.update(zip(table.column("doc_id").to_pylist(), table.column("duplicate_of").to_pylist(), strict=True))
+    return removed
+
+
+def near_duplicate_quality(storage: Path, crawl_folder: Path) -> dict[str, Any]:
+    """Recall and precision of dedup's removals against the planted truth (see the module docstring)."""
+    import pyarrow.parquet as pq
+
+    from sluice.layout import list_partitions, partition_prefix, read_manifest, read_parquet_file
+    from sluice.storage import open_store
+
+    store = open_store(str(storage))
+    truth = pq.read_table(crawl_folder / "truth.parquet", columns=["record_id", "group", "kind"]).to_pylist()
+    group_of = {row["record_id"]: row["group"] for row in truth}
+    record_of: dict[str, str] = {}
+    for ref in list_partitions(store, "raw_documents"):
+        prefix = partition_prefix("raw_documents", ref)
+        for entry in read_manifest(store, prefix)["files"]:
+            table = read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc_id", "source_id"])
+            record_of.update(zip(table.column("doc_id").to_pylist(), table.column("source_id").to_pylist(), strict=True))
+    removed = removed_documents(store)
+    # Cleaned documents in dedup's global order (partition, part, row), with the texts dedup saw.
+    order: list[str] = []
+    texts: dict[str, str] = {}
+    for ref in list_partitions(store, "cleaned_documents"):
+        prefix = partition_prefix("cleaned_documents", ref)
+        for entry in read_manifest(store, prefix)["files"]:
+            table = read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc_id", "text"])
+            for doc_id, text in zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist(), strict=True):
+                order.append(doc_id)
+                texts[doc_id] = text
+    members: dict[str, list[str]] = defaultdict(list)
+    for doc_id in order:
+        members[group_of[record_of[doc_id]]].append(doc_id)
+    shingle_sets: dict[str, set[bytes]] = {}
+
+    def similarity(a: str, b: str) -> float:
+        from sluice.minhash import shingles
+
+        for doc_id in (a, b):
+            if doc_id not in shingle_sets:
+                shingle_sets[doc_id] = set(shingles(texts[doc_id], 5))
+        first, second = shingle_sets[a], shingle_sets[b]
+        return 1.0 if not first and not second else len(first & second) / len(first | second)
+
+    should = set()
+    for group in members.values():
+        for index, doc_id in enumerate(group):
+            if any(similarity(doc_id, earlier) >= THRESHOLD for earlier in group[:index]):
+                should.add(doc_id)
+    justified = {doc_id for doc_id, keeper in removed.items() if doc_id in should or (keeper in texts and similarity(doc_id, keeper) >= THRESHOLD)}
+    planted_copies = sum(len(group) - 1 for group in members.values())
+    return {
+        "cleaned_documents": len(order),
+        "planted_copies_cleaned": planted_copies,
+        "should_remove": len(should),
+        "removed": len(removed),
+        "removed_should": len(should & set(removed)),
+        "removed_unplanted_justified": len(justified - should),
+        "recall": len(should & set(removed)) / len(should) if should else 1.0,
+        "precision": len(justified) / len(removed) if removed else 1.0,
+    }
+
+
+def run_sluice(scale: float) -> dict[str, Any]:
+    crawl_folder = crawl(scale)
+    work = DATA / f"e2e-{scale:g}x"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    config = write_config(crawl_folder, work, scale)
+    home = work / "dagster_home"
+    env = {**os.environ, "SLUICE_CONFIG": str(config), "DAGSTER_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    pages = json.loads((crawl_folder / "crawl.json").read_text())["pages"]
+    print(f"\n{scale:g}x: {pages} pages; {' '.join(GRAPH_COMMAND)} (log: {work / 'command.log'})", flush=True)
+    measured = run_measured([sys.executable, *GRAPH_COMMAND], env, work / "command.log")
+    intervals, runs_total, runs = step_seconds(home)
+    timeline = measured.pop("rss_timeline")
+    stages = {stage: sum(end - start for start, end in spans) for stage, spans in intervals.items()}
+    during = {stage: [(rss, own) for when, rss, own in timeline if any(start <= when <= end for start, end in spans)] for stage, spans in intervals.items()}
+    stage_peak_rss = {stage: max((rss for rss, _ in samples), default=0) for stage, samples in during.items()}
+    stage_peak_command_rss = {stage: max((own for _, own in samples), default=0) for stage, samples in during.items()}
+    from sluice.storage import open_store
+
+    store = open_store(str(work / "data"))
+    counts = {asset: manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
+    quality = near_duplicate_quality(work / "data", crawl_folder)
+    result = {"scale": scale, "pages": pages, **measured, "stages": stages, "stage_peak_rss": stage_peak_rss,
+              "stage_peak_command_rss": stage_peak_command_rss, "command_peak_rss": max((own for _, _, own in timeline), default=0), "runs_s": runs_total, "runs": runs,
+              "bytes": bytes_per_stage(work / "data"), "counts": counts, "quality": quality, "tokenizer": str(work / "data" / "tokenizer" / "tokenizer.json"),
+              "crawl": str(crawl_folder)}
+    print_run(result)
+    return result
+
+
+def print_run(r: dict[str, Any]) -> None:
+    print(f"  wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s (reaped {r['cpu_reaped_s']:.1f}, sampled {r['cpu_sampled_s']:.1f}, of which "
+          f"{r['cpu_command_s']:.1f} in the command's own process: Dagster, the driver's work), peak RSS (process tree) "
+          f"{r['peak_rss_bytes'] / 2**20:.0f} MiB; {r['pages'] / r['wall_s']:.1f} pages/s wall, {r['pages'] / r['cpu_s']:.1f} pages/s per core")
+    print(f"  documents: raw {r['counts']['raw_documents']}, cleaned {r['counts']['cleaned_documents']}, deduped {r['counts']['deduped_documents']}")
+    steps = sum(r["stages"].values())
+    print(f"  {r['runs']} Dagster runs, {r['runs_s']:.1f} s inside runs, {steps:.1f} s inside steps, "
+          f"{r['wall_s'] - steps:.1f} s of the command outside steps")
+    print(f"  peak RSS of the command's own process {r['command_peak_rss'] / 2**20:.0f} MiB")
+    print(f"  {'stage':14s} {'step s':>8s} {'MB written':>11s} {'peak RSS MiB (tree, command)':>29s}")
+    for stage in (*STAGES, "other"):
+        if stage in r["stages"] or stage in r["bytes"]:
+            print(f"  {stage:14s} {r['stages'].get(stage, 0.0):8.1f} {r['bytes'].get(stage, 0) / 1e6:11.1f} "
+                  f"{r['stage_peak_rss'].get(stage, 0) / 2**20:20.0f} {r['stage_peak_command_rss'].get(stage, 0) / 2**20:8.0f}")
+    q = r["quality"]
+    print(f"  near duplicates: {q['should_remove']} cleaned documents with an earlier copy of their planted group at J >= {THRESHOLD} "
+          f"({q['planted_copies_cleaned']} planted copies cleaned); removed {q['removed']} ({q['removed_should']} of those, "
+          f"{q['removed_unplanted_justified']} other removals at J >= {THRESHOLD} to their keeper): recall {q['recall']:.4f}, precision {q['precision']:.4f}")
+
+
+def run_datatrove(sluice_1x: dict[str, Any]) -> dict[str, Any]:
+    from sluice.langid import default_model_path
+
+    python = datatrove_python()
+    work = DATA / "e2e-datatrove-1x"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    out = work / "result.json"
+    command = [str(python), str(ROOT / "benchmarks" / "_datatrove.py"), "pipeline", str(Path(sluice_1x["crawl"]) / synth_crawl.SOURCE),
+               str(default_model_path()), sluice_1x["tokenizer"], str(work / "work"), "2", str(out)]
+    print(f"\ndatatrove pipeline on the 1x crawl (log: {work / 'command.log'})", flush=True)
+    measured = run_measured(command, {**os.environ}, work / "command.log")
+    measured.pop("rss_timeline")
+    result = {**json.loads(out.read_text()), **measured}
+    pages = sluice_1x["pages"]
+    print(f"  wall {measured['wall_s']:.1f} s, CPU {measured['cpu_s']:.1f} s (reaped {measured['cpu_reaped_s']:.1f}, sampled {measured['cpu_sampled_s']:.1f}), peak RSS {measured['peak_rss_bytes'] / 2**20:.0f} MiB; "
+          f"{pages / measured['wall_s']:.1f} pages/s wall, {pages / measured['cpu_s']:.1f} pages/s per core; "
+          f"cleaned {result['cleaned_documents']} documents, {result['tokens']} tokens")
+    for stage, seconds in result["stage_seconds"].items():
+        print(f"  {stage:24s} {seconds:8.1f} s")
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scales", type=float, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--skip-datatrove", action="store_true")
+    args = parser.parse_args()
+    scales = sorted(set(args.scales))
+    results = {scale: run_sluice(scale) for scale in scales}
+    peer = run_datatrove(results[1]) if 1 in results and not args.skip_datatrove else None
+
+    print()
+    for scale, r in results.items():
+        config = f"{scale:g}x synthetic crawl, {r['pages']} pages, {GRAPH_COMMAND[-1]} command, 2 workers"
+        figure(f"end_to_end_pages_per_s_per_core_{scale:g}x", r["pages"] / r["cpu_s"], "-", config + ", CPU time of the process tree")
+        figure(f"end_to_end_pages_per_s_wall_{scale:g}x", r["pages"] / r["wall_s"], "-", config)
+        figure(f"end_to_end_near_dup_recall_{scale:g}x", r["quality"]["recall"], ">= 0.95", config + ", vs planted truth, exact Jaccard >= 0.8")
+        figure(f"end_to_end_near_dup_precision_{scale:g}x", r["quality"]["precision"], ">= 0.99", config + ", vs planted truth, exact Jaccard >= 0.8")
+    if len(scales) > 1 and 1 in results:
+        top = scales[-1]
+        config = f"{top:g}x / 1x synthetic crawl, {results[top]['pages']} / {results[1]['pages']} pages, {GRAPH_COMMAND[-1]} command"
+        limit = 18 * top / 16
+        figure(f"end_to_end_time_ratio_{top:g}x_over_1x", results[top]["wall_s"] / results[1]["wall_s"], f"<= {limit:g}", config + ", wall")
+        figure(f"end_to_end_cpu_ratio_{top:g}x_over_1x", results[top]["cpu_s"] / results[1]["cpu_s"], f"<= {limit:g}", config + ", CPU time")
+        marginal = 1000 * (results[top]["cpu_s"] - results[1]["cpu_s"]) / (results[top]["pages"] - results[1]["pages"])
+        figure(f"end_to_end_marginal_cpu_ms_per_page_{top:g}x_vs_1x", marginal, "-", config + ", (CPU top - CPU 1x) / (pages top - pages 1x)")
+        figure(f"end_to_end_peak_rss_ratio_{top:g}x_over_1x", results[top]["peak_rss_bytes"] / results[1]["peak_rss_bytes"], "<= 1.3", config + ", process tree")
+    if peer is not None:
+        ours, theirs = results[1]["pages"] / results[1]["cpu_s"], results[1]["pages"] / peer["cpu_s"]
+        config = (f"1x synthetic crawl, {results[1]['pages']} pages, whole sluice graph vs datatrove WarcReader + resiliparse + LID + "
+                  "4 filters + 4-stage MinHash + tokenizer, 2 workers each, CPU time of each process tree")
+        figure("end_to_end_vs_datatrove", ours / theirs, ">= 10", config)
+        figure("end_to_end_vs_datatrove_wall", peer["wall_s"] / results[1]["wall_s"], "-", config.replace("CPU time of each process tree", "wall"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""benchmarks/end_to_end.py: its process-tree measurement, and (slow) the whole script on a tiny crawl."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.end_to_end import process_tree, run_measured
+
+ROOT = Path(__file__).resolve().parents[2]
+PARENT = "import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; x = bytearray(64 << 20); time.sleep(30)']); time.sleep(30)"
+
+
+def test_the_process_tree_holds_every_descendant_and_their_memory():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT])
+    try:
+        deadline = time.monotonic() + 20
+        tree = process_tree(parent.pid)
+        while len(tree) < 2 or sum(rss for rss, _ in tree.values()) < 64 << 20:
+            assert time.monotonic() < deadline, tree
+            time.sleep(0.1)
+            tree = process_tree(parent.pid)
+        assert parent.pid in tree and len(tree) == 2
+        assert process_tree(os.getpid()).keys() >= tree.keys()  # we are their ancestor
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_run_measured_counts_the_childrens_memory_and_cpu(tmp_path):
+    burn = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'x = bytearray(96 << 20); sum(range(3 * 10**7))'])"
+    measured = run_measured([sys.executable, "-c", burn], dict(os.environ), tmp_path / "log")
+    assert measured["peak_rss_bytes"] >= 96 << 20  # the grandchild's buffer
+    assert measured["cpu_reaped_s"] > 0.2 and measured["cpu_s"] >= measured["cpu_reaped_s"]
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        run_measured([sys.executable, "-c", "import sys; print('bad'); sys.exit(3)"], dict(os.environ), tmp_path / "log")
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_the_graph_on_a_tiny_crawl(tmp_path):
+    env = {**os.environ, "SLUICE_BENCH_DATA": str(tmp_path)}
+    done = subprocess.run([sys.executable, "benchmarks/end_to_end.py", "--scales", "0.1", "--skip-datatrove"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = dict(re.findall(r"^figure: (\S+?)\[.*\] = (\S+) ", done.stdout, re.MULTILINE))
+    assert float(figures["end_to_end_near_dup_recall_0.1x"]) >= 0.9
+    assert float(figures["end_to_end_near_dup_precision_0.1x"]) >= 0.9
+    assert float(figures["end_to_end_pages_per_s_per_core_0.1x"]) > 0
+    assert (tmp_path / "crawl-0.1x" / "truth.parquet").exists()

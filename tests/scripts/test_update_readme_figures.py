@@ -1,0 +1,63 @@
+"""scripts/update_readme_figures.py: the README's results table is rebuilt from the benchmarks' figure: lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts import update_readme_figures as update
+
+LOG = """\
+some progress output
+figure: cleaning_docs_per_s_ratio[resiliparse both sides, 520 pages, 13 langs, CPU time] = 7.21 (goal >= 10)
+figure: filter_decision_agreement[same texts | english] = 0.977 (goal >= 0.97)
+figure: end_to_end_peak_rss_ratio_16x_over_1x[16x / 1x] = 1.1 (goal <= 1.3)
+figure: minhash_docs_per_s_per_core = 963 (goal as high as possible)
+figure: loader_tokens_per_s_1e7_vs_1e6 (1e8 skipped) = 0.95 (goal >= 0.9)
+not a figure: x = 1 (goal >= 2)
+"""
+
+
+def test_figure_lines_are_parsed_with_their_configuration():
+    items = update.parse(LOG)
+    assert [item["name"] for item in items] == [
+        "cleaning_docs_per_s_ratio", "filter_decision_agreement", "end_to_end_peak_rss_ratio_16x_over_1x", "minhash_docs_per_s_per_core",
+        "loader_tokens_per_s_1e7_vs_1e6 (1e8 skipped)",
+    ]
+    assert items[0]["config"] == "resiliparse both sides, 520 pages, 13 langs, CPU time"
+    assert items[0]["value"] == "7.21" and items[0]["goal"] == ">= 10"
+    assert items[3]["config"] is None
+
+
+@pytest.mark.parametrize(
+    ("value", "goal", "met"),
+    [("7.21", ">= 10", "**no**"), ("12", ">= 10", "yes"), ("16.9", ">= 10x", "yes"), ("1.1", "<= 1.3", "yes"), ("1.4", "<= 1.3", "**no**"),
+     ("963", "as high as possible", ""), ("0.5", "informational", "")],
+)
+def test_goals_that_are_bounds_are_checked(value, goal, met):
+    assert update.goal_met(value, goal) == met
+
+
+def test_only_the_marked_block_is_replaced(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\nbefore\n{update.FIGURES_BEGIN}\nold table\n{update.FIGURES_END}\nafter\n")
+    log = tmp_path / "cleaning.log"
+    log.write_text(LOG)
+    assert update.main([str(log), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# title\nbefore\n") and text.endswith(f"{update.FIGURES_END}\nafter\n")
+    assert "old table" not in text
+    assert "| `cleaning` | `cleaning_docs_per_s_ratio` | resiliparse both sides, 520 pages, 13 langs, CPU time | 7.21 | >= 10 | **no** |" in text
+    assert "same texts \\| english" in text  # a | in a configuration does not break the table
+    assert update.main([str(log), "--readme", str(readme)]) == 0  # idempotent: the markers stay
+    assert readme.read_text().count(update.FIGURES_BEGIN) == 1
+
+
+def test_a_readme_without_markers_or_logs_without_figures_is_an_error(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    log = tmp_path / "x.log"
+    log.write_text(LOG)
+    with pytest.raises(ValueError):
+        update.main([str(log), "--readme", str(readme)])
+    log.write_text("nothing here\n")
+    assert update.main([str(log), "--readme", str(readme)]) == 1
