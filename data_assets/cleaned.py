@@ -24,6 +24,15 @@ from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
 from sluice.layout import partition_prefix, read_manifest, side_prefix, write_manifest
+from sluice.tasks import (
+    RecordedTask,
+    TaskCounts,
+    record_key,
+    record_listing,
+    records_prefix,
+    run_recorded,
+    task_digest,
+)
 
 ASSET = "cleaned_documents"
 DROP_RATE_CHECK = "drop_rate_within_bounds"
@@ -105,9 +114,23 @@ def cleaned_documents(
         )
         for index, entry in enumerate(raw_manifest["files"])
     ]
+    # Each task records its completion; a re-run reuses the verified outputs of finished tasks (sluice.tasks).
+    # A task's identity: its raw part's digest, the quality model's, and the source's cleaning settings.
+    records_url = store.uri(records_prefix(ASSET, ref))
+    jobs = [
+        RecordedTask(
+            clean_part, task, f"{ref.key}/{entry['key']}", task_digest(ASSET, task, [entry["sha256"], quality_sha or ""]),
+            records_url, record_key(task.part),
+            (("part", task.output_url), ("dropped", task.dropped_url or task.output_url), ("code", task.code_url or "")),
+            config.s3, volatile=("worker_cpu_s",),
+        )
+        for task, entry in zip(tasks, raw_manifest["files"], strict=True)
+    ]
     executor = compute.executor()
     progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
-    results = executor.map(clean_part, tasks, progress=lambda r: progress.update(r["stats"]["documents_in"], r["stats"]["chars_in"]))
+    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["stats"]["documents_in"], r["stats"]["chars_in"]))
+    counts = TaskCounts.of(results)
+    context.log.info(counts.line(f"{ASSET} {ref.key}"))
 
     stats = [r["stats"] for r in results]
     documents_in = sum(s["documents_in"] for s in stats)
@@ -161,6 +184,7 @@ def cleaned_documents(
             "documents": documents_out,
             "drops": dict(drops),
             "routed": dict(routed),
+            "task_records": record_listing(ASSET, ref, (task.part for task in tasks)),
         },
     )
     # A routed document is neither kept here nor dropped: it is written to its side dataset.
@@ -256,6 +280,7 @@ def cleaned_documents(
                 if perplexity_manifest
                 else {}
             ),
+            **counts.metadata(),
             "compute": executor.describe(),
         },
         check_results=checks,

@@ -103,6 +103,10 @@ def deduped_documents(
     }
     if result.band_index is not None:
         manifest["band_index"] = result.band_index
+    if result.task_records is not None:
+        manifest["task_records"] = result.task_records
+    if result.signature_tasks is not None:
+        context.log.info(result.signature_tasks.line(f"dedup signatures {ref.key}"))
     write_manifest(store, prefix, manifest)
 
     within, against = count_remaining_duplicates(store, ref)
@@ -163,6 +167,7 @@ def deduped_documents(
             "band_index_files": len(result.band_index["files"]) if result.band_index else 0,
             "recomputed_band_indexes": MetadataValue.json(result.recomputed_band_indexes),
             "output_bytes": sum(entry["bytes"] for entry in result.files),
+            **({f"signature_{k}": v for k, v in result.signature_tasks.metadata().items()} if result.signature_tasks else {}),
         },
         check_results=[no_duplicates, order, share],
     )

@@ -19,6 +19,15 @@ from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest
 from sluice.layout import partition_prefix, side_prefix, write_manifest
 from sluice.preflight import source_problem
+from sluice.tasks import (
+    RecordedTask,
+    TaskCounts,
+    record_key,
+    record_listing,
+    records_prefix,
+    run_recorded,
+    task_digest,
+)
 
 ASSET = "raw_documents"
 QUARANTINE_CHECK = "quarantined_file_share_below_bound"
@@ -61,8 +70,20 @@ def raw_documents(
     tasks = plan_ingest(source.location, ref, source.format, source.options, store.uri(prefix), config.s3, store.uri(quarantine_prefix))
     executor = compute.executor()
     context.log.info(f"{ref.key}: {len(tasks)} input files on {executor.describe()}")
+    # Each task records its completion; a re-run reuses the verified outputs of finished tasks (sluice.tasks).
+    records_url = store.uri(records_prefix(ASSET, ref))
+    jobs = [
+        RecordedTask(
+            ingest_file, task, task.file_label, task_digest(ASSET, task), records_url, record_key(task.part),
+            (("part", task.output_url), ("quarantine_part", task.quarantine_url or task.output_url)), config.s3,
+            input_url=task.source_url, input_key=task.file_key,
+        )
+        for task in tasks
+    ]
     progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
-    results = executor.map(ingest_file, tasks, progress=lambda r: progress.update(r["records"], r["content_bytes"]))
+    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["records"], r["content_bytes"]))
+    counts = TaskCounts.of(results)
+    context.log.info(counts.line(f"{ASSET} {ref.key}"))
     for event in getattr(executor, "events", []):
         context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
 
@@ -87,6 +108,7 @@ def raw_documents(
             "input_files": [result["file"] for result in results],
             "quarantined_files": quarantined_files,
             "quarantine_reasons": dict(reasons),
+            "task_records": record_listing(ASSET, ref, (task.part for task in tasks)),
         },
     )
 
@@ -118,6 +140,7 @@ def raw_documents(
             "quarantine_reasons": counts_table(reasons),
             "files": per_file,
             "quarantine_uri": MetadataValue.path(store.uri(quarantine_prefix)),
+            **counts.metadata(),
             "compute": executor.describe(),
         },
         check_results=[check],

@@ -15,6 +15,15 @@ from data_assets.metadata import markdown_table, stage_progress
 from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
 from sluice.layout import partition_prefix, read_manifest, write_manifest
+from sluice.tasks import (
+    RecordedTask,
+    TaskCounts,
+    record_key,
+    record_listing,
+    records_prefix,
+    run_recorded,
+    task_digest,
+)
 from sluice.tokenize import LENGTH_LABELS, TokenizeTask, shard_manifest, tokenize_part
 
 ASSET = "tokenized_shards"
@@ -67,11 +76,24 @@ def tokenized_shards(
         )
         for index, entry in enumerate(deduped["files"])
     ]
+    # Each task records its completion; a re-run reuses the verified shards of finished tasks (sluice.tasks).
+    # A task's identity: its deduped part's digest, the tokenizer (in the task) and the shard settings.
+    records_url = store.uri(records_prefix(ASSET, ref))
+    jobs = [
+        RecordedTask(
+            tokenize_part, task, f"{ref.key}/{entry['key']}", task_digest(ASSET, task, [entry["sha256"]]),
+            records_url, record_key(task.part), (("files", task.output_url),), config.s3,
+        )
+        for task, entry in zip(tasks, deduped["files"], strict=True)
+    ]
     executor = compute.executor()
     progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
-    results = executor.map(tokenize_part, tasks, progress=lambda r: progress.update(r.get("documents", 0), r.get("text_bytes", 0)))
+    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r.get("documents", 0), r.get("text_bytes", 0)))
+    counts = TaskCounts.of(results)
+    context.log.info(counts.line(f"{ASSET} {ref.key}"))
     manifest = shard_manifest(results, tok_manifest["sha256"], tok_manifest["vocab_size"], tok_manifest["eos_id"])
     manifest.update({"asset": ASSET, "partition": {"source": ref.source, "snapshot": ref.snapshot}})
+    manifest["task_records"] = record_listing(ASSET, ref, (task.part for task in tasks))
     write_manifest(store, prefix, manifest)
 
     # Checks use what the tasks measured while writing (their digests of the published files, the largest
@@ -97,6 +119,7 @@ def tokenized_shards(
             "encoder_fallback_documents": sum(r["fallback_documents"] for r in results),
             "tokenizer_sha256": manifest["tokenizer_sha256"],
             "output_bytes": sum(entry["bytes"] for entry in manifest["files"]),
+            **counts.metadata(),
             "token_length_histogram": markdown_table(["tokens per document", "documents"], zip(LENGTH_LABELS, [int(x) for x in histogram], strict=True)),
         },
         check_results=[

@@ -4,8 +4,13 @@
 task writes its own output file (named by the task, not by the worker) and returns small statistics,
 so outputs are byte-identical across backends. `map(..., progress=callback)` also calls `callback(result)`
 in the caller's thread as each task finishes, in completion order (progress reporting, sluice.progress). `fn` must be a module-level function and its tasks
-picklable. Ray tasks are retried by Ray when a worker node dies (`max_retries`); a task that raises
-is not retried, because the same input would fail again.
+picklable.
+
+Retries where failures happen: a task whose worker process dies (killed, out of memory, a lost Ray node) is
+run again, at most `TASK_RETRIES` more times, before the stage fails with `TaskLost` naming the task's
+file (`task_label`). On Ray these are Ray's own task retries (`max_retries`); the local pool resubmits the
+tasks that were running in a pool that broke (`BrokenProcessPool`) to a fresh pool. A task that raises is
+not retried: the same input would fail again (damaged input is quarantined by the stage itself).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 from sluice.config import ComputeSettings
@@ -21,11 +27,25 @@ from sluice.config import ComputeSettings
 T = TypeVar("T")
 R = TypeVar("R")
 
-RAY_TASK_RETRIES = 3
+TASK_RETRIES = 3
+RAY_TASK_RETRIES = TASK_RETRIES
 _LAST_ALIVE: dict[str, str] = {}  # Ray nodes alive at the end of this process's previous map
 
 
 Progress = Callable[[Any], None] | None
+
+
+class TaskLost(RuntimeError):
+    """A task's worker died more often than the retries allow."""
+
+
+def task_label(task: Any) -> str:
+    """The file a task works on, for messages (`label`, `file_label` or `input_key` of the task)."""
+    for name in ("label", "file_label", "input_key", "cleaned_key"):
+        value = getattr(task, name, None)
+        if isinstance(value, str):
+            return value
+    return repr(task)[:200]
 
 
 class Executor:
@@ -48,25 +68,72 @@ class LocalPoolExecutor(Executor):
 
     def __init__(self, max_workers: int) -> None:
         self.max_workers = max_workers
+        self.events: list[str] = []  # retries, for the run's log
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         if self.max_workers <= 1 or len(tasks) <= 1:
             return _inline(fn, tasks, progress)
+        results: dict[int, R] = {}
+        deaths = [0] * len(tasks)
+        while len(results) < len(tasks):
+            lost = self._run_pool(fn, tasks, results, progress)
+            for index in lost:
+                deaths[index] += 1
+                if deaths[index] > TASK_RETRIES:
+                    raise TaskLost(
+                        f"{task_label(tasks[index])}: its worker process died {deaths[index]} times "
+                        f"(killed or out of memory); the stage gives up after {TASK_RETRIES} retries"
+                    )
+            if lost:
+                message = (
+                    f"a worker process died during {getattr(fn, '__name__', 'the stage')}: resubmitting "
+                    + ", ".join(task_label(tasks[index]) for index in lost)
+                )
+                self.events.append(message)
+                logging.getLogger("sluice.compute").warning(message)
+        return [results[index] for index in range(len(tasks))]
+
+    def _run_pool(self, fn: Callable[[T], R], tasks: Sequence[T], results: dict[int, R], progress: Progress) -> list[int]:
+        """Run the tasks not in `results` on a fresh pool, at most `max_workers` in flight (so a broken pool
+        names only the tasks that were running). Returns the tasks whose worker died."""
+        pending = [index for index in range(len(tasks)) if index not in results]
         # spawn, not fork: the caller (a Dagster run) has threads, and forking those is unsafe.
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(self.max_workers, len(tasks)), mp_context=context) as pool:
-            futures = [pool.submit(fn, task) for task in tasks]
-            if progress is not None:
-                for future in as_completed(futures):
-                    progress(future.result())
-            return [future.result() for future in futures]
+        in_flight: dict[Future, int] = {}
+        lost: list[int] = []
+        with ProcessPoolExecutor(max_workers=min(self.max_workers, len(pending)), mp_context=context) as pool:
+            queue = iter(pending)
+            broken = False
+            while True:
+                while not broken and len(in_flight) < self.max_workers:
+                    index = next(queue, None)
+                    if index is None:
+                        break
+                    try:
+                        in_flight[pool.submit(fn, tasks[index])] = index
+                    except BrokenProcessPool:
+                        broken = True
+                if not in_flight:
+                    return lost
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in done:
+                    index = in_flight.pop(future)
+                    try:
+                        results[index] = future.result()
+                    except BrokenProcessPool:
+                        lost.append(index)
+                        broken = True
+                        continue
+                    if progress is not None:
+                        progress(results[index])
 
     def isolated(self, fn: Callable[[T], R], task: T) -> R:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
             return pool.submit(fn, task).result()
 
     def describe(self) -> str:
-        return f"local process pool ({self.max_workers} workers)"
+        text = f"local process pool ({self.max_workers} workers)"
+        return text + (f"; {'; '.join(self.events)}" if self.events else "")
 
 
 class RayExecutor(Executor):
@@ -111,12 +178,13 @@ class RayExecutor(Executor):
         self._report(set(_LAST_ALIVE) - set(before), len(_LAST_ALIVE), f"before {name} (after the previous stage)")
         remote = ray.remote(max_retries=RAY_TASK_RETRIES, retry_exceptions=False)(fn)
         references = [remote.remote(task) for task in tasks]
+        labels = {reference: task_label(task) for reference, task in zip(references, tasks, strict=True)}
         if progress is not None:
             pending = list(references)
             while pending:
                 finished, pending = ray.wait(pending, num_returns=1)
-                progress(ray.get(finished[0]))
-        results = ray.get(references)
+                progress(_ray_get(ray, finished[0], labels))
+        results = [_ray_get(ray, reference, labels) for reference in references]
         _LAST_ALIVE = self._alive_nodes(ray)
         self._report(set(before) - set(_LAST_ALIVE), len(before), f"during {name}")
         return results
@@ -135,6 +203,18 @@ class RayExecutor(Executor):
 
     def describe(self) -> str:
         return f"ray ({self.address or 'local'})" + (f"; {'; '.join(self.events)}" if self.events else "")
+
+
+def _ray_get(ray, reference: Any, labels: dict[Any, str]) -> Any:
+    """A task's result; when Ray gave up on it after its retries (its worker or node kept dying), a
+    TaskLost naming its file."""
+    lost = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError)
+    try:
+        return ray.get(reference)
+    except lost as error:
+        raise TaskLost(
+            f"{labels[reference]}: its Ray worker died {RAY_TASK_RETRIES + 1} times; the stage gives up ({type(error).__name__})"
+        ) from error
 
 
 def _inline(fn: Callable[[T], R], tasks: Sequence[T], progress: Progress) -> list[R]:

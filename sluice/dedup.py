@@ -98,9 +98,19 @@ from sluice.layout import (
 )
 from sluice.minhash import MAX_HASH32, MinHasher
 from sluice.storage import Store, StoreSpec
+from sluice.tasks import (
+    RecordedTask,
+    TaskCounts,
+    record_key,
+    record_listing,
+    records_prefix,
+    run_recorded,
+    task_digest,
+)
 
 CLEANED = "cleaned_documents"
 DEDUPED = "deduped_documents"
+SIGNATURES_STAGE = "dedup_signatures"  # its completion records: dedup_signatures_tasks/source=.../snapshot=.../
 ROW_BITS = 24  # doc = part << ROW_BITS | row
 PARTITION_SHIFT = 40  # node = partition ordinal << PARTITION_SHIFT | doc
 PARTITION_UNIT = 1 << PARTITION_SHIFT
@@ -157,6 +167,8 @@ class DedupResult:
     cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
     deduplicated_against: list[str] = field(default_factory=list)
     recomputed_band_indexes: list[str] = field(default_factory=list)
+    signature_tasks: TaskCounts | None = None  # signing tasks run / reused from completion records
+    task_records: dict[str, Any] | None = None  # the manifest's `task_records` (sluice.tasks)
 
 
 def earlier_partitions(store: Store, ref: PartitionRef) -> list[PartitionRef]:
@@ -816,6 +828,25 @@ def cluster_components(task: ComponentsTask) -> pa.Table:
     ).to_arrow()
 
 
+def _recorded_signatures(
+    store: Store, ref: PartitionRef, cleaned_files: list[dict[str, Any]], output_url: str, settings: DedupSettings, s3: S3Settings
+) -> list[RecordedTask]:
+    """One signing task per cleaned part, with its completion record (sluice.tasks): identity = the part's
+    digest + the dedup settings; a re-run reuses the verified band (and shingle) files of finished tasks."""
+    cleaned_url = store.uri(partition_prefix(CLEANED, ref))
+    records_url = store.uri(records_prefix(SIGNATURES_STAGE, ref))
+    jobs = []
+    for index, entry in enumerate(cleaned_files):
+        task = SignatureTask(cleaned_url, entry["key"], index, output_url, settings, s3)
+        jobs.append(
+            RecordedTask(
+                signature_part, task, f"{ref.key}/{entry['key']}", task_digest(SIGNATURES_STAGE, task, [entry["sha256"]]),
+                records_url, record_key(index), (("bands", output_url), ("shingles", output_url)), s3,
+            )
+        )
+    return jobs
+
+
 def deduplicate_partition(
     store: Store,
     ref: PartitionRef,
@@ -852,13 +883,12 @@ def deduplicate_partition(
     band_index = None
     recomputed: list[str] = []
     fuzzy: dict[int, tuple[str, int, str, int]] = {}  # doc -> keeper; only this partition's removed docs
+    signature_tasks = None
     sizes_by_doc: dict[int, int] = {}
     if settings.fuzzy:
         output_url = store.uri(output_prefix)
-        signed = executor.map(
-            signature_part,
-            [SignatureTask(store.uri(cleaned_prefix), key, index, output_url, settings, s3) for index, key in enumerate(parts)],
-        )
+        signed = executor.map(run_recorded, _recorded_signatures(store, ref, manifest["files"], output_url, settings, s3))
+        signature_tasks = TaskCounts.of(signed)
         band_entries = [entry["bands"] for entry in signed]
         shingle_entries = [entry["shingles"] for entry in signed if entry["shingles"] is not None]
         band_keys = tuple(entry["key"] for entry in band_entries)
@@ -983,4 +1013,6 @@ def deduplicate_partition(
         cluster_sizes=dict(sorted(cluster_sizes.items())),
         deduplicated_against=[other.key for other in earlier],
         recomputed_band_indexes=recomputed,
+        signature_tasks=signature_tasks,
+        task_records=record_listing(SIGNATURES_STAGE, ref, range(len(parts))) if settings.fuzzy else None,
     )

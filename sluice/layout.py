@@ -12,7 +12,8 @@ primary folder, and lists them with row counts and SHA-256 digests: `files` (the
 folder) when the file is not in the manifest's own folder (`entry_key`). Readers go through the manifest
 only, so a partition is either absent or complete; files a re-run no longer produces, in the primary folder
 and in every side folder its entries name, and temporary files of writers that crashed (SIGKILL, OOM, lost
-node), are deleted after the new manifest is in place.
+node), are deleted after the new manifest is in place. So are completion records of tasks the run no
+longer has (`task_records`: {"prefix", "keys"}, see sluice.tasks).
 """
 
 from __future__ import annotations
@@ -152,6 +153,9 @@ def write_manifest(store: Store, prefix: str, manifest: dict[str, Any]) -> None:
     listed: dict[str, set[str]] = {prefix: set(manifest.get("extra_keys", [])) | {MANIFEST}}
     for entry in entries:
         listed.setdefault(entry.get("prefix", prefix), set()).add(entry["key"])
+    records = manifest.get("task_records")  # completion records of the tasks (sluice.tasks)
+    if records:
+        listed.setdefault(records["prefix"], set()).update(records["keys"])
     body = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
     store.write_bytes(f"{prefix}/{MANIFEST}", body)
     for folder, names in listed.items():

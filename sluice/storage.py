@@ -114,6 +114,10 @@ class Store:
     def size(self, key: str) -> int:
         raise NotImplementedError
 
+    def identity(self, key: str) -> str:
+        """A string that changes when the file's content may have (size and mtime, or ETag)."""
+        raise NotImplementedError
+
     def open_read(self, key: str) -> BinaryIO:
         raise NotImplementedError
 
@@ -188,6 +192,14 @@ class LocalStore(Store):
             return self._path(key).stat().st_size
         except OSError as error:
             raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
+
+    def identity(self, key: str) -> str:
+        """Changes when the file's content may have: its size and modification time."""
+        try:
+            stat = self._path(key).stat()
+        except OSError as error:
+            raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
+        return f"{stat.st_size}:{stat.st_mtime_ns}"
 
     def open_read(self, key: str) -> BinaryIO:
         try:
@@ -378,6 +390,11 @@ class S3Store(Store):
     def size(self, key: str) -> int:
         head = self._call("read", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
         return int(head["ContentLength"])
+
+    def identity(self, key: str) -> str:
+        """Changes when the object's content does: its size and ETag."""
+        head = self._call("read", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
+        return f"{head['ContentLength']}:{head.get('ETag', '')}"
 
     def open_read(self, key: str) -> BinaryIO:
         response = self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))

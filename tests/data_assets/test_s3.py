@@ -131,7 +131,9 @@ def test_s3_outputs_equal_local_outputs_byte_for_byte(runs):
     assert len(runs.local_tree) > 40
     assert sorted(runs.s3_tree) == sorted(runs.local_tree)  # every file, same relative paths
     differing = sorted(key for key in runs.local_tree if runs.s3_tree[key] != runs.local_tree[key])
-    assert differing == []
+    # Completion records (sluice.tasks) name a crawl file by its store's identity (local: size + mtime; S3:
+    # ETag), so raw ingest's differ between the stores; every published file is identical.
+    assert [key for key in differing if not key.startswith("raw_documents_tasks/")] == []
 
 
 def test_s3_run_wrote_only_under_the_storage_root_and_left_no_temp_objects(runs):

@@ -25,6 +25,7 @@ from sluice.layout import (
 )
 from sluice.minhash import MAX_HASH32, MinHasher, shingles
 from sluice.storage import Store, open_store
+from sluice.tasks import records_prefix
 from tests.sluice.test_minhash import sample_texts
 
 ORDER = [PartitionRef("reference", "2026-01"), PartitionRef("web", "2026-01"), PartitionRef("reference", "2026-02"), PartitionRef("web", "2026-02")]
@@ -240,6 +241,8 @@ def test_later_partitions_read_band_indexes_instead_of_resigning(planted, monkey
 
     monkeypatch.setattr(dedup, "band_table", counting)
     last = ORDER[3]
+    # Its own signing tasks' completion records go, so it signs again (sluice.tasks would reuse them).
+    planted.delete(planted.list_files(records_prefix("dedup_signatures", last)))
     result = dedup.deduplicate_partition(planted, last, partition_prefix("deduped_documents", last))
     cleaned = read_manifest(planted, partition_prefix("cleaned_documents", last))["files"]
     assert signed == [entry["rows"] for entry in cleaned]  # only this partition's own parts were signed
@@ -331,15 +334,15 @@ def test_process_pool_gives_byte_identical_outputs(planted, monkeypatch, verify)
     inline = tree_digest(planted.uri("deduped_documents"))
     last = ORDER[3]  # two cleaned parts (two signature tasks), three earlier indexes (three match tasks)
     prefix = partition_prefix("deduped_documents", last)
-    # The sample is below the inline threshold: only signing runs in the pool, the rest in this process.
+    # The sample is below the inline threshold: only signing (recorded tasks, sluice.tasks) runs in the pool.
     small = RecordingPool(2)
     dedup.deduplicate_partition(planted, last, prefix, settings=settings, executor=small)
-    assert small.stages == [("signature_part", 2)]
+    assert small.stages == [("run_recorded", 2)]
     # Above it: matching, edges per band and verification in worker processes.
     monkeypatch.setattr(dedup, "INLINE_BELOW_BYTES", 0)
     pool = RecordingPool(2)
     result = dedup.deduplicate_partition(planted, last, prefix, settings=settings, executor=pool)
-    expected = [("signature_part", 2), ("match_earlier", 3), ("band_edges", settings.bands)] + ([("verify_pairs", 1)] if verify else [])
+    expected = [("run_recorded", 2), ("match_earlier", 3), ("band_edges", settings.bands)] + ([("verify_pairs", 1)] if verify else [])
     expected.append(("cluster_components", 1))
     assert pool.stages == expected
     write_manifest(planted, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})

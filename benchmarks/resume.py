@@ -1,0 +1,161 @@
+"""Resume inside a partition (issue 20): what a re-run costs after the run was SIGKILLed part-way.
+
+Configuration: one source x snapshot partition of `--files` crawl files (copies of the WARC files in
+`--crawl`, each copy its own input file), stage `--stage` (cleaned_documents by default: raw_documents is
+materialized first, uninterrupted), local process pool with 2 workers. For each kill point p (50 %, 90 %):
+
+1. the stage runs in a child process, which is SIGKILLed (with its workers) once p of the partition's tasks
+   have completion records;
+2. the stage runs again, in this process, and its CPU time (this process + its waited-for workers) is
+   measured, as is an uninterrupted run's on a fresh storage root.
+
+Figures: `rerun_work_share` = re-run CPU / uninterrupted run CPU (goal <= 0.55 at 50 %, <= 0.15 at 90 %),
+and `outputs_identical` = 1 when the re-run's published files (and completion records) are byte-identical
+to the uninterrupted run's. Both runs include Dagster's per-run overhead and the re-run's verification of
+the reused outputs (SHA-256 of each); imports are done before measuring.
+
+    .venv/bin/python benchmarks/resume.py [--files 204] [--stage cleaned_documents]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.peers import figure  # noqa: E402
+
+WORK = ROOT / ".bench_data" / "resume"  # git-ignored
+
+
+def cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def make_crawl(source: Path, files: int, target: Path) -> Path:
+    snapshot = target / "web" / "2026-02"
+    if snapshot.is_dir() and len(list(snapshot.iterdir())) == files:
+        return target / "web"
+    shutil.rmtree(target, ignore_errors=True)
+    snapshot.mkdir(parents=True)
+    originals = sorted(source.glob("*.warc.gz"))
+    for index in range(files):
+        original = originals[index % len(originals)]
+        shutil.copy2(original, snapshot / f"{index:05d}-{original.name}")
+    return target / "web"
+
+
+def make_config(folder: Path, crawl: Path, workers: int) -> str:
+    from tests.conftest import base_config, write_config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = base_config(str(folder / "data"))
+    raw["sources"] = [{**s, "location": str(crawl)} if s["name"] == "web" else s for s in raw["sources"]]
+    raw["compute"] = {"backend": "local", "max_workers": workers}
+    return write_config(folder / "sluice.yaml", raw)
+
+
+def run_stage(config: str, stage: str) -> tuple[float, dict]:
+    """Materialize `stage` of web/2026-02 here; (CPU seconds, metadata)."""
+    from dagster import DagsterInstance, materialize
+
+    from data_assets.cli import register_snapshots
+    from data_assets.definitions import ASSETS, build_resources
+    from data_assets.partitions import multi_key
+
+    resources = build_resources(config)
+    with DagsterInstance.ephemeral() as instance:
+        register_snapshots(instance, resources)
+        started = cpu_seconds()
+        result = materialize(
+            ASSETS, selection=[stage], partition_key=multi_key("web", "2026-02"), instance=instance, resources=resources,
+            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        )
+        spent = cpu_seconds() - started
+    if not result.success:
+        raise SystemExit(f"{stage} failed")
+    event = result.get_asset_materialization_events()[0]
+    return spent, {k: getattr(v, "value", v) for k, v in event.event_specific_data.materialization.metadata.items()}
+
+
+def kill_at(config: str, stage: str, records: Path, count: int) -> int:
+    """Run `stage` in a child process; SIGKILL its process group once `count` tasks have records."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.crash_harness", config, stage, "web|2026-02"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+    while child.poll() is None:
+        if records.is_dir() and sum(1 for p in records.iterdir() if p.name.startswith("task-")) >= count:
+            os.killpg(child.pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    _, err = child.communicate()
+    if child.returncode != -signal.SIGKILL:
+        raise SystemExit(f"the run ended before it could be killed: {err[-2000:]}")
+    return sum(1 for p in records.iterdir() if p.name.startswith("task-"))
+
+
+def tree(root: Path, folders: tuple[str, ...]) -> dict[str, str]:
+    digests = {}
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file():
+                digests[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=204, help="input files in the partition (>= 200 for the figures)")
+    parser.add_argument("--crawl", type=Path, default=ROOT / "sample_data" / "web" / "2026-02", help="WARC files to copy")
+    parser.add_argument("--stage", default="cleaned_documents", choices=["raw_documents", "cleaned_documents"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--kill-at", type=float, nargs="+", default=[0.5, 0.9])
+    args = parser.parse_args()
+
+    crawl = make_crawl(args.crawl, args.files, WORK / f"crawl-{hashlib.sha256(str(args.crawl.resolve()).encode()).hexdigest()[:8]}")
+    written = (args.stage, f"{args.stage}_tasks")
+    records_of = lambda root: root / f"{args.stage}_tasks" / "source=web" / "snapshot=2026-02"  # noqa: E731
+
+    base = WORK / "base"
+    shutil.rmtree(base, ignore_errors=True)
+    config = make_config(base, crawl, args.workers)
+    if args.stage != "raw_documents":
+        run_stage(config, "raw_documents")
+    full_cpu, _ = run_stage(config, args.stage)
+    reference = tree(base / "data", written)
+    print(f"{args.stage}: {args.files} input files ({args.crawl}), {args.workers} workers: uninterrupted run {full_cpu:.1f} CPU s")
+
+    goals = {0.5: "<= 0.55", 0.9: "<= 0.15"}
+    for share in args.kill_at:
+        folder = WORK / f"killed-{int(share * 100)}"
+        shutil.rmtree(folder, ignore_errors=True)
+        config = make_config(folder, crawl, args.workers)
+        shutil.copytree(base / "data", folder / "data", ignore=lambda d, names: [n for n in names if Path(d) == base / "data" and n in written])
+        done = kill_at(config, args.stage, records_of(folder / "data"), int(share * args.files))
+        rerun_cpu, metadata = run_stage(config, args.stage)
+        identical = tree(folder / "data", written) == reference
+        print(
+            f"  killed at {share:.0%} ({done} of {args.files} tasks recorded): re-run ran {metadata['tasks_run']} tasks, "
+            f"reused {metadata['tasks_reused']}, {rerun_cpu:.1f} CPU s"
+        )
+        config_name = f"{args.stage}, {args.files} WARC files, {args.workers} workers, killed at {share:.0%}"
+        figure(f"rerun_work_share ({config_name})", rerun_cpu / full_cpu, goals.get(share, "< 1"))
+        figure(f"outputs_identical ({config_name})", int(identical), "1")
+
+
+if __name__ == "__main__":
+    main()
