@@ -26,6 +26,11 @@ from data_assets.settings import PROJECT_ROOT
 DAGSTER_YAML = """\
 # Project-local Dagster instance: SQLite storage under this folder (the default when no storage is named).
 # For Postgres-backed storage in production, see deploy/dagster.yaml.
+# Writes to the global dedup index run one at a time: the `dedup_index` pool (the only pool sluice uses).
+concurrency:
+  pools:
+    default_limit: 1
+    granularity: op
 telemetry:
   enabled: false
 """
@@ -80,6 +85,7 @@ def materialize_all(
     the dedup rule needs (partitions by (snapshot, source)). Returns the metadata and check outcomes."""
     from dagster import materialize
 
+    from data_assets.deduped import STAGE_ASSETS as DEDUP_STAGE_ASSETS
     from data_assets.definitions import ASSETS
     from data_assets.partitions import SNAPSHOTS, multi_key
 
@@ -111,7 +117,7 @@ def materialize_all(
         report["quality_model"] = run(["quality_model"]).get("quality_model", {})
     for source, snapshot in keys:
         log(f"  materializing cleaned -> deduped for {source}/{snapshot}")
-        report["partitions"][(source, snapshot)].update(run(["cleaned_documents", "deduped_documents"], multi_key(source, snapshot)))
+        report["partitions"][(source, snapshot)].update(run(["cleaned_documents", *DEDUP_STAGE_ASSETS], multi_key(source, snapshot)))
     log("  materializing tokenizer")
     report["tokenizer"] = run(["tokenizer"]).get("tokenizer", {})
     for source, snapshot in keys:

@@ -1,11 +1,19 @@
-"""The sluice code location: five partitioned assets (+ the tokenizer), their checks, jobs, sensor, schedule."""
+"""The sluice code location: the partitioned assets (+ the tokenizer and quality model), their checks, jobs, sensors, schedule."""
 
 from __future__ import annotations
 
-from dagster import Definitions
+import os
+
+from dagster import AssetSelection, AutomationConditionSensorDefinition, DefaultSensorStatus, Definitions
 
 from data_assets.cleaned import cleaned_documents
-from data_assets.deduped import deduped_documents
+from data_assets.deduped import (
+    CLUSTERS_ASSET,
+    dedup_clusters,
+    dedup_index,
+    dedup_signatures,
+    deduped_documents,
+)
 from data_assets.jobs import ingest_job, mix_job, tokenizer_job
 from data_assets.mixed import mixed_dataset
 from data_assets.quality_model import quality_model
@@ -23,7 +31,20 @@ from resources import (
     TrainingLoaderResource,
 )
 
-ASSETS = [raw_documents, quality_model, cleaned_documents, deduped_documents, tokenizer, tokenized_shards, mixed_dataset]
+ASSETS = [
+    raw_documents, quality_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents, tokenizer, tokenized_shards,
+    mixed_dataset,
+]
+
+# Runs the ordered tail of each new partition (its clusters once every partition is indexed, its deduped
+# documents once every partition is clustered, then its token shards) as soon as Dagster sees the gates open.
+dedup_automation = AutomationConditionSensorDefinition(
+    "dedup_automation",
+    target=AssetSelection.assets(CLUSTERS_ASSET, "deduped_documents", "tokenized_shards"),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=int(os.environ.get("SLUICE_AUTOMATION_INTERVAL_S", "30")),
+    description="Declarative automation of dedup_clusters, deduped_documents and tokenized_shards (see data_assets/deduped.py).",
+)
 
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:
@@ -41,7 +62,7 @@ def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict
 defs = Definitions(
     assets=ASSETS,
     jobs=[ingest_job, tokenizer_job, mix_job],
-    sensors=[new_snapshot_sensor],
+    sensors=[new_snapshot_sensor, dedup_automation],
     schedules=[daily_mix_rebuild],
     resources=build_resources(),
 )

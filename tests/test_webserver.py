@@ -33,7 +33,10 @@ DEPENDENCIES: dict[str, set[str]] = {
     "raw_documents": set(),
     "quality_model": {"raw_documents"},
     "cleaned_documents": {"raw_documents", "quality_model"},
-    "deduped_documents": {"cleaned_documents"},
+    "dedup_signatures": {"cleaned_documents"},
+    "dedup_index": {"dedup_signatures"},
+    "dedup_clusters": {"dedup_signatures", "dedup_index"},
+    "deduped_documents": {"cleaned_documents", "dedup_clusters"},
     "tokenizer": {"deduped_documents"},
     "tokenized_shards": {"deduped_documents", "tokenizer"},
     "mixed_dataset": {"tokenized_shards", "deduped_documents", "tokenizer"},
@@ -42,6 +45,9 @@ GROUPS = {
     "raw_documents": "curation",
     "quality_model": "curation",
     "cleaned_documents": "curation",
+    "dedup_signatures": "curation",
+    "dedup_index": "curation",
+    "dedup_clusters": "curation",
     "deduped_documents": "curation",
     "tokenizer": "tokenization",
     "tokenized_shards": "tokenization",
@@ -52,7 +58,10 @@ CHECKS: dict[str, dict[str, bool]] = {
     "raw_documents": {"quarantined_file_share_below_bound": True},
     "quality_model": {"held_out_accuracy_above_chance": False},
     "cleaned_documents": {"drop_rate_within_bounds": False, "no_pii_left": True},
-    "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False, "removed_share_within_bounds": False},
+    "dedup_signatures": {},
+    "dedup_index": {},
+    "dedup_clusters": {},
+    "deduped_documents": {"no_exact_duplicates": True, "removed_share_within_bounds": False},
     "tokenizer": {},
     "tokenized_shards": {
         "token_ids_below_vocab_size": True,
@@ -65,7 +74,7 @@ CHECKS: dict[str, dict[str, bool]] = {
         "no_evaluation_overlap_in_mix": True,
     },
 }
-SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"]
+SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "tokenized_shards"]
 
 WORKSPACE_QUERY = """
 query {
@@ -246,7 +255,7 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
     assert {"ingest_job", "tokenizer_job", "mix_job"} <= {job["name"] for job in repository["jobs"]}
-    assert [sensor["name"] for sensor in repository["sensors"]] == ["new_snapshot_sensor"]
+    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 
     log = webserver.log()

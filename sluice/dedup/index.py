@@ -296,7 +296,20 @@ class DedupIndex:
             new["deltas"][key]["files"] = delta_files(key)
         compacted = new["base"]["digest"] != old["base"].get("digest")
         if compacted:
-            joining = {key: delta_files(key) for key in new["base"]["members"] if key not in old_base}
+            # Partitions joining the base: their delta files where they have one, the others' rows staged
+            # in one file per table (deleted once the new base is published).
+            joining, staged = [], []
+            for key in new["base"]["members"]:
+                if key in old_base:
+                    continue
+                delta = old["deltas"].get(key)
+                if key not in new_rows and delta is not None and delta["digest"] == partitions[key]["digest"]:
+                    joining.append(delta["files"])
+                else:
+                    staged.append(new_rows[key].rows() if key in new_rows else self._extract(old, key))
+            if staged:
+                merged = {table: pl.concat([rows[table] for rows in staged]).sort(SORT[table]) for table in TABLES}
+                joining.append(self._write_delta("staging", new["base"]["digest"], merged, "staging"))
             new["base"]["files"] = self._compact(old, new, old_base & set(new["base"]["members"]), joining, executor)
         else:
             new["base"]["files"] = old["base"]["files"]
@@ -320,7 +333,7 @@ class DedupIndex:
             "deltas": {key: {"digest": partitions[key]["digest"], "files": {}} for key in ordered[cut:]},
         }
 
-    def _write_delta(self, key: str, digest: str, rows: dict[str, pl.DataFrame]) -> dict[str, Any]:
+    def _write_delta(self, key: str, digest: str, rows: dict[str, pl.DataFrame], kind: str = "delta") -> dict[str, Any]:
         name = _digest([key, digest])[:24]
         files: dict[str, Any] = {}
         for table in TABLES:
@@ -328,8 +341,9 @@ class DedupIndex:
             if frame.height == 0:
                 files[table] = None
                 continue
-            entry = write_parquet(self.store, f"{self.prefix}/table={table}/delta-{name}.parquet", frame.to_arrow().cast(SCHEMAS[table]), row_group_size=ROW_GROUP)
-            files[table] = {**entry, "key": f"table={table}/delta-{name}.parquet"}
+            relative = f"table={table}/{kind}-{name}.parquet"
+            entry = write_parquet(self.store, f"{self.prefix}/{relative}", frame.to_arrow().cast(SCHEMAS[table]), row_group_size=ROW_GROUP)
+            files[table] = {**entry, "key": relative}
         return files
 
     def _extract(self, manifest: dict[str, Any], key: str) -> dict[str, pl.DataFrame]:
@@ -344,13 +358,13 @@ class DedupIndex:
             out[table] = pl.concat(frames).sort(SORT[table])
         return out
 
-    def _compact(self, old: dict[str, Any], new: dict[str, Any], keep: set[str], joining: dict[str, dict[str, Any]], executor: Executor) -> dict[str, list[dict[str, Any]]]:
+    def _compact(self, old: dict[str, Any], new: dict[str, Any], keep: set[str], joining: list[dict[str, Any]], executor: Executor) -> dict[str, list[dict[str, Any]]]:
         """The new base files: per table and shard, the old base file's rows of `keep` plus the joining
-        partitions' delta rows in the shard (one executor task each)."""
+        files' rows in the shard (one executor task each)."""
         tasks = []
         for table in TABLES:
             old_files = {entry["shard"]: entry["key"] for entry in old["base"]["files"][table]}
-            deltas = tuple(files[table]["key"] for _, files in sorted(joining.items()) if files.get(table) is not None)
+            deltas = tuple(files[table]["key"] for files in joining if files.get(table) is not None)
             for shard in range(new["shards"]):
                 output = f"table={table}/base-{new['base']['digest'][:24]}-{shard:04d}.parquet"
                 old_base = old_files.get(shard) if keep else None

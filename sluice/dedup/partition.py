@@ -191,8 +191,7 @@ def cluster_partition(
         "indexed_before": sum(1 for key in manifest["partitions"] if order_of(key) < ref.sort_key()),
     }
     write_manifest(store, prefix, result_manifest)
-    removed = table.filter(pl.col("kind").is_not_null())
-    linked_partitions = sorted({*removed["parent_partition"].to_list(), *exact["of_partition"].to_list()} - {ref.key}, key=order_of)
+    linked_partitions = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
     return ClusterResult(
         result_manifest, table.height, kinds["exact"], kinds["fuzzy"], candidates.height, linked.height, result_manifest["indexed_before"], linked_partitions
     )

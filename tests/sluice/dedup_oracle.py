@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.clean import CLEANED_SCHEMA, normalize_for_hash, text_hash
+from sluice.config import DedupSettings
 from sluice.layout import (
     PartitionRef,
     entry_key,
@@ -27,7 +28,7 @@ from sluice.layout import (
     write_manifest,
     write_parquet,
 )
-from sluice.minhash import shingles
+from sluice.minhash import MAX_HASH32, MinHasher, shingles
 from sluice.storage import Store
 
 Partitions = Sequence[tuple[PartitionRef, Sequence[Sequence[tuple[str, str]]]]]  # ref -> parts -> (doc_id, text)
@@ -148,3 +149,55 @@ def stored_partitions(store: Store) -> list[tuple[PartitionRef, list[list[tuple[
             parts.append(list(zip(table.column("doc_id").to_pylist(), table.column("text").to_pylist(), strict=True)))
         out.append((ref, parts))
     return out
+
+
+def lsh_one_batch(store: Store, settings: DedupSettings | None = None) -> tuple[set[str], dict[str, str]]:
+    """LSH replica (for LSH-specific claims): every cleaned document at once in global order; exact by hash; union-find over pairs
+    sharing a (band, hash) (with `verify_min_jaccard`: pairs of a member with one of the bucket's first
+    `verify_anchors` members, linked only if their brute-force Jaccard reaches the bound);
+    a document is kept when it is the first of its hash and the first of its component."""
+    settings = settings or DedupSettings()
+    ids, hashes, texts = [], [], []
+    for ref in list_partitions(store, "cleaned_documents"):
+        prefix = partition_prefix("cleaned_documents", ref)
+        for entry in read_manifest(store, prefix)["files"]:
+            table = read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc_id", "text_hash", "text"])
+            ids += table.column("doc_id").to_pylist()
+            hashes += table.column("text_hash").to_pylist()
+            texts += table.column("text").to_pylist()
+    hasher = MinHasher.from_settings(settings)
+    signatures = hasher.signatures(texts)
+    bands = hasher.band_hashes(signatures)
+    parent = list(range(len(ids)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    buckets: dict[tuple[int, int], list[int]] = {}
+    for i in range(len(ids)):
+        if (signatures[i] == MAX_HASH32).all():
+            continue
+        for band, value in enumerate(bands[i].tolist()):
+            buckets.setdefault((band, value), []).append(i)
+    bound = settings.verify_min_jaccard
+    # With verification, each member is paired with the bucket's first `verify_anchors` members.
+    anchors = len(ids) if bound is None else settings.verify_anchors
+    linked = {(i, j) for members in buckets.values() for i in sorted(members)[:anchors] for j in members if i < j}
+    for i, j in sorted(linked):
+        if bound is None or exact_jaccard(texts[i], texts[j], settings.ngram_size) >= bound:
+            a, b = find(i), find(j)
+            parent[max(a, b)] = min(a, b)
+    seen: set[str] = set()
+    kept, kinds = set(), {}
+    for i, doc_id in enumerate(ids):
+        if hashes[i] in seen:
+            kinds[doc_id] = "exact"
+        elif find(i) != i:
+            kinds[doc_id] = "fuzzy"
+        else:
+            kept.add(doc_id)
+        seen.add(hashes[i])
+    return kept, kinds
