@@ -314,3 +314,4 @@ def test_asset_checks(webserver: Webserver):
         checks = checks_or_error["checks"]
         assert {check["name"]: check["blocking"] for check in checks} == expected, key
         assert all("/".join(check["assetKey"]["path"]) == key for check in checks), key
+

@@ -21,11 +21,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from sluice.config import DedupSettings, S3Settings
-from sluice.dedup.schemas import CLEANED, ROW_BITS, SHINGLE_ROW_GROUP, SHINGLES, prefix_of
-from sluice.layout import local_copy, read_manifest, read_parquet_file
+from sluice.dedup.schemas import CLEANED, ROW_BITS, SHINGLE_ROW_GROUP, SHINGLES, parquet_file, prefix_of
+from sluice.layout import read_manifest, read_parquet_file
 from sluice.minhash import MinHasher
 from sluice.storage import StorageError, Store, StoreSpec
 
@@ -162,8 +161,7 @@ def read_shingle_rows(store: Store, key: str, docs: list[int]) -> pa.Table | Non
     rows = np.asarray(docs, dtype=np.int64) & ((1 << ROW_BITS) - 1)
     groups = np.unique(rows // SHINGLE_ROW_GROUP).tolist()
     try:
-        with local_copy(store, key) as path:
-            parquet = pq.ParquetFile(path)
+        with parquet_file(store, key) as parquet:
             if groups and groups[-1] >= parquet.num_row_groups:
                 return None
             table = parquet.read_row_groups(groups)

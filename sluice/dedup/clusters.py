@@ -19,13 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from sluice.compute import Executor
-from sluice.dedup.schemas import CLUSTERS, CLUSTERS_FILE, prefix_of
-from sluice.layout import local_copy
+from sluice.dedup.schemas import CLUSTERS, CLUSTERS_FILE, parquet_file, prefix_of
 from sluice.minhash import _fmix64
 from sluice.storage import Store
 
@@ -90,8 +88,7 @@ def read_cluster_rows(store: Store, partition: str, docs: np.ndarray) -> pl.Data
     key = f"{prefix_of(CLUSTERS, partition)}/{CLUSTERS_FILE}"
     docs = np.unique(np.asarray(docs, np.int64))
     columns = ["doc", "doc_id", "parent_partition", "parent_doc"]
-    with local_copy(store, key) as path:
-        parquet = pq.ParquetFile(path)
+    with parquet_file(store, key) as parquet:
         groups = []
         for group in range(parquet.num_row_groups):
             stats = parquet.metadata.row_group(group).column(0).statistics
@@ -99,7 +96,7 @@ def read_cluster_rows(store: Store, partition: str, docs: np.ndarray) -> pl.Data
             if stats is None or not stats.has_min_max or (at < len(docs) and docs[at] <= stats.max):
                 groups.append(group)
         table = parquet.read_row_groups(groups, columns=columns)
-        frame = pl.from_arrow(table if store.local_path(key) is not None else table.combine_chunks())
+    frame = pl.from_arrow(table)
     found = frame.filter(pl.col("doc").is_in(docs.tolist()))  # type: ignore[union-attr]
     if found.height != len(docs):
         raise ValueError(f"{store.uri(key)} lacks documents its later partitions link to (e.g. doc {sorted(set(docs.tolist()) - set(found['doc'].to_list()))[0]})")

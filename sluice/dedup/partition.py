@@ -81,8 +81,13 @@ def index_partition(store: Store, ref: PartitionRef, settings: DedupSettings, ex
     """Insert a signed partition into the global index (a no-op when indexed from the same signatures)."""
     manifest = _signatures_manifest(store, ref, settings)
     index = DedupIndex(store, settings, s3)
-    migrated = migrate_legacy_store(store, settings, executor, s3) if not index.manifest()["partitions"] else []
-    outcome = index.insert(ref, signatures_digest(manifest), lambda: partition_rows(read_signatures(store, ref, manifest), ref), manifest["documents"], executor)
+    current = index.manifest()
+    migrated = []
+    if not current["partitions"]:  # first use: compact the per-partition band files of an older version
+        migrated = migrate_legacy_store(store, settings, executor, s3)
+        current = index.manifest() if migrated else current
+    rows = lambda: partition_rows(read_signatures(store, ref, manifest), ref)  # noqa: E731 - read only if indexed
+    outcome = index.insert(ref, signatures_digest(manifest), rows, manifest["documents"], executor, current)
     return {**outcome, "documents": manifest["documents"], "index": store.uri(index.prefix), "migrated": migrated}
 
 
@@ -108,7 +113,7 @@ def exact_links(signatures: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef
 
     hi, lo = hash_halves(signatures["text_hash"].to_arrow())
     docs = signatures.select("doc", "doc_id").with_columns(key=pl.Series(hi, dtype=pl.UInt64), lo=pl.Series(lo, dtype=pl.UInt64))
-    earlier = first.select("key", "lo", of_partition=pl.col("source") + "/" + pl.col("snapshot"), of_doc="doc", of_id="doc_id")
+    earlier = first.select("key", "lo", of_partition="partition", of_doc="doc", of_id="doc_id")
     here = docs.group_by("key", "lo").agg(pl.col("doc").min().alias("of_doc"), pl.col("doc_id").sort_by("doc").first().alias("of_id"))
     linked = docs.join(earlier, on=["key", "lo"], how="left")
     within = linked.filter(pl.col("of_doc").is_null()).drop("of_partition", "of_doc", "of_id").join(here, on=["key", "lo"])
@@ -124,7 +129,7 @@ def _fuzzy_members(index: DedupIndex, signatures: pl.DataFrame, ref: PartitionRe
     keys = current.select("band", key="hash")
     earlier = index.probe("bands", keys, ref, manifest, executor).rename({"key": "hash"})
     earlier = first_members(earlier, max(settings.verify_anchors if settings.verify_min_jaccard is not None else 1, 1))
-    earlier = earlier.select("band", "hash", partition=pl.col("source") + "/" + pl.col("snapshot"), doc="doc")
+    earlier = earlier.select("band", "hash", "partition", "doc")
     return current.select("band", "hash", "partition", "doc"), earlier
 
 
@@ -240,6 +245,7 @@ class DedupResult:
     removed_against: dict[str, int] = field(default_factory=dict)  # earlier partition -> removed count
     removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
     cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
+    band_index: None = None  # earlier versions listed a per-partition band index here; the index is global now
 
 
 def removed_rows(store: Store, ref: PartitionRef, clusters: pl.DataFrame, text_hashes: pl.DataFrame) -> pl.DataFrame:
@@ -324,7 +330,7 @@ def remaining_exact_duplicates(store: Store, ref: PartitionRef, kept_hashes: pa.
     unique = pl.Series(kept_hashes.to_numpy(zero_copy_only=False) if len(kept_hashes) else [], dtype=pl.String).unique()
     within = len(kept_hashes) - unique.len()
     first = DedupIndex(store, settings, s3).first_copies(unique.to_arrow(), ref)
-    counts = first.select(partition=pl.col("source") + "/" + pl.col("snapshot"))["partition"].value_counts().sort("partition")
+    counts = first["partition"].value_counts().sort("partition")
     return within, dict(counts.iter_rows())
 
 
@@ -345,10 +351,19 @@ def publish_deduped(store: Store, ref: PartitionRef, result: DedupResult, extra:
 
 
 def deduplicate_partition(
-    store: Store, ref: PartitionRef, settings: DedupSettings | None = None, executor: Executor | None = None, s3: S3Settings | None = None
+    store: Store,
+    ref: PartitionRef,
+    output_prefix: str | None = None,
+    s3: S3Settings | None = None,
+    settings: DedupSettings | None = None,
+    executor: Executor | None = None,
 ) -> DedupResult:
     """Every step for one partition (signing and indexing skipped where already done with the same inputs),
-    publishing all its outputs. The earlier partitions must have been deduplicated (see `deduplicate_in_order`)."""
+    publishing all its outputs. The earlier partitions must have been deduplicated (see `deduplicate_in_order`).
+    `output_prefix`, if given, must be the partition's `deduped_documents` folder (the argument order of
+    earlier versions, kept for scripts)."""
+    if output_prefix is not None and output_prefix != partition_prefix(DEDUPED, ref):
+        raise ValueError(f"deduplicated partitions are written to {partition_prefix(DEDUPED, ref)}, not {output_prefix}")
     settings = settings or DedupSettings()
     executor = executor or Executor()
     sign_partition(store, ref, settings, executor, s3)
@@ -379,4 +394,4 @@ def deduplicate_in_order(
     """Deduplicate these cleaned partitions (default: all) one after the other in the global order. The
     stable entry point for scripts and benchmarks: `.removed` is what the shipped algorithm removed."""
     refs = sorted(refs if refs is not None else list_partitions(store, CLEANED), key=PartitionRef.sort_key)
-    return InOrderResult({ref.key: deduplicate_partition(store, ref, settings, executor, s3) for ref in refs})
+    return InOrderResult({ref.key: deduplicate_partition(store, ref, settings=settings, executor=executor, s3=s3) for ref in refs})

@@ -23,14 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sluice.config import DedupSettings
 from sluice.layout import PartitionRef, partition_prefix
+from sluice.storage import Store
 
 CLEANED = "cleaned_documents"
 SIGNATURES = "dedup_signatures"
@@ -184,3 +188,14 @@ class PartitionOrdinals:
         nodes = np.asarray(nodes, dtype=np.int64)
         names = pl.Series(self.keys, dtype=pl.String)
         return pl.DataFrame({"partition": names.gather(nodes >> self.SHIFT), "doc": nodes & ((1 << self.SHIFT) - 1)})
+
+
+@contextmanager
+def parquet_file(store: Store, key: str) -> Iterator[pq.ParquetFile]:
+    """A Parquet file of the store, to read some row groups of: the file itself on a local store, one GET
+    into memory on S3 (the dedup files read this way are index runs and per-partition sidecars)."""
+    local = store.local_path(key)
+    if local is not None:
+        yield pq.ParquetFile(local)
+        return
+    yield pq.ParquetFile(pa.BufferReader(store.read_bytes(key)))

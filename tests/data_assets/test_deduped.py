@@ -67,3 +67,25 @@ def test_clusters_refuse_to_run_before_every_registered_earlier_partition_is_ind
         assert "dedup_clusters" in failure.step_key and "reference/2026-01, web/2026-01, reference/2026-02" in message
         materialized = {event.asset_key.to_user_string() for event in result.get_asset_materialization_events()}
         assert materialized == {"dedup_signatures", "dedup_index"}  # an order-free prefix; nothing after the gate
+
+
+def test_the_daemon_sees_the_every_partition_gates(tmp_path, monkeypatch):
+    """The daemon (automation, backfills) works from the code location's snapshot, loaded in a code server
+    process, which keeps built-in partition mappings only: dedup's gates must survive that trip."""
+    from dagster import AssetKey, DagsterInstance
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+    from tests.conftest import PROJECT_ROOT
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.chdir(PROJECT_ROOT)
+    with DagsterInstance.get() as instance, WorkspaceProcessContext(instance, WorkspaceFileTarget([str(PROJECT_ROOT / "workspace.yaml")])) as context:
+        graph = context.create_request_context().asset_graph
+        mapping = graph.get_partition_mapping
+        assert type(mapping(AssetKey("dedup_clusters"), AssetKey("dedup_index"))).__name__ == "AllPartitionMapping"
+        assert type(mapping(AssetKey("deduped_documents"), AssetKey("dedup_clusters"))).__name__ == "AllPartitionMapping"
+        assert type(mapping(AssetKey("dedup_clusters"), AssetKey("dedup_signatures"))).__name__ == "IdentityPartitionMapping"
+        conditions = {key: graph.get(AssetKey(key)).automation_condition for key in ("dedup_clusters", "deduped_documents", "tokenized_shards")}
+        assert all(condition is not None for condition in conditions.values())
+        assert "every partition of dedup_index" in conditions["dedup_clusters"].get_label()

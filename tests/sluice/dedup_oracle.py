@@ -46,6 +46,24 @@ def replace_block(text: str, start: int, length: int, tag: str) -> str:
     return " ".join(f"{tag}{i}" if start <= i < start + length else w for i, w in enumerate(words))
 
 
+def make_chain(text: str, words: int = 500) -> dict[str, str]:
+    """K (the first `words` words of `text`), X = K with a block of words replaced, C = X with another block
+    replaced, the blocks sized so that J(K, X) and J(X, C) lie in [0.81, 0.83] and J(K, C) < 0.7: a chain
+    (K-X and X-C near duplicates at the 0.8 bound, K-C not)."""
+    base = " ".join(text.split()[:words])
+    for first in range(20, words // 3):
+        x = replace_block(base, words // 8, first, "xedit")
+        if 0.81 <= exact_jaccard(base, x) <= 0.83:
+            break
+    else:
+        raise ValueError("no block length gives J(K, X) in [0.81, 0.83]")
+    for second in range(20, words // 3):
+        c = replace_block(x, words * 3 // 5, second, "cedit")
+        if 0.81 <= exact_jaccard(x, c) <= 0.83 and exact_jaccard(base, c) < 0.7:
+            return {"K": base, "X": x, "C": c}
+    raise ValueError("no block length gives J(X, C) in [0.81, 0.83] with J(K, C) < 0.7")
+
+
 def write_cleaned(store: Store, ref: PartitionRef, parts: Sequence[Sequence[tuple[str, str]]]) -> None:
     prefix = partition_prefix("cleaned_documents", ref)
     files = []

@@ -22,8 +22,8 @@ from tests.sluice.dedup_oracle import (
     deduped_view,
     edit,
     exact_jaccard,
+    make_chain,
     reference_removed,
-    replace_block,
     stored_partitions,
     write_all,
 )
@@ -89,16 +89,12 @@ def test_incremental_equals_one_batch_on_sample_with_planted_duplicates(planted)
 
 @pytest.fixture(scope="module")
 def chain(long_texts) -> dict[str, str]:
-    base = max(long_texts, key=lambda t: len(t.split()))
-    base = " ".join(base.split()[:500])
-    x = replace_block(base, 60, 80, "xedit")
-    c = replace_block(x, 300, 72, "cedit")
-    return {"K": base, "X": x, "C": c}
+    return make_chain(max(long_texts, key=lambda t: len(t.split())))
 
 
 def test_the_chain_is_what_the_issue_describes(chain):
     k_x, x_c, k_c = exact_jaccard(chain["K"], chain["X"]), exact_jaccard(chain["X"], chain["C"]), exact_jaccard(chain["K"], chain["C"])
-    assert 0.8 <= k_x < 0.83 and 0.8 <= x_c < 0.83 and 0.6 < k_c < 0.7, (k_x, x_c, k_c)
+    assert 0.81 <= k_x <= 0.83 and 0.81 <= x_c <= 0.83 and 0.6 < k_c < 0.7, (k_x, x_c, k_c)
 
 
 def chain_layouts(order: str) -> list[list[list[str]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 from collections import Counter
@@ -12,7 +13,7 @@ import pytest
 import sluice.dedup as dedup
 import sluice.dedup.signatures as signatures_module
 from sluice.config import DedupSettings
-from sluice.dedup.index import DedupIndex, IndexEntry, partition_rows
+from sluice.dedup.index import DedupIndex, IndexEntry, partition_rows, partition_table
 from sluice.dedup.schemas import DEDUPED
 from sluice.layout import (
     PartitionRef,
@@ -82,8 +83,12 @@ def all_rows(store, partitions, table: str) -> pl.DataFrame:
     return pl.concat(frames)
 
 
+@pytest.mark.parametrize("row_group", [7, 1 << 14])
 @pytest.mark.parametrize("table", ["bands", "exact"])
-def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_path, table):
+def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_path, monkeypatch, table, row_group):
+    """Against all rows filtered by hand; with row groups of 7 rows the probe reads keys, then only the row
+    groups holding matches."""
+    monkeypatch.setitem(dedup.index.WRITE, "row_group_size", row_group)
     partitions = synthetic(13)
     store = open_store(str(tmp_path / "store"))
     write_all(store, partitions)
@@ -95,9 +100,10 @@ def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_pat
         ref = partitions[position][0]
         keys = partition_rows(signatures_module.read_signatures(store, ref), ref)[table].select(match)
         found = index.probe(table, keys, ref)
-        before = rows.filter((pl.col("snapshot") < ref.snapshot) | ((pl.col("snapshot") == ref.snapshot) & (pl.col("source") < ref.source)))
-        expected = before.join(keys, on=match, how="semi").sort(found.columns)
-        assert found.sort(found.columns).equals(expected)
+        named = rows.join(partition_table(ref.key for ref, _ in partitions), on="part")
+        before = named.filter((pl.col("snapshot") < ref.snapshot) | ((pl.col("snapshot") == ref.snapshot) & (pl.col("source") < ref.source)))
+        expected = before.join(keys, on=match, how="semi").select(found.columns)
+        assert found.equals(expected.sort([*match, "snapshot", "source", "doc"]))
         assert position == 0 or found.height > 0
 
 
@@ -251,8 +257,38 @@ def test_a_store_with_per_partition_band_files_is_compacted_on_first_use(tmp_pat
     signed: list[int] = []
     original = signatures_module.band_hashes
     monkeypatch.setattr(signatures_module, "band_hashes", lambda texts, *a, **k: signed.append(len(texts)) or original(texts, *a, **k))
-    result = dedup.deduplicate_partition(legacy, partitions[5][0], settings)
+    result = dedup.deduplicate_partition(legacy, partitions[5][0], settings=settings)
     assert signed == [8]  # the new partition only
     assert sorted(DedupIndex(legacy, settings).manifest()["partitions"]) == sorted(ref.key for ref, _ in partitions)
     expected = read_parquet_file(reference, f"{partition_prefix('deduped_removed', partitions[5][0])}/removed.parquet")
     assert result.removed.num_rows > 0 and result.removed.equals(expected)
+
+
+@pytest.mark.parametrize("crash_at", ["_publish", "_sweep"])
+def test_a_writer_killed_mid_insert_leaves_nothing_a_rerun_does_not_fix(tmp_path, monkeypatch, crash_at):
+    """Killed after writing its runs but before the manifest (the old index stays visible), or after the
+    manifest but before deleting what it replaced: indexing again ends in the same bytes as without a crash."""
+    partitions = synthetic(6)
+    clean = open_store(str(tmp_path / "clean"))
+    write_all(clean, partitions)
+    index_all(clean, partitions, list(range(6)), SMALL)
+    store = open_store(str(tmp_path / "crashed"))
+    write_all(store, partitions)
+    index_all(store, partitions, list(range(5)), SMALL)
+    before = DedupIndex(store, SMALL).manifest()
+    real = getattr(DedupIndex, crash_at)
+
+    def killed(self, manifest):
+        if crash_at == "_sweep":
+            return None  # the manifest is published, nothing replaced is deleted
+        raise KeyboardInterrupt  # before the manifest
+
+    monkeypatch.setattr(DedupIndex, crash_at, killed)
+    with pytest.raises(KeyboardInterrupt) if crash_at == "_publish" else contextlib.nullcontext():
+        index_all(store, partitions, [5], SMALL)  # the 6th partition: a compaction (6 = 2 x 3)
+    after_crash = DedupIndex(store, SMALL).manifest()
+    assert (after_crash == before) == (crash_at == "_publish")
+    assert tree_digest(store.uri("dedup_index")) != tree_digest(clean.uri("dedup_index"))  # leftovers
+    monkeypatch.setattr(DedupIndex, crash_at, real)
+    index_all(store, partitions, [5], SMALL)
+    assert tree_digest(store.uri("dedup_index")) == tree_digest(clean.uri("dedup_index"))
