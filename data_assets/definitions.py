@@ -16,6 +16,7 @@ from data_assets.deduped import (
 )
 from data_assets.jobs import ingest_job, mix_job, tokenizer_job
 from data_assets.mixed import mixed_dataset
+from data_assets.perplexity_model import perplexity_model
 from data_assets.quality_model import quality_model
 from data_assets.raw import raw_documents
 from data_assets.schedules import daily_mix_rebuild
@@ -32,7 +33,7 @@ from resources import (
 )
 
 ASSETS = [
-    raw_documents, quality_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents, tokenizer, tokenized_shards,
+    raw_documents, quality_model, perplexity_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents, tokenizer, tokenized_shards,
     mixed_dataset,
 ]
 

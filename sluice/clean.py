@@ -4,8 +4,11 @@ Each step is an object with one job (sluice.steps): `apply(doc)` edits the docum
 None to keep it, or a `Drop(reason, detail)`. `CleaningPipeline` runs the steps in order and counts, per
 step, the documents that reach it and the drops by reason (the funnel). Dropped documents are kept, with
 their step and reason, in a side output (`dropped-NNNNN.parquet`, readable with polars): nothing silently
-vanishes. The steps live in sluice.extract (charset, HTML), sluice.filters (Gopher, C4, FineWeb),
-sluice.urlfilter and sluice.pii.
+vanishes. A step may instead route a document to a side dataset (`Route`, e.g. code-heavy pages to
+`cleaned_code`): it skips the remaining filters, gets language ID and PII redaction, and is written there.
+The steps live in sluice.extract (charset, HTML), sluice.filters (Gopher, C4, FineWeb), sluice.codeshare,
+sluice.toxicity, sluice.perplexity, sluice.urlfilter and sluice.pii. Steps after language ID take their
+settings per language (`cleaning.languages.<code>`, `ByLanguage`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ import xxhash
 
 from sluice.config import CleaningSettings, S3Settings
 from sluice.layout import ParquetStreamWriter
-from sluice.steps import Document, Drop, Step
+from sluice.steps import ByLanguage, Document, Drop, Route, Step
 from sluice.storage import StoreSpec
 
-__all__ = ["CleaningPipeline", "Document", "Drop", "LanguageFilter", "LengthFilter", "Step", "build_steps", "clean_part"]
+__all__ = ["CleaningPipeline", "Document", "Drop", "LanguageFilter", "LengthFilter", "Route", "Step", "build_steps", "clean_part"]
 
 CLEANED_SCHEMA = pa.schema(
     [
@@ -39,6 +42,11 @@ CLEANED_SCHEMA = pa.schema(
         pa.field("text_hash", pa.string(), nullable=False),  # see normalize_for_hash
         pa.field("pii_redactions", pa.int32(), nullable=False),  # placeholders put into this text
         pa.field("quality_score", pa.float32()),  # quality model's P(like the reference); null when not used
+        pa.field("code_share", pa.float32()),  # share of lines that look like code (sluice.codeshare)
+        pa.field("toxicity_score", pa.float32()),  # listed toxic terms per word; null: no list for the language
+        pa.field("toxic_terms", pa.int32()),  # occurrences of listed terms
+        pa.field("perplexity", pa.float32()),  # under the language's n-gram model; null when not scored
+        pa.field("perplexity_bucket", pa.string()),  # head / middle / tail (per-language cut-offs)
     ]
 )
 
@@ -87,6 +95,7 @@ class LanguageFilter(Step):
     (per language where `min_language_scores` names it). Language and score stay on the document."""
 
     name = "language"
+    on_routed = True  # routed documents get their language too (a drop is ignored for them)
 
     def __init__(
         self,
@@ -112,21 +121,21 @@ class LanguageFilter(Step):
         return None
 
 
-def build_steps(settings: CleaningSettings, quality_model_path: str | None = None, quality_max_chars: int = 4000) -> list[Step]:
-    """The default chain: URL filter, charset + extraction, length, language ID, Gopher quality, Gopher
-    repetition, C4, FineWeb quality, length again; then PII redaction on what is kept. `settings` are one
-    source's settings (`CleaningSettings.for_source`)."""
+def build_steps(
+    settings: CleaningSettings,
+    quality_model_path: str | None = None,
+    quality_max_chars: int = 4000,
+    perplexity_models: tuple[dict[str, dict], Any] | None = None,
+) -> list[Step]:
+    """The default chain: URL filter, charset + extraction, length, code share, language ID, then per
+    language: Gopher quality, Gopher repetition, C4, FineWeb quality, length again, toxicity, perplexity,
+    quality model; then PII redaction on what is kept. `settings` are one source's settings
+    (`CleaningSettings.for_source`); `perplexity_models` = (manifest entries by language, fetch(key) -> path)
+    of the perplexity_model asset, needed when cleaning.perplexity is on."""
     from sluice.extract import DecodeText, ExtractHtml
-    from sluice.filters import (
-        C4QualityFilter,
-        FineWebQualityFilter,
-        GopherQualityFilter,
-        GopherRepetitionFilter,
-    )
     from sluice.pii import PIIRedactor
     from sluice.urlfilter import URLFilter
 
-    multilingual = settings.word_splitting == "multilingual"
     steps: list[Step] = []
     if settings.url_blocklist:
         steps.append(URLFilter.from_file(settings.url_blocklist))
@@ -135,34 +144,83 @@ def build_steps(settings: CleaningSettings, quality_model_path: str | None = Non
         from sluice.extract import FixMojibake
 
         steps.append(FixMojibake())
-    steps += [
-        LengthFilter(settings.min_chars, settings.max_chars),
-        LanguageFilter(settings.languages, settings.min_language_score, settings.langid_model, settings.min_language_scores),
-    ]
-    # Gopher quality runs before Gopher repetition (datatrove's FineWeb example has them the other way
-    # round): both read the same text and neither edits it, so every keep/drop decision is the same, and
-    # the cheaper filter first spares the n-gram work for what it drops. Only the reported reason of a
-    # document failing both differs. C4 edits the text, so it stays after them and before FineWeb.
-    if settings.gopher_quality.enabled:
-        steps.append(GopherQualityFilter(settings.gopher_quality, multilingual))
-    if settings.gopher_repetition.enabled:
-        steps.append(GopherRepetitionFilter(settings.gopher_repetition, multilingual))
-    if settings.c4.enabled:
-        steps.append(C4QualityFilter(settings.c4, multilingual))
-    if settings.fineweb_quality.enabled:
-        steps.append(FineWebQualityFilter(settings.fineweb_quality, multilingual))
-    # C4 removes lines: the length bounds apply again to what is left.
-    if settings.c4.enabled:
-        steps.append(_FinalLength(settings.min_chars, settings.max_chars))
-    if settings.quality_threshold is not None:
+    steps.append(LengthFilter(settings.min_chars, settings.max_chars))
+    if settings.code_share.enabled:
+        from sluice.codeshare import CodeShare
+
+        steps.append(CodeShare(settings.code_share))
+    steps.append(
+        LanguageFilter(settings.keep_languages, settings.min_language_score, settings.langid_model, settings.language_min_scores())
+    )
+    default = settings.for_language("")
+    per_language = {code: settings.for_language(code) for code in sorted(settings.languages)}
+    for keys, build in _language_steps(quality_model_path, quality_max_chars, perplexity_models):
+        base = build(default)
+        variants: dict[str, Step | None] = {}
+        for code, language_settings in per_language.items():
+            if any(getattr(language_settings, key) != getattr(default, key) for key in keys):
+                variants[code] = build(language_settings)
+        if variants and any(step is not None for step in (base, *variants.values())):
+            steps.append(ByLanguage(base, variants))
+        elif base is not None:
+            steps.append(base)
+    if settings.pii.enabled:
+        steps.append(PIIRedactor(settings.pii))
+    return steps
+
+
+def _language_steps(quality_model_path: str | None, quality_max_chars: int, perplexity_models: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """The steps after language ID in chain order: (settings keys it reads, settings -> step or None)."""
+    from sluice.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    def multilingual(s: CleaningSettings) -> bool:
+        return s.word_splitting == "multilingual"
+
+    def quality(s: CleaningSettings) -> Step | None:
+        if s.quality_threshold is None:
+            return None
         if not quality_model_path:
             raise ValueError("cleaning.quality_threshold is set but no quality model was given (materialize quality_model)")
         from sluice.quality import QualityScorer
 
-        steps.append(QualityScorer(quality_model_path, settings.quality_threshold, quality_max_chars))
-    if settings.pii.enabled:
-        steps.append(PIIRedactor(settings.pii))
-    return steps
+        return QualityScorer(quality_model_path, s.quality_threshold, quality_max_chars)
+
+    def toxicity(s: CleaningSettings) -> Step | None:
+        from sluice.toxicity import ToxicityFilter
+
+        return ToxicityFilter(s.toxicity, multilingual(s)) if s.toxicity.enabled else None
+
+    def perplexity(s: CleaningSettings) -> Step | None:
+        if not s.perplexity.enabled:
+            return None
+        if perplexity_models is None:
+            raise ValueError("cleaning.perplexity is enabled but no perplexity model was given (materialize perplexity_model)")
+        from sluice.perplexity import PerplexityScorer
+
+        return PerplexityScorer(s.perplexity, *perplexity_models)
+
+    # Gopher quality runs before Gopher repetition (datatrove's FineWeb example has them the other way
+    # round): both read the same text and neither edits it, so every keep/drop decision is the same, and
+    # the cheaper filter first spares the n-gram work for what it drops. Only the reported reason of a
+    # document failing both differs. C4 edits the text, so it stays after them and before FineWeb; C4
+    # removes lines, so the length bounds apply again to what is left. Toxicity and perplexity read the
+    # final text's tokens, which FineWeb has already computed.
+    splitting = "word_splitting"
+    return [
+        (("gopher_quality", splitting), lambda s: GopherQualityFilter(s.gopher_quality, multilingual(s)) if s.gopher_quality.enabled else None),
+        (("gopher_repetition", splitting), lambda s: GopherRepetitionFilter(s.gopher_repetition, multilingual(s)) if s.gopher_repetition.enabled else None),
+        (("c4", splitting), lambda s: C4QualityFilter(s.c4, multilingual(s)) if s.c4.enabled else None),
+        (("fineweb_quality", splitting), lambda s: FineWebQualityFilter(s.fineweb_quality, multilingual(s)) if s.fineweb_quality.enabled else None),
+        (("c4", "min_chars", "max_chars"), lambda s: _FinalLength(s.min_chars, s.max_chars) if s.c4.enabled else None),
+        (("toxicity", splitting), toxicity),
+        (("perplexity",), perplexity),
+        (("quality_threshold",), quality),
+    ]
 
 
 class _FinalLength(LengthFilter):
@@ -184,6 +242,12 @@ class CleaningStats:
     extracted_chars: list[int] = field(default_factory=list)  # per document that got through extraction
     output_chars: list[int] = field(default_factory=list)  # per kept document
     quality_scores: list[float] = field(default_factory=list)  # per kept document, when scored
+    routed: Counter[str] = field(default_factory=Counter)  # documents routed, by side dataset
+    code_shares: list[float] = field(default_factory=list)  # per kept document, when measured
+    toxic_documents: int = 0  # kept documents with at least one listed term
+    toxic_terms: int = 0  # listed-term occurrences in kept documents
+    perplexities: list[float] = field(default_factory=list)  # per kept document, when scored
+    perplexity_buckets: Counter[str] = field(default_factory=Counter)  # of kept documents
     chars_in: int = 0
     chars_out: int = 0
 
@@ -202,6 +266,12 @@ class CleaningStats:
             "extracted_chars": self.extracted_chars,
             "output_chars": self.output_chars,
             "quality_scores": self.quality_scores,
+            "routed": dict(self.routed),
+            "code_shares": self.code_shares,
+            "toxic_documents": self.toxic_documents,
+            "toxic_terms": self.toxic_terms,
+            "perplexities": self.perplexities,
+            "perplexity_buckets": dict(self.perplexity_buckets),
             "chars_in": self.chars_in,
             "chars_out": self.chars_out,
         }
@@ -215,22 +285,33 @@ class CleaningPipeline:
 
     @classmethod
     def from_settings(
-        cls, settings: CleaningSettings, quality_model_path: str | None = None, quality_max_chars: int = 4000
+        cls,
+        settings: CleaningSettings,
+        quality_model_path: str | None = None,
+        quality_max_chars: int = 4000,
+        perplexity_models: tuple[dict[str, dict], Any] | None = None,
     ) -> CleaningPipeline:
-        return cls(build_steps(settings, quality_model_path, quality_max_chars))
+        return cls(build_steps(settings, quality_model_path, quality_max_chars, perplexity_models))
 
     def run(self, doc: Document) -> tuple[Step, Drop] | None:
         stats = self.stats
         stats.documents_in += 1
         stats.chars_in += len(doc.content)
         stats.input_bytes.append(len(doc.content))
-        for step in self.steps:
+        for index, step in enumerate(self.steps):
             stats.reached[step.name] += 1
             drop = step.apply(doc)
             if step.name == "extract" and drop is None:
                 stats.extracted_chars.append(len(doc.text or ""))
             elif step.name == "language":
                 stats.languages_in[doc.language] += 1
+            if isinstance(drop, Route):
+                for later in self.steps[index + 1 :]:
+                    if later.on_routed:
+                        later.apply(doc)  # language ID and PII redaction; no drop for a routed document
+                stats.routed[drop.dataset] += 1
+                stats.pii.update(doc.pii)
+                return step, drop
             if drop is not None:
                 stats.drops[drop.reason] += 1
                 stats.drops_by_step[step.name] += 1
@@ -242,6 +323,14 @@ class CleaningPipeline:
         stats.pii.update(doc.pii)
         if doc.quality_score is not None:
             stats.quality_scores.append(doc.quality_score)
+        if doc.code_share is not None:
+            stats.code_shares.append(doc.code_share)
+        if doc.toxic_terms:
+            stats.toxic_documents += 1
+            stats.toxic_terms += doc.toxic_terms
+        if doc.perplexity is not None:
+            stats.perplexities.append(doc.perplexity)
+            stats.perplexity_buckets[doc.perplexity_bucket or ""] += 1
         return None
 
     def close(self) -> None:
@@ -259,10 +348,37 @@ class CleanTask:
     s3: S3Settings = field(default_factory=S3Settings)
     quality_model_url: str | None = None  # folder holding the quality model's model.bin, when used
     quality_max_chars: int = 4000
+    code_url: str | None = None  # side dataset folder for documents routed by code share, when routing
+    perplexity_model_url: str | None = None  # folder of the perplexity_model asset, when cleaning.perplexity is on
+    perplexity_models: dict[str, dict] | None = None  # its manifest's entries by language
+
+
+def _row(doc: Document, text: str) -> dict[str, Any]:
+    """A cleaned_documents (or cleaned_code) row for a document whose final text is `text`."""
+    return {
+        "doc_id": doc.doc_id,
+        "source": doc.source,
+        "snapshot": doc.snapshot,
+        "url": doc.url,
+        "fetch_date": doc.fetch_date,
+        "text": text,
+        "language": doc.language,
+        "language_score": doc.language_score,
+        "n_chars": len(text),
+        "text_hash": text_hash(text),
+        "pii_redactions": sum(doc.pii.values()),
+        "quality_score": doc.quality_score,
+        "code_share": doc.code_share,
+        "toxicity_score": doc.toxicity_score,
+        "toxic_terms": doc.toxic_terms,
+        "perplexity": doc.perplexity,
+        "perplexity_bucket": doc.perplexity_bucket,
+    }
 
 
 def clean_part(task: CleanTask) -> dict[str, Any]:
-    """Clean one raw part file into `part-NNNNN.parquet` and `dropped-NNNNN.parquet`."""
+    """Clean one raw part file into `part-NNNNN.parquet` and `dropped-NNNNN.parquet` (and, when code
+    share routes, the side dataset's `part-NNNNN.parquet` under `code_url`)."""
     import pyarrow.parquet as pq
 
     from sluice.config import PIISettings
@@ -279,11 +395,17 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
 
         model_store = StoreSpec(task.quality_model_url, task.s3).open()
         model_path = model_store.fetch(MODEL_FILE, scratch)
-    pipeline = CleaningPipeline.from_settings(task.settings, model_path, task.quality_max_chars)
+    perplexity_models = None
+    if task.perplexity_model_url and task.perplexity_models is not None:
+        from sluice.perplexity import ModelFetcher
+
+        perplexity_models = (task.perplexity_models, ModelFetcher(task.perplexity_model_url, task.s3, scratch))
+    pipeline = CleaningPipeline.from_settings(task.settings, model_path, task.quality_max_chars, perplexity_models)
     # With redaction off for a source every kind is looked for, so the check reports what is left.
     pii_kinds = task.settings.pii if task.settings.pii.enabled else PIISettings()
     kept = ParquetStreamWriter(CLEANED_SCHEMA)
     dropped = ParquetStreamWriter(DROPPED_SCHEMA)
+    routed = ParquetStreamWriter(CLEANED_SCHEMA)
     try:
         path = input_store.fetch(task.input_key, scratch)
         parquet = pq.ParquetFile(path)
@@ -300,27 +422,11 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
                     charset=row["charset"],
                 )
                 outcome = pipeline.run(doc)
-                if outcome is None:
+                if outcome is None or isinstance(outcome[1], Route):
                     text = doc.text or ""
                     # Independent re-scan of exactly what is written (the blocking asset check reads it).
                     pipeline.stats.residual_pii.update(find_pii(text, pii_kinds))
-                    kept.append(
-                        {
-                            "doc_id": doc.doc_id,
-                            "source": doc.source,
-                            "snapshot": doc.snapshot,
-                            "url": doc.url,
-                            "fetch_date": doc.fetch_date,
-                            "text": text,
-                            "language": doc.language,
-                            "language_score": doc.language_score,
-                            "n_chars": len(text),
-                            "text_hash": text_hash(text),
-                            "pii_redactions": sum(doc.pii.values()),
-                            "quality_score": doc.quality_score,
-                        },
-                        size_hint=len(text),
-                    )
+                    (kept if outcome is None else routed).append(_row(doc, text), size_hint=len(text))
                 else:
                     step, drop = outcome
                     dropped.append(
@@ -338,11 +444,19 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
                     )
         kept_entry = kept.publish(output_store, f"part-{task.part:05d}.parquet")
         dropped_entry = dropped.publish(output_store, f"dropped-{task.part:05d}.parquet")
+        code_entry = None
+        if task.code_url:
+            code_entry = routed.publish(StoreSpec(task.code_url, task.s3).open(), f"part-{task.part:05d}.parquet")
+        elif routed.rows or routed.total_rows:
+            raise ValueError("documents were routed to cleaned_code but the task names no code_url")
+        else:
+            routed.abort()
     except BaseException:
         kept.abort()
         dropped.abort()
+        routed.abort()
         raise
     finally:
         pipeline.close()
         _remove_tree(scratch)
-    return {"part": kept_entry, "dropped": dropped_entry, "stats": pipeline.stats.as_dict()}
+    return {"part": kept_entry, "dropped": dropped_entry, "code": code_entry, "stats": pipeline.stats.as_dict()}

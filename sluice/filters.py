@@ -57,6 +57,7 @@ class GopherQualityFilter(Step):
     def __init__(self, settings: GopherQualitySettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or GopherQualitySettings()
         self.multilingual = multilingual
+        self.stop_words = frozenset(self.s.stop_words) if self.s.stop_words is not None else None
 
     def apply(self, doc: Document) -> Drop | None:
         s = self.s
@@ -103,7 +104,10 @@ class GopherQualityFilter(Step):
             if alpha < s.max_non_alpha_words_ratio:
                 return Drop("gopher_below_alpha_threshold", f"{alpha:.2f} of words contain a letter")
         if s.min_stop_words:
-            stop_words = STOP_WORDS["en"] if not self.multilingual else STOP_WORDS.get(doc.language)
+            if self.stop_words is not None:
+                stop_words, spaceless = self.stop_words, False  # a configured list applies to every script
+            else:
+                stop_words = STOP_WORDS["en"] if not self.multilingual else STOP_WORDS.get(doc.language)
             if stop_words is not None and not spaceless:
                 found = sum(counts[w] for w in stop_words.intersection(counts))
                 if found < s.min_stop_words:

@@ -10,6 +10,13 @@ What counts (precision over recall: redacting a version number or a date would d
 - IPv6: full or `::`-compressed groups of hex digits with at least two colons, including an embedded IPv4
   tail; a bare `::` or a `12:30:45` time is not one;
 - IPv6 (continued): eight full groups, or a `::` form starting with `::` or holding 4+ hex digits;
+- which IP addresses (`ip_address`): `public` (default) redacts only globally reachable ones and keeps
+  the special-purpose ranges of IANA's IPv4 / IPv6 special-purpose address registries that are not globally
+  reachable: loopback (127.0.0.0/8, ::1), private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local
+  (169.254/16, fe80::/10), documentation (192.0.2/24, 198.51.100/24, 203.0.113/24, 2001:db8::/32), shared
+  (100.64/10), benchmarking, reserved, unspecified and broadcast; an IPv4-mapped IPv6 address (::ffff:a.b.c.d)
+  is judged by its IPv4 address. Such addresses in documentation and configs are not personal data.
+  `all` redacts every address, `none` none;
 - phone: an optional `+country` code, an optional `(area)` and groups separated by space, dot or dash,
   9 to 15 digits in all (E.164's maximum); without a `+`/`(` prefix at least two groups of three or more
   digits and none of one digit. Dates (`2026-01-15`), ISBNs, times and plain long numbers without
@@ -59,6 +66,8 @@ def _is_phone(candidate: str) -> bool:
     digits = sum(ch.isdigit() for ch in candidate)
     if not 9 <= digits <= 15:
         return False
+    if IPV4.fullmatch(candidate):
+        return False  # an address (kept under `ip_address: public`), not a number to call
     if candidate.startswith(("+", "(")):
         return True  # an international or area-code prefix: any grouping (+33 1 23 45 67 89)
     # Without a prefix: at least two groups of 3+ digits and no group of one digit, which leaves dates
@@ -77,6 +86,79 @@ def _ipv6_ok(candidate: str) -> bool:
     return False
 
 
+# Not globally reachable per IANA's special-purpose address registries (the "Globally Reachable: False"
+# entries), with the registries' exceptions that are reachable. Kept under `ip_address: public`.
+_NOT_GLOBAL_V4 = (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
+    "240.0.0.0/4", "255.255.255.255/32",
+)
+_GLOBAL_EXCEPTIONS_V4 = ("192.0.0.9/32", "192.0.0.10/32")
+_NOT_GLOBAL_V6 = (
+    "::/128", "::1/128", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "fc00::/7", "fe80::/10",
+)
+_GLOBAL_EXCEPTIONS_V6 = ("2001:1::1/128", "2001:1::2/128", "2001:3::/32", "2001:4:112::/48", "2001:20::/28", "2001:30::/28")
+_MAPPED_V4 = (0xFFFF << 32, (0xFFFF << 32) | 0xFFFFFFFF)  # ::ffff:0:0/96
+
+
+def _intervals(networks: tuple[str, ...], exceptions: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """Sorted disjoint [start, end] integer ranges covering `networks` minus `exceptions`."""
+    import ipaddress
+
+    def span(cidr: str) -> tuple[int, int]:
+        net = ipaddress.ip_network(cidr)
+        return int(net.network_address), int(net.broadcast_address)
+
+    ranges = sorted(span(n) for n in networks)
+    for low, high in sorted(span(e) for e in exceptions):
+        cut = []
+        for start, end in ranges:
+            if end < low or start > high:
+                cut.append((start, end))
+                continue
+            if start < low:
+                cut.append((start, low - 1))
+            if end > high:
+                cut.append((high + 1, end))
+        ranges = cut
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if merged and start <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return [start for start, _ in merged], [end for _, end in merged]
+
+
+_V4_RANGES = _intervals(_NOT_GLOBAL_V4, _GLOBAL_EXCEPTIONS_V4)
+_V6_RANGES = _intervals(_NOT_GLOBAL_V6, _GLOBAL_EXCEPTIONS_V6)
+
+
+def _in_ranges(value: int, ranges: tuple[list[int], list[int]]) -> bool:
+    from bisect import bisect_right
+
+    starts, ends = ranges
+    at = bisect_right(starts, value) - 1
+    return at >= 0 and value <= ends[at]
+
+
+def is_public_ip(candidate: str) -> bool:
+    """Whether an address found in text is globally reachable (what `ip_address: public` redacts)."""
+    import ipaddress
+
+    address = ipaddress.ip_address(candidate)
+    value = int(address)
+    if address.version == 4:
+        return not _in_ranges(value, _V4_RANGES)
+    if _MAPPED_V4[0] <= value <= _MAPPED_V4[1]:
+        return not _in_ranges(value & 0xFFFFFFFF, _V4_RANGES)
+    return not _in_ranges(value, _V6_RANGES)
+
+
+def _ip_wanted(candidate: str, which: str) -> bool:
+    return which == "all" or is_public_ip(candidate)
+
+
 _NUMBERING = re.compile(r"(?:section|chapter|chap\.|sect\.|§|version|ver\.|v\.|release|table|figure|fig\.|step)\W{0,3}$", re.IGNORECASE)
 
 
@@ -86,19 +168,9 @@ def _ipv4_ok(text: str, start: int) -> bool:
 
 
 def find_pii(text: str, settings: PIISettings | None = None) -> Counter[str]:
-    """Counts of PII matches by kind (what `redact` would replace)."""
-    settings = settings or PIISettings()
-    counts: Counter[str] = Counter()
-    if settings.email and "@" in text:
-        counts["email"] += len(EMAIL.findall(text))
-    if settings.ip_address:
-        if "." in text:
-            counts["ip_address"] += sum(1 for m in IPV4.finditer(text) if _ipv4_ok(text, m.start()))
-        if ":" in text:
-            counts["ip_address"] += sum(1 for m in IPV6.finditer(text) if _ipv6_ok(m.group()))
-    if settings.phone:
-        counts["phone"] += sum(1 for m in PHONE.finditer(text) if _is_phone(m.group()))
-    return +counts
+    """Counts of PII matches by kind: what `redact` would replace (an IPv4 address inside an IPv6 one
+    counts once)."""
+    return redact(text, settings)[1]
 
 
 def redact(text: str, settings: PIISettings | None = None) -> tuple[str, Counter[str]]:
@@ -108,11 +180,12 @@ def redact(text: str, settings: PIISettings | None = None) -> tuple[str, Counter
     if settings.email and "@" in text:
         text, n = EMAIL.subn(PLACEHOLDERS["email"], text)
         counts["email"] += n
-    if settings.ip_address:
+    which = settings.ip_address
+    if which != "none":
         if ":" in text:
 
             def ipv6(match: re.Match[str]) -> str:
-                if not _ipv6_ok(match.group()):
+                if not _ipv6_ok(match.group()) or not _ip_wanted(match.group(), which):
                     return match.group()
                 counts["ip_address"] += 1
                 return PLACEHOLDERS["ip_address"]
@@ -121,7 +194,7 @@ def redact(text: str, settings: PIISettings | None = None) -> tuple[str, Counter
         if "." in text:
 
             def ipv4(match: re.Match[str]) -> str:
-                if not _ipv4_ok(match.string, match.start()):
+                if not _ipv4_ok(match.string, match.start()) or not _ip_wanted(match.group(), which):
                     return match.group()
                 counts["ip_address"] += 1
                 return PLACEHOLDERS["ip_address"]
@@ -143,6 +216,7 @@ class PIIRedactor(Step):
     """Never drops; replaces PII in the text and records the counts on the document."""
 
     name = "pii"
+    on_routed = True  # documents routed to a side dataset are redacted too
 
     def __init__(self, settings: PIISettings | None = None) -> None:
         self.settings = settings or PIISettings()

@@ -19,6 +19,15 @@ class Drop:
 
 
 @dataclass
+class Route(Drop):
+    """Not a drop: the document leaves the filter chain for the side dataset `dataset` (e.g. code-heavy
+    pages to `cleaned_code`). Of the remaining steps only those with `on_routed` run on it (language ID,
+    PII redaction), and none of them can drop it."""
+
+    dataset: str = ""
+
+
+@dataclass
 class Document:
     doc_id: str
     source: str
@@ -32,6 +41,11 @@ class Document:
     language: str = "unknown"
     language_score: float = 0.0
     quality_score: float | None = None
+    code_share: float | None = None  # share of non-empty lines that look like code (sluice.codeshare)
+    toxicity_score: float | None = None  # listed toxic terms per word (sluice.toxicity)
+    toxic_terms: int | None = None
+    perplexity: float | None = None  # under the language's n-gram model (sluice.perplexity)
+    perplexity_bucket: str | None = None  # head / middle / tail
     pii: Counter[str] = field(default_factory=Counter)  # redactions by kind
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)  # per text version, see tokens()
 
@@ -73,12 +87,34 @@ class Document:
 
 
 class Step:
-    """One cleaning step; subclasses set `name` and implement `apply`."""
+    """One cleaning step; subclasses set `name` and implement `apply`. `on_routed`: the step also runs on
+    documents routed to a side dataset by an earlier step (see Route); its drops are ignored there."""
 
     name = "step"
+    on_routed = False
 
     def apply(self, doc: Document) -> Drop | None:
         raise NotImplementedError
 
     def close(self) -> None:  # noqa: B027 - optional hook (steps that own a process)
         """Release what the step holds (called once at the end of a part)."""
+
+
+class ByLanguage(Step):
+    """One step with settings per language (`cleaning.languages.<code>`): the document's language picks
+    the instance, `default` the rest. An instance may be None: the step is switched off for that language."""
+
+    def __init__(self, default: Step | None, by_language: dict[str, Step | None]) -> None:
+        some = next(step for step in (default, *by_language.values()) if step is not None)
+        self.name = some.name
+        self.on_routed = some.on_routed
+        self.default = default
+        self.by_language = by_language
+
+    def apply(self, doc: Document) -> Drop | None:
+        step = self.by_language.get(doc.language, self.default)
+        return None if step is None else step.apply(doc)
+
+    def close(self) -> None:
+        for step in {id(s): s for s in (self.default, *self.by_language.values()) if s is not None}.values():
+            step.close()

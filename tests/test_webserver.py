@@ -32,7 +32,8 @@ STOP_TIMEOUT_S = 15.0
 DEPENDENCIES: dict[str, set[str]] = {
     "raw_documents": set(),
     "quality_model": {"raw_documents"},
-    "cleaned_documents": {"raw_documents", "quality_model"},
+    "perplexity_model": {"raw_documents"},
+    "cleaned_documents": {"raw_documents", "quality_model", "perplexity_model"},
     "dedup_signatures": {"cleaned_documents"},
     "dedup_index": {"dedup_signatures"},
     "dedup_clusters": {"dedup_signatures", "dedup_index"},
@@ -44,6 +45,7 @@ DEPENDENCIES: dict[str, set[str]] = {
 GROUPS = {
     "raw_documents": "curation",
     "quality_model": "curation",
+    "perplexity_model": "curation",
     "cleaned_documents": "curation",
     "dedup_signatures": "curation",
     "dedup_index": "curation",
@@ -57,6 +59,7 @@ GROUPS = {
 CHECKS: dict[str, dict[str, bool]] = {
     "raw_documents": {"quarantined_file_share_below_bound": True},
     "quality_model": {"held_out_accuracy_above_chance": False},
+    "perplexity_model": {"cutoffs_from_other_sources": False},
     "cleaned_documents": {"drop_rate_within_bounds": False, "no_pii_left": True},
     "dedup_signatures": {},
     "dedup_index": {},

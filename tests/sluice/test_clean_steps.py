@@ -174,8 +174,8 @@ def test_default_chain_counts_a_funnel(tmp_path):
     pipeline = CleaningPipeline.from_settings(settings)
     names = [step.name for step in pipeline.steps]
     assert names == [
-        "url", "decode", "extract", "length", "language", "gopher_quality", "gopher_repetition",
-        "c4", "fineweb_quality", "length_after_filters", "pii",
+        "url", "decode", "extract", "length", "code_share", "language", "gopher_quality", "gopher_repetition",
+        "c4", "fineweb_quality", "length_after_filters", "toxicity", "pii",
     ]
     docs = [html_doc((PAGES / f"{language}.html").read_bytes(), None, language) for language in LANGUAGES]
     docs.append(Document("x", "web", "s", "https://blocked.example/a", None, "text/html", b"<p>x</p>", None))

@@ -1,0 +1,155 @@
+"""Code share: the share of a document's non-empty lines that look like code, shell or markup.
+
+A line looks like code when one of these holds (checked with string methods, no regular expressions, so
+linear in the line's length):
+- it ends a block (`{` `}` `*/`) or, unless it is a list item or a sentence of 6+ words ending in
+  punctuation, it ends like a statement (`;` `\\` `=>` `->`) or opens a bracket at its end; an indented
+  line, or one with two `;`, ending so counts even as a sentence;
+- it starts with a shell or REPL prompt: `$ ` `% ` `>>> ` `PS> ` `C:\\>`, `user@host:~$ ` / `:~# `, or a
+  root prompt `# ` before a lowercase command word;
+- it starts with a comment or directive: `//` `/*` `#!` `#include` `<!--` `<?`, or a markup tag (`<div ...>`);
+- it starts with a closing bracket `)` `]` `}`;
+- it is indented (a tab or 2+ spaces) and starts with a keyword of a programming or shell language
+  (`def`, `return`, `if`, `for`, `echo`, `sudo`, ...; see KEYWORDS), or it starts with such a keyword
+  followed by code punctuation (`(`, `=`, `$`, `:`, `{`, `[`), e.g. `apt install foo` does not, but
+  `for i in $(seq 3); do` does;
+- it assigns: `key = value`, `key == value`, `KEY=value` with an identifier as the key (configs, shell);
+- two of the weaker signs: operator/bracket density (characters of `{}[]()<>=;$|&*\\/_#@%^~` make up 12 % or
+  more of the line), a `-x` / `--option` token, a first word that is a keyword, no letter at all.
+
+`code_share` = code-like lines / non-empty lines. The step records it on every document; with
+`route_above` a document above it goes to the side dataset `cleaned_code` (a Route: it is language-
+identified and PII-redacted but not put through the prose filters, which would drop it), with `max_share`
+a document above it is dropped (`code_heavy`). Documents with fewer than `min_lines` non-empty lines are
+measured only. The step runs before language ID: code defeats language identifiers and prose filters alike.
+"""
+
+from __future__ import annotations
+
+from sluice.config import CodeShareSettings
+from sluice.filters import HAS_LETTER
+from sluice.steps import Document, Drop, Route, Step
+
+CODE_DATASET = "cleaned_code"
+
+_BLOCK = ("{", "}", "*/")
+_ENDINGS = (";", "\\", "=>", "->")
+_BULLETS = ("•", "◦", "▪", "- ", "* ", "– ")
+_SENTENCE_END = (".", "!", "?", ":", ";", "。", "！", "？", "：", "；", "؟", "।")
+_PROMPTS = ("$ ", "% ", ">>> ", "PS> ", "PS C:\\", "C:\\>", "mysql> ", "sqlite> ", "postgres=# ")
+_OPENERS = ("//", "/*", "#!", "#include", "#define", "<!--", "<?", "-->")
+_EDGE_OPEN = ("(", "[", "{")
+_EDGE_CLOSE = (")", "]", "}")
+KEYWORDS = frozenset(
+    ["def", "class", "return", "import", "from", "if", "elif", "else", "fi", "then", "do", "done", "for", "while", "case", "esac", "switch", "break", "continue", "function", "var", "let", "const", "public", "private", "protected", "static", "void", "int", "char", "float", "double", "bool", "struct", "enum", "package", "using", "namespace", "fn", "func", "println", "printf", "echo", "sudo", "apt", "apt-get", "dpkg", "cd", "ls", "cat", "grep", "sed", "awk", "export", "chmod", "chown", "mkdir", "rm", "cp", "mv", "make", "git", "pip", "python", "python3", "systemctl", "service", "mount", "tar", "curl", "wget", "ssh", "sh", "bash", "end", "begin", "select", "insert", "update", "delete", "create", "alter", "set", "local", "try", "except", "finally", "catch", "throw", "raise", "lambda", "yield", "async", "await", "new", "del", "assert", "print", "require", "include", "module"]
+)
+_CODE_PUNCT = ("(", "=", "$", ":", "{", "[", "|", ";")
+_SYMBOLS = "{}[]()<>=;$|&*\\/_#@%^~"
+_DELETE_SYMBOLS = str.maketrans("", "", _SYMBOLS)
+
+
+def _first_word(line: str) -> str:
+    head = line.split(None, 1)
+    return head[0] if head else ""
+
+
+def is_code_line(line: str) -> bool:
+    """Whether one line (not empty) looks like code (see the module docstring)."""
+    stripped = line.strip()
+    if not stripped:
+        return False
+    if stripped.startswith(_PROMPTS) or stripped.startswith(_OPENERS) or ":~$ " in stripped or ":~# " in stripped:
+        return True
+    if stripped.endswith(_BLOCK) or stripped.startswith(_EDGE_CLOSE):
+        return True
+    if stripped[0] == "<" and stripped[-1] == ">" and len(stripped) > 2 and (stripped[1].isalpha() or stripped[1] == "/"):
+        return True
+    word = _first_word(stripped)
+    if stripped.startswith("# ") and len(stripped) > 2:
+        command = _first_word(stripped[2:])
+        if command.isascii() and command.islower() and command in KEYWORDS:
+            return True
+    indented = line[:1] == "\t" or line[:2] == "  "
+    bullet = stripped.startswith(_BULLETS)
+    if not bullet and (indented or stripped.count(";") >= 2) and stripped.endswith((*_ENDINGS, *_EDGE_OPEN)):
+        return True
+    if bullet or (stripped.endswith(_SENTENCE_END) and stripped.count(" ") >= 5):
+        return False  # a list item or a sentence: only the signs above make it code
+    if stripped.endswith(_ENDINGS) or stripped.endswith(_EDGE_OPEN):
+        return True
+    if _is_assignment(stripped, word):
+        return True
+    keyword = word in KEYWORDS
+    if keyword:
+        if indented:
+            return True
+        rest = stripped[len(word) :]
+        if any(mark in rest for mark in _CODE_PUNCT):
+            return True
+    # Two of the weak signs, cheapest first, stopping as soon as the answer is known.
+    weak = keyword + (len(stripped) - len(stripped.translate(_DELETE_SYMBOLS)) >= 0.12 * len(stripped))
+    if weak == 2:
+        return True
+    weak += _has_flag(stripped)
+    if weak == 0:
+        return False
+    return weak + (HAS_LETTER(stripped) is None) >= 2
+
+
+_ASSIGN = frozenset({"=", "==", ":=", "+=", "-=", "?=", "|="})
+
+
+def _identifier(key: str) -> bool:
+    plain = key.replace("_", "").replace(".", "").replace("-", "")
+    return bool(plain) and plain.isascii() and plain.isalnum() and not key[0].isdigit()
+
+
+def _is_assignment(stripped: str, word: str) -> bool:
+    """`key = value`, `key == value` or `KEY=value`, with an identifier as the key (config files, shell)."""
+    if "=" in word:
+        return _identifier(word.split("=", 1)[0])
+    parts = stripped.split(None, 2)
+    return len(parts) >= 2 and parts[1] in _ASSIGN and _identifier(parts[0])
+
+
+def _has_flag(line: str) -> bool:
+    """A ` -x` / ` --name` option token (dashes, then a letter) after the first word."""
+    at = line.find(" -")
+    while at != -1:
+        nxt = line[at + 2 : at + 3]
+        if nxt == "-":
+            nxt = line[at + 3 : at + 4]
+        if nxt.isascii() and nxt.isalpha():
+            return True
+        at = line.find(" -", at + 2)
+    return False
+
+
+def code_line_counts(text: str) -> tuple[int, int]:
+    """(code-like lines, non-empty lines) of a text."""
+    code = total = 0
+    for line in text.splitlines():
+        if line and not line.isspace():
+            total += 1
+            code += is_code_line(line)
+    return code, total
+
+
+class CodeShare(Step):
+    name = "code_share"
+
+    def __init__(self, settings: CodeShareSettings | None = None) -> None:
+        self.s = settings or CodeShareSettings()
+
+    def apply(self, doc: Document) -> Drop | None:
+        code, total = code_line_counts(doc.text or "")
+        share = code / total if total else 0.0
+        doc.code_share = share
+        s = self.s
+        if total < s.min_lines:
+            return None
+        if s.route_above is not None and share > s.route_above:
+            return Route("code_routed", f"{code} of {total} lines look like code ({share:.2f} > {s.route_above})", CODE_DATASET)
+        if s.max_share is not None and share > s.max_share:
+            return Drop("code_heavy", f"{code} of {total} lines look like code ({share:.2f} > {s.max_share})")
+        return None

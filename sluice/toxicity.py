@@ -1,0 +1,169 @@
+"""Toxicity / profanity: listed terms per document, a score, and a drop above a threshold.
+
+Word lists: the 24 per-language lists that ship inside the `glin-profanity` wheel on PyPI (MIT licence;
+the lists descend from the "List of Dirty, Naughty, Obscene, and Otherwise Bad Words" that C4 filters with):
+ar cs da de en eo es fa fi fr hi hu it ja ko nl no pl pt ru sv th tr zh. sluice reads the JSON files from the
+installed package (no import of it, nothing downloaded at run time) and maps them to lid.176 codes.
+
+Matching is a lookup, not a regular expression: each term is split with the cleaning tokenizer
+(sluice.words, lower-cased) into a tuple of tokens, so `blow job` is two tokens and `三级片` three characters
+(spaceless scripts split per character in `multilingual` word splitting); a document matches where its
+lower-cased tokens equal a term's tokens. One-token terms are counted from the document's token counts (one
+set intersection; most documents stop there); multi-token terms are checked only at positions whose token
+starts one. Linear in the document's length, whole words only, so `class` never matches `ass`. Terms without
+a letter (`31`, `18+` in the Turkish list) and single characters of spaceless scripts (`性`, part of
+hundreds of ordinary Chinese words) are left out, and so are `ignore_terms`: by default the ordinary words the
+lists hold that matched on the shared corpus's technical handbook (Turkish `durum` 'status', `destek`
+'support', Italian `montare` 'to mount', ...). Within a spaceless script a term is still matched inside
+longer words (no word boundaries there).
+
+Score: listed-term occurrences per word (tokens that are not punctuation). A document is dropped
+(`toxic_content`) when it has at least `min_terms` occurrences and its score is above `max_score`. Documents
+in a language without a list (and no `extra_languages`) are not scored (null). Which lists apply: the
+document's language's plus `extra_languages` (e.g. `[en]` for English slurs on other-language pages).
+Per-language switches: `cleaning.languages.<code>.toxicity` (e.g. `{enabled: false}`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import Counter
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+
+from sluice.config import ToxicitySettings
+from sluice.steps import Document, Drop, Step
+
+PACKAGE = "glin_profanity"
+# glin-profanity's file names -> lid.176 language codes.
+LIST_FILES = {
+    "ar": "arabic", "cs": "czech", "da": "danish", "de": "german", "en": "english", "eo": "esperanto",
+    "es": "spanish", "fa": "persian", "fi": "finnish", "fr": "french", "hi": "hindi", "hu": "hungarian",
+    "it": "italian", "ja": "japanese", "ko": "korean", "nl": "dutch", "no": "norwegian", "pl": "polish",
+    "pt": "portuguese", "ru": "russian", "sv": "swedish", "th": "thai", "tr": "turkish", "zh": "chinese",
+}
+LIST_LANGUAGES = frozenset(LIST_FILES)
+
+
+def lists_folder() -> Path:
+    """The installed package's dictionaries folder (found without importing the package)."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the {PACKAGE} package (word lists of the toxicity step) is not installed: pip install glin-profanity")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / "dictionaries"
+
+
+@cache
+def load_terms(language: str) -> tuple[str, ...]:
+    """The listed terms of one language (lid.176 code), as shipped."""
+    path = lists_folder() / f"{LIST_FILES[language]}.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return tuple(str(term) for term in data["words"])
+
+
+class TermMatcher:
+    """Counts occurrences of listed terms (token tuples) in a token sequence.
+
+    Each term is looked up in three spellings, lower case, Capitalized and UPPER CASE, so a document's tokens
+    are never lower-cased: one-token terms are a C-level intersection of the spellings with the document's
+    token counts; multi-token terms are compared, lower-cased, only where the document has one of their
+    first tokens (found with list.index). Mixed case (`FuCk`) is not matched."""
+
+    def __init__(self, terms: Iterable[str], multilingual: bool = True, ignore: Iterable[str] = ()) -> None:
+        from sluice.filters import HAS_LETTER
+        from sluice.words import NO_SPACE_CHAR, tokenize
+
+        ignored = {term.lower() for term in ignore}
+        single: set[str] = set()
+        multi: dict[str, set[tuple[str, ...]]] = {}
+        for term in terms:
+            term = term.lower()
+            tokens = tuple(tokenize(term, multilingual))
+            if not tokens or term in ignored or HAS_LETTER("".join(tokens)) is None:
+                continue
+            if len(tokens) == 1:
+                if len(tokens[0]) == 1 and NO_SPACE_CHAR.match(tokens[0]):
+                    continue  # one character of a spaceless script is part of too many ordinary words
+                single.add(tokens[0])
+            else:
+                multi.setdefault(tokens[0], set()).add(tokens)
+        self.spellings = {variant: term for term in single for variant in _spellings(term)}
+        self.spelling_set = frozenset(self.spellings)
+        self.multi = {first: sorted(tails) for first, tails in multi.items()}
+        # Every spelling of every token of a multi-token term -> the token: a term can occur only if all its
+        # tokens do, which one intersection tells for most documents.
+        self.part_spellings = {
+            variant: token for tails in multi.values() for term in tails for token in term for variant in _spellings(token)
+        }
+        self.part_set = frozenset(self.part_spellings)
+        self.size = len(single) + sum(len(tails) for tails in multi.values())
+
+    def count(self, tokens: list[str], counts: Counter[str]) -> Counter[str]:
+        """Occurrences by term (its tokens joined by spaces, without them in spaceless scripts) in `tokens`,
+        whose counts are `counts`."""
+        found: Counter[str] = Counter()
+        for variant in self.spelling_set.intersection(counts):
+            found[self.spellings[variant]] += counts[variant]
+        present = {self.part_spellings[variant] for variant in self.part_set.intersection(counts)}
+        candidates = [
+            term for first in present.intersection(self.multi) for term in self.multi[first] if present.issuperset(term)
+        ]
+        if candidates:
+            by_first: dict[str, list[tuple[str, ...]]] = {}
+            for term in candidates:
+                by_first.setdefault(term[0], []).append(term)
+            for at, token in enumerate(tokens):
+                terms = by_first.get(token) or by_first.get(token.lower())
+                if terms:
+                    for term in terms:
+                        if tuple(t.lower() for t in tokens[at : at + len(term)]) == term:
+                            found[_display(term)] += 1
+        return found
+
+
+def _display(term: tuple[str, ...]) -> str:
+    from sluice.words import NO_SPACE_CHAR
+
+    return ("" if NO_SPACE_CHAR.match(term[0]) else " ").join(term)
+
+
+def _spellings(term: str) -> set[str]:
+    return {term, term.capitalize(), term.upper()}
+
+
+class ToxicityFilter(Step):
+    """Scores listed terms per word (`toxicity_score`, `toxic_terms`) and drops above the threshold."""
+
+    name = "toxicity"
+
+    def __init__(self, settings: ToxicitySettings | None = None, multilingual: bool = True) -> None:
+        self.s = settings or ToxicitySettings()
+        self.multilingual = multilingual
+        self._matchers: dict[str, TermMatcher | None] = {}
+
+    def matcher(self, language: str) -> TermMatcher | None:
+        if language not in self._matchers:
+            languages = {language, *self.s.extra_languages} & LIST_LANGUAGES
+            terms = [term for code in sorted(languages) for term in load_terms(code)]
+            self._matchers[language] = TermMatcher(terms, self.multilingual, self.s.ignore_terms) if terms else None
+        return self._matchers[language]
+
+    def apply(self, doc: Document) -> Drop | None:
+        from sluice.words import PUNCTUATION
+
+        matcher = self.matcher(doc.language)
+        if matcher is None:
+            return None
+        tokens = doc.tokens(self.multilingual)
+        counts = doc.token_counts(self.multilingual)
+        found = matcher.count(tokens, counts)
+        words = len(tokens) - sum(counts[p] for p in PUNCTUATION.intersection(counts))
+        doc.toxic_terms = sum(found.values())
+        doc.toxicity_score = doc.toxic_terms / words if words else 0.0
+        s = self.s
+        if s.max_score is not None and doc.toxic_terms >= s.min_terms and doc.toxicity_score > s.max_score:
+            top = ", ".join(f"{term} x{n}" for term, n in sorted(found.items(), key=lambda item: (-item[1], item[0]))[:5])
+            return Drop("toxic_content", f"{doc.toxic_terms} listed terms, {doc.toxicity_score:.4f} per word > {s.max_score}: {top}")
+        return None
