@@ -60,7 +60,8 @@ def check_visible_files(root: Path) -> None:
                     data = json.loads(path.read_bytes())
                     if name == "_manifest.json":
                         for entry in data.get("files", []) + data.get("side_files", []):
-                            digest = hashlib.sha256((path.parent / entry["key"]).read_bytes()).hexdigest()
+                            folder = root / entry["prefix"] if "prefix" in entry else path.parent  # side datasets: root-relative
+                            digest = hashlib.sha256((folder / entry["key"]).read_bytes()).hexdigest()
                             assert digest == entry["sha256"], f"{path.parent / entry['key']} does not match its manifest"
             except FileNotFoundError:
                 continue  # replaced or removed by the writer between listing and reading: not a torn file
