@@ -4,7 +4,7 @@ The rule and the algorithms live in `sluice.dedup`. What this module adds is the
 
 - `dedup_signatures` and `dedup_index` depend on their own partition only, so any number run at once;
   `dedup_index` writes the one global index under the concurrency pool `dedup_index` (limit 1, set in the
-  instance: `deploy/dagster.yaml`, `deploy/dagster.local.yaml`), so its writes never race.
+  instance: `deploy/dagster.yaml`, and the project-local instance `sluice` writes), so its writes never race.
 - `dedup_clusters` of a partition reads index rows of the partitions ordered before it only, so it is a pure
   function of them; it depends on `dedup_index` of *every* partition (AllPartitionMapping: Dagster has no
   built-in "partitions ordered before this one" mapping for a dynamic dimension, and a custom PartitionMapping

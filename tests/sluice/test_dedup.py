@@ -388,3 +388,36 @@ def test_dedup_config_errors_name_key_and_allowed_values(make_config):
         load_config(make_config(dedup={"index_shards": 12}))
     assert "dedup.index_shards" in str(error.value) and "power of two" in str(error.value)
     assert load_config(make_config()).dedup == DedupSettings()  # sluice.yaml states the defaults
+
+
+def test_components_split_by_hash_range_equal_one_pass_and_union_find():
+    """Connected components (smallest node as label): scipy in one pass, and split into hash-range tasks
+    whose spanning forests are merged pairwise, both equal a union-find over the edges."""
+    from sluice.compute import Executor
+
+    rng = np.random.default_rng(5)
+    nodes = rng.choice(1 << 40, 300, replace=False).astype(np.int64)
+    edges = nodes[rng.integers(0, 300, (400, 2))]
+    parent = {int(n): int(n) for n in nodes}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for u, v in edges.tolist():
+        a, b = find(u), find(v)
+        parent[max(a, b)] = min(a, b)
+    one_nodes, one_labels = dedup.components(edges)
+    assert {int(n): find(int(n)) for n in one_nodes} == dict(zip(one_nodes.tolist(), one_labels.tolist(), strict=True))
+    forest_tasks = []
+
+    class Recording(Executor):
+        def map(self, fn, tasks):
+            forest_tasks.append(max(len(task.edges) for task in tasks))
+            return super().map(fn, tasks)
+
+    split_nodes, split_labels = dedup.components(edges, Recording(), edges_per_task=50)
+    assert np.array_equal(split_nodes, one_nodes) and np.array_equal(split_labels, one_labels)
+    assert len(forest_tasks) >= 3 and max(forest_tasks) < len(edges)  # several rounds; no task held all edges
