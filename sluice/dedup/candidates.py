@@ -23,7 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.config import DedupSettings, S3Settings
-from sluice.dedup.schemas import CLEANED, ROW_BITS, SHINGLE_ROW_GROUP, SHINGLES, parquet_file, prefix_of
+from sluice.dedup.schemas import (
+    CLEANED,
+    ROW_BITS,
+    SHINGLE_ROW_GROUP,
+    SHINGLES,
+    absent,
+    parquet_file,
+    prefix_of,
+)
 from sluice.layout import read_manifest, read_parquet_file
 from sluice.minhash import MinHasher
 from sluice.storage import StorageError, Store, StoreSpec
@@ -166,9 +174,8 @@ def read_shingle_rows(store: Store, key: str, docs: list[int]) -> pa.Table | Non
                 return None
             table = parquet.read_row_groups(groups)
             group_rows = [parquet.metadata.row_group(g).num_rows for g in groups]
-    except (FileNotFoundError, StorageError):
-        if store.exists(key):  # another failure than a missing sidecar
-            raise
+    except (FileNotFoundError, StorageError) as error:
+        absent(store, key, error)  # raises unless the sidecar does not exist
         return None
     first_rows = np.asarray(groups, dtype=np.int64) * SHINGLE_ROW_GROUP  # part row of each read group's first row
     group_of_row = np.searchsorted(first_rows, rows, side="right") - 1

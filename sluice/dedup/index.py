@@ -46,7 +46,15 @@ import xxhash
 
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
-from sluice.dedup.schemas import INDEX, hash_halves, identity_digest, minhash_identity, order_of, parquet_file
+from sluice.dedup.schemas import (
+    INDEX,
+    absent,
+    hash_halves,
+    identity_digest,
+    minhash_identity,
+    order_of,
+    parquet_file,
+)
 from sluice.layout import MANIFEST, PartitionRef, write_parquet
 from sluice.storage import StorageError, Store, StoreSpec
 
@@ -238,9 +246,8 @@ class DedupIndex:
         key = f"{self.prefix}/{MANIFEST}"
         try:
             return json.loads(self.store.read_bytes(key))
-        except (FileNotFoundError, StorageError):
-            if self.store.exists(key):
-                raise
+        except (FileNotFoundError, StorageError) as error:
+            absent(self.store, key, error)
         return {
             "format": FORMAT, "minhash": minhash_identity(self.settings), "shards": self.settings.index_shards,
             "max_deltas": self.settings.index_max_deltas, "partitions": {}, "base": {"members": [], "files": {t: [] for t in TABLES}}, "deltas": {},

@@ -199,3 +199,16 @@ def parquet_file(store: Store, key: str) -> Iterator[pq.ParquetFile]:
         yield pq.ParquetFile(local)
         return
     yield pq.ParquetFile(pa.BufferReader(store.read_bytes(key)))
+
+
+def absent(store: Store, key: str, error: Exception) -> bool:
+    """After reading `key` failed with `error`: True when the key does not exist (the caller treats it as
+    missing); otherwise `error` is raised again (also when the existence check itself fails, e.g. the
+    store went away), so the message names the key that could not be read."""
+    try:
+        present = store.exists(key)
+    except Exception:
+        raise error from None
+    if present:
+        raise error
+    return True

@@ -89,3 +89,18 @@ def test_the_daemon_sees_the_every_partition_gates(tmp_path, monkeypatch):
         conditions = {key: graph.get(AssetKey(key)).automation_condition for key in ("dedup_clusters", "deduped_documents", "tokenized_shards")}
         assert all(condition is not None for condition in conditions.values())
         assert "every partition of dedup_index" in conditions["dedup_clusters"].get_label()
+
+
+@pytest.mark.parametrize("which", ["deploy", "project-local"])
+def test_instance_configs_load_and_limit_the_index_pool_to_one(tmp_path, which):
+    """deploy/dagster.yaml (Postgres, production) and the project-local instance the CLI writes both load
+    (Dagster refuses a run queue configured in two places) and give the dedup_index pool a limit of 1."""
+    from dagster._core.instance.config import dagster_instance_config
+
+    from data_assets.cli import DAGSTER_YAML
+    from tests.conftest import PROJECT_ROOT
+
+    text = (PROJECT_ROOT / "deploy" / "dagster.yaml").read_text() if which == "deploy" else DAGSTER_YAML
+    (tmp_path / "dagster.yaml").write_text(text)
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert config["concurrency"]["pools"] == {"default_limit": 1, "granularity": "op"}
