@@ -1,5 +1,6 @@
-"""Training-loader benchmarks: tokens/s per rank against MosaicML Streaming and LitData, start/resume time,
-and (on CUDA machines) the data-stall share of a small GPT's step time.
+"""Training-loader benchmarks: tokens/s per rank against MosaicML Streaming and LitData, and (on CUDA
+machines) the data-stall share of a small GPT's step time. Start/resume time and memory at 10^6-10^8
+documents: `benchmarks/loader_scale.py`.
 
     SLUICE_BENCH_ENVS=/work/wt/bench_envs .venv/bin/python benchmarks/loader.py [--tokens 40e6] [--seconds 6]
 
@@ -11,9 +12,7 @@ and (on CUDA machines) the data-stall share of a small GPT's step time.
    (sluice also builds position_ids / cu_seqlens) in a single rank with no DataLoader worker processes
    (sluice: its one background thread; the peers: their in-process iteration); a pass over the data warms
    the page cache first. Reported: tokens/s per rank and sluice's ratio to each peer.
-2. Start/resume time: a synthetic index of ~1.05e9 samples (1,000 ranges over one 4 GiB sparse shard); the
-   time from opening the mix to holding the first batch after `load_state_dict` at positions 1e3, 1e6, 1e9.
-3. CUDA stall share: examples/train.py's TinyGPT fed by the loader on the GPU; skipped without CUDA.
+2. CUDA stall share: examples/train.py's TinyGPT fed by the loader on the GPU; skipped without CUDA.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ def prepare(work: str, tokens: int) -> tuple[MixedTokens, str]:
     store = open_store(root)
     budget = tokens - 1000
     settings = MixSettings(weights={"synthetic": 1.0}, token_budget=budget, sequence_length=SEQ, seed=1, max_epochs=1.0)
-    build_mix(store, "bench", settings, store.local_path)
+    build_mix(store, "bench", settings)
     data = MixedTokens(store, "bench", cache_dir=os.path.join(work, "cache"))
     stream_path = os.path.join(work, "stream.u16")
     data.tokens(0, len(data) * SEQ + 1).astype(np.uint16).tofile(stream_path)  # the same tokens for the peers
@@ -202,39 +201,6 @@ def run_peer(spec: tuple[str, list[str], list[str]], kind: str, stream_path: str
     return float(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
 
 
-# -- start / resume --------------------------------------------------------------------------------------
-
-def synthetic_index(work: str, ranges: int = 1000) -> str:
-    """A mix of ~1.05e9 samples: `ranges` ranges over one sparse 4 GiB shard (no real disk use)."""
-    root = os.path.join(work, "huge")
-    prefix = "tokenized_shards/source=synthetic/snapshot=2026-01"
-    folder = Path(root, prefix)
-    folder.mkdir(parents=True, exist_ok=True)
-    shard_tokens = 1 << 31
-    with open(folder / "shard-00000.bin", "wb") as handle:
-        handle.truncate(shard_tokens * 2)
-    np.array([0, shard_tokens], dtype="<u8").tofile(folder / "shard-00000.idx")
-    mix = Path(root, "mixed_dataset", "huge")
-    mix.mkdir(parents=True, exist_ok=True)
-    table = pa.table({"shard": np.zeros(ranges, np.int32), "start": np.zeros(ranges, np.int64), "length": np.full(ranges, shard_tokens, np.int64)})
-    pq.write_table(table, mix / "ranges.parquet")
-    manifest = {"format": "sluice-mix", "version": 1, "mix": "huge", "seed": 1, "sequence_length": SEQ, "dtype": "uint16",
-                "vocab_size": VOCAB, "shards": [{"id": 0, "prefix": prefix, "name": "shard-00000"}]}
-    (mix / "_manifest.json").write_text(json.dumps(manifest))
-    return root
-
-
-def resume_seconds(root: str, position: int) -> float:
-    started = time.perf_counter()
-    data = MixedTokens(open_store(root), "huge", cache_dir=os.path.join(root, "cache"))
-    loader = TrainingLoader(data, BATCH, seed=1)
-    loader.load_state_dict({"version": 1, "seed": 1, "epoch": 0, "position": position, "num_samples": len(data), "block_size": 1})
-    batch = next(iter(loader))
-    elapsed = time.perf_counter() - started
-    assert batch["input_ids"].shape == (BATCH, SEQ)
-    return elapsed
-
-
 # -- CUDA stall share ------------------------------------------------------------------------------------
 
 def cuda_stall_share(data: MixedTokens, steps: int = 200) -> float | None:
@@ -274,7 +240,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-loader-") as work:
         started = time.perf_counter()
         data, stream_path = prepare(work, int(args.tokens))
-        print(f"mix: {data.total_tokens:,} tokens, {len(data):,} samples of {SEQ}, {len(data.lengths):,} documents ({time.perf_counter() - started:.1f}s to build)")
+        print(f"mix: {data.total_tokens:,} tokens, {len(data):,} samples of {SEQ}, {len(data.index()):,} ranges ({time.perf_counter() - started:.1f}s to build)")
         run_sluice(data, 1.0, threaded=False)  # warm the page cache
         # Best of `rounds` short runs for every loader: the machine is shared, so the best run is the least disturbed.
         ours = max(run_sluice(data, args.seconds / args.rounds, threaded=False) for _ in range(args.rounds))
@@ -289,12 +255,6 @@ def main() -> None:
                 peers[kind] = run_peer(spec, kind, stream_path, work, args.seconds, args.rounds)
                 print(f"{label + ':':32} {peers[kind] / 1e6:8.2f} M tokens/s per rank  (sluice x{ours / peers[kind]:.2f})")
 
-        huge = synthetic_index(work)
-        resume = {}
-        for position in (10**3, 10**6, 10**9):
-            resume[position] = min(resume_seconds(huge, position) for _ in range(3))
-            print(f"start + resume at sample {position:>13,}: {resume[position] * 1000:7.1f} ms")
-
         stall = cuda_stall_share(data)
         if stall is None:
             print("CUDA stall share: skipped (no CUDA device)")
@@ -303,8 +263,6 @@ def main() -> None:
     if peers:
         figure("loader_vs_mosaic_streaming", ours / peers["mosaic"], ">= 2")
         figure("loader_vs_litdata_tokensloader", ours / peers["litdata"], ">= 2")
-    for position, seconds in resume.items():
-        figure(f"resume_seconds_at_1e{len(str(position)) - 1}", seconds, "< 1, flat")
     figure("cuda_data_stall_share", "skipped (no CUDA)" if stall is None else stall, "< 0.01")
 
 

@@ -1,12 +1,14 @@
-"""The sluice code location: the partitioned assets (+ the tokenizer and quality model), their checks, jobs, sensors, schedule."""
+"""The sluice code location: the partitioned assets (+ the tokenizer, quality and perplexity models), their checks, jobs, sensors, schedule."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from dagster import AssetSelection, AutomationConditionSensorDefinition, DefaultSensorStatus, Definitions
 
 from data_assets.cleaned import cleaned_documents
+from data_assets.decontamination import decontamination
 from data_assets.deduped import (
     CLUSTERS_ASSET,
     dedup_clusters,
@@ -31,20 +33,29 @@ from resources import (
     TokenizerResource,
     TrainingLoaderResource,
 )
+from sluice.config import SluiceConfig
 
 ASSETS = [
-    raw_documents, quality_model, perplexity_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents, tokenizer, tokenized_shards,
-    mixed_dataset,
+    raw_documents, quality_model, perplexity_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents,
+    decontamination, tokenizer, tokenized_shards, mixed_dataset,
 ]
 
+# Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
+# with that reason instead of failing (a config that needs them and cannot feed them fails at load).
+OPTIONAL_ASSETS: dict[str, Callable[[SluiceConfig], str | None]] = {
+    "quality_model": SluiceConfig.quality_model_unavailable,
+    "perplexity_model": SluiceConfig.perplexity_model_unavailable,
+}
+
 # Runs the ordered tail of each new partition (its clusters once every partition is indexed, its deduped
-# documents once every partition is clustered, then its token shards) as soon as Dagster sees the gates open.
+# documents once every partition is clustered, then its decontamination flags and token shards) as soon as
+# Dagster sees the gates open.
 dedup_automation = AutomationConditionSensorDefinition(
     "dedup_automation",
-    target=AssetSelection.assets(CLUSTERS_ASSET, "deduped_documents", "tokenized_shards"),
+    target=AssetSelection.assets(CLUSTERS_ASSET, "deduped_documents", "decontamination", "tokenized_shards"),
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=int(os.environ.get("SLUICE_AUTOMATION_INTERVAL_S", "30")),
-    description="Declarative automation of dedup_clusters, deduped_documents and tokenized_shards (see data_assets/deduped.py).",
+    description="Declarative automation of dedup_clusters, deduped_documents, decontamination and tokenized_shards (see data_assets/deduped.py).",
 )
 
 

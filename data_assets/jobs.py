@@ -5,7 +5,7 @@ from __future__ import annotations
 from dagster import AssetSelection, define_asset_job
 
 # What one partition can do on its own, whatever other partitions' runs are doing: its dedup_clusters,
-# deduped_documents and tokenized_shards wait for the other partitions (declarative automation, see
+# deduped_documents, decontamination and tokenized_shards wait for the other partitions (declarative automation, see
 # data_assets/deduped.py), so they are not in this job.
 ingest_job = define_asset_job(
     "ingest_job",

@@ -40,6 +40,10 @@ class TrainingLoaderResource(ConfigurableResource):
     block_size: int = 1  # >1 shuffles blocks of this many consecutive samples (fewer object-store reads)
     mask_document_boundaries: bool = False  # labels = -100 where the next token starts another document
     prefetch_batches: int = 4  # batches prepared ahead of the training step
+    # auto: memory-map a local mix of at most mmap_max_bytes (index + shards), pread anything larger or remote
+    # (flat RSS); mmap | pread force one (see sluice.loader.data)
+    read_mode: str = "auto"
+    mmap_max_bytes: int = 1 << 30
 
     @classmethod
     def from_config_file(cls, config_path: str, **kwargs) -> TrainingLoaderResource:
@@ -52,7 +56,8 @@ class TrainingLoaderResource(ConfigurableResource):
         if self.mix not in config.mixes:
             raise KeyError(f"mix {self.mix!r} is not in the config; mixes are {sorted(config.mixes)}")
         return MixedTokens(
-            open_store(config.storage.root, config.s3), self.mix, cache_dir=self.cache_dir, split=self.split, cache_bytes=self.cache_bytes
+            open_store(config.storage.root, config.s3), self.mix, cache_dir=self.cache_dir, split=self.split, cache_bytes=self.cache_bytes,
+            read_mode=self.read_mode, mmap_max_bytes=self.mmap_max_bytes,
         )
 
     def loader(self, rank: int | None = None, world_size: int | None = None, num_epochs: int | None = None):

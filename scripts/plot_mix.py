@@ -3,7 +3,7 @@ epochs and validation tokens per component.
 
     .venv/bin/python scripts/plot_mix.py [--mix default] [--out mix-default.png]
 
-Reads `<storage root>/mixed_dataset/<mix>/_manifest.json` through the config at $SLUICE_CONFIG (else ./sluice.yaml).
+Reads `<storage root>/mixed_dataset/mix=<mix>/_manifest.json` through the config at $SLUICE_CONFIG (else ./sluice.yaml).
 Needs matplotlib (`pip install '.[plot]'`; the test extras include it).
 """
 
@@ -52,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     from sluice.config import load_config
+    from sluice.mix import mix_prefix
     from sluice.storage import open_store
 
     config = load_config()
     mix = args.mix or sorted(config.mixes)[0]
     store = open_store(config.storage.root, config.s3)
-    key = f"mixed_dataset/{mix}/_manifest.json"
+    key = f"{mix_prefix(mix)}/_manifest.json"
     if not store.exists(key):
         print(f"{store.uri(key)} does not exist: materialize mixed_dataset[{mix}] first", file=sys.stderr)
         return 2

@@ -8,21 +8,34 @@ GPT-3 paper) occur in an evaluation text. Evaluation texts shorter than n words 
 Matching is vectorised: evaluation words get dense ids, a document's words are mapped to those ids (a word
 absent from every evaluation text cannot be part of a match), and each window of n ids is reduced to a
 64-bit polynomial hash compared against the sorted evaluation hashes with numpy.
+
+Flags are computed once per deduplicated partition (the `decontamination` asset) for every distinct
+evaluation spec of the configured mixes (`EvalSpec`: eval set files, text field, n), and reused by every mix
+with that spec. A partition's flags are valid while its deduplicated manifest and the eval sets' content
+(`eval_sets_digest`) are the ones recorded in its manifest (`flags_identity`).
+
+    decontamination/source=<s>/snapshot=<n>/flags.parquet   spec, doc_id, matched_ngrams (flagged documents only)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from sluice.config import S3Settings
+from sluice.config import MixSettings, S3Settings
 from sluice.storage import StoreSpec
+
+ASSET = "decontamination"
+FLAGS_FILE = "flags.parquet"
+FLAGS_SCHEMA = pa.schema([("spec", pa.string()), ("doc_id", pa.string()), ("matched_ngrams", pa.int64())])
 
 _WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\W_]+")
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant; arithmetic wraps modulo 2**64
@@ -76,10 +89,11 @@ class EvalNgrams:
 
     def matches(self, text: str) -> int:
         """How many of the text's n-gram windows occur in an evaluation text (0 = clean)."""
-        if not len(self.hashes):
-            return 0
-        tokens = words(text)
-        if len(tokens) < self.n:
+        return self.matches_words(words(text)) if len(self.hashes) else 0
+
+    def matches_words(self, tokens: list[str]) -> int:
+        """`matches` for a text already split by `words`."""
+        if not len(self.hashes) or len(tokens) < self.n:
             return 0
         get = self.vocabulary.get
         ids = np.fromiter((get(w, -1) for w in tokens), np.int64, len(tokens))
@@ -109,15 +123,62 @@ def read_eval_texts(location: str, text_field: str, s3: S3Settings | None = None
 
 
 @dataclass(frozen=True)
+class EvalSpec:
+    """What a mix decontaminates against: its eval set files, their text field and the n-gram size."""
+
+    eval_sets: tuple[str, ...]
+    text_field: str
+    ngram: int
+
+    @classmethod
+    def of(cls, mix: MixSettings) -> EvalSpec | None:
+        return cls(tuple(mix.eval_sets), mix.eval_text_field, mix.decontamination_ngram) if mix.eval_sets else None
+
+    @property
+    def id(self) -> str:
+        """A short stable name of the spec (its config, not its files' content)."""
+        body = json.dumps([list(self.eval_sets), self.text_field, self.ngram])
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.id, "eval_sets": list(self.eval_sets), "text_field": self.text_field, "ngram": self.ngram}
+
+
+def eval_specs(mixes: Mapping[str, MixSettings]) -> list[EvalSpec]:
+    """The distinct evaluation specs of the configured mixes, in a stable order."""
+    return sorted({spec for spec in map(EvalSpec.of, mixes.values()) if spec is not None}, key=lambda spec: spec.id)
+
+
+def eval_sets_digest(specs: list[EvalSpec], s3: S3Settings | None = None) -> str:
+    """SHA-256 over the specs and the bytes of every eval set file they name: the flags' identity."""
+    digest = hashlib.sha256(b"sluice-decontamination-v1")
+    for spec in specs:
+        digest.update(spec.id.encode())
+        for location in spec.eval_sets:
+            folder, _, name = location.rstrip("/").rpartition("/")
+            store = StoreSpec(folder or ".", s3 or S3Settings()).open()
+            if not store.exists(name):
+                raise FileNotFoundError(f"evaluation set {location} does not exist (mixes.*.eval_sets)")
+            digest.update(hashlib.sha256(store.read_bytes(name)).digest())
+    return digest.hexdigest()
+
+
+def flags_identity(eval_digest: str, deduped_manifest: bytes) -> dict[str, str]:
+    """What a partition's flags were computed from; they are reused only while both are unchanged."""
+    return {"eval_sets_sha256": eval_digest, "deduped_manifest_sha256": hashlib.sha256(deduped_manifest).hexdigest()}
+
+
+@dataclass(frozen=True)
 class ContaminationTask:
     input_url: str  # a deduped partition folder
     input_key: str  # one of its part files
-    ngrams: EvalNgrams
+    ngrams: tuple[tuple[str, EvalNgrams], ...]  # (spec id, n-grams of its eval sets)
     s3: S3Settings = field(default_factory=S3Settings)
 
 
 def find_contaminated(task: ContaminationTask) -> list[dict[str, Any]]:
-    """The documents of one part file that share an n-gram with the evaluation set: doc_id and match count."""
+    """The documents of one part file sharing an n-gram with an evaluation spec: spec, doc_id, match count
+    (flagged documents only: the result is small)."""
     import pyarrow.parquet as pq
 
     from sluice.layout import _remove_tree
@@ -130,9 +191,16 @@ def find_contaminated(task: ContaminationTask) -> list[dict[str, Any]]:
         path = store.fetch(task.input_key, scratch)
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["doc_id", "text"]):
             for doc_id, text in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist(), strict=True):
-                hits = task.ngrams.matches(text)
-                if hits:
-                    flagged.append({"doc_id": doc_id, "matched_ngrams": hits})
+                tokens = words(text)
+                for spec, ngrams in task.ngrams:
+                    hits = ngrams.matches_words(tokens)
+                    if hits:
+                        flagged.append({"spec": spec, "doc_id": doc_id, "matched_ngrams": hits})
     finally:
         _remove_tree(scratch)
     return flagged
+
+
+def flags_table(rows: list[dict[str, Any]]) -> pa.Table:
+    """Flag rows as the `flags.parquet` table, sorted by (spec, doc_id) so the bytes do not depend on task order."""
+    return pa.Table.from_pylist(rows, schema=FLAGS_SCHEMA).sort_by([("spec", "ascending"), ("doc_id", "ascending")])

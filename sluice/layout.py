@@ -57,9 +57,10 @@ def partition_prefix(asset: str, ref: PartitionRef) -> str:
     return f"{asset}/source={ref.source}/snapshot={ref.snapshot}"
 
 
-def named_prefix(asset: str, name: str) -> str:
+def named_prefix(asset: str, key: str, name: str) -> str:
+    """Folder of a partition that is not source x snapshot: `<asset>/<key>=<name>` (e.g. `mixed_dataset/mix=default`)."""
     check_name(name, f"{asset} partition")
-    return f"{asset}/{name}"
+    return f"{asset}/{key}={name}"
 
 
 def side_prefix(dataset: str, ref: PartitionRef) -> str:

@@ -277,6 +277,11 @@ def cached_encoder(tokenizer_json: str) -> WordCachedEncoder:
     return _ENCODER[key]
 
 
+# Bins of the per-document token count histogram each task returns (summed by the asset).
+LENGTH_BINS = (0, 64, 256, 1024, 4096, 16384, 1 << 62)
+LENGTH_LABELS = ("<64", "64-255", "256-1023", "1024-4095", "4096-16383", ">=16384")
+
+
 @dataclass(frozen=True)
 class TokenizeTask:
     input_url: str  # deduped partition folder
@@ -287,10 +292,29 @@ class TokenizeTask:
     eos_token: str
     max_shard_tokens: int = 1 << 28
     s3: S3Settings = field(default_factory=S3Settings)
+    sample_documents: int = 0  # documents of this part decoded back from the written shards and compared with their text
+
+
+def verify_published(store, key: str, local_path: str, entry: dict[str, Any]) -> str | None:
+    """Check a just-published file against the digest recorded from its local copy; returns a problem or None.
+
+    A local store: the stored file is hashed (it was moved there; a read of what was written). S3: the stored
+    object's size (botocore sends a checksum with every upload and the service verifies it)."""
+    stored = store.local_path(key)
+    if stored is not None:
+        if os.path.getsize(stored) != entry["bytes"] or sha256_file(stored) != entry["sha256"]:
+            return f"{store.uri(key)}: the published file does not match the SHA-256 of what was written"
+        return None
+    size = store.size(key)
+    return None if size == entry["bytes"] else f"{store.uri(key)}: {size} bytes published, {entry['bytes']} written"
 
 
 def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
-    """Encode one deduplicated part into one or more shards `shard-PPPPP-SS` (bounded by max_shard_tokens)."""
+    """Encode one deduplicated part into one or more shards `shard-PPPPP-SS` (bounded by max_shard_tokens).
+
+    The task checks its own output and returns the results (no second read by the caller): every published
+    file's digest (`verify_published`), the largest token id, and a sample of documents decoded from the
+    written shards against their text; document lengths come back as a histogram (`LENGTH_BINS`)."""
     encoder = cached_encoder(task.tokenizer_json)
     eos_id = encoder.tokenizer.token_to_id(task.eos_token)
     if eos_id is None:
@@ -302,8 +326,12 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     scratch = local_temp_dir()
     shards: list[dict[str, Any]] = []
     files: list[dict[str, Any]] = []
-    lengths: list[int] = []
-    text_bytes = 0
+    histogram = np.zeros(len(LENGTH_BINS) - 1, np.int64)
+    documents = tokens = text_bytes = 0
+    max_token_id = -1
+    problems: list[str] = []
+    mismatched: list[str] = []
+    checked = 0
     try:
         path = input_store.fetch(task.input_key, scratch)
         out_dir = os.path.join(scratch, "out")
@@ -311,9 +339,21 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
         writer: ShardWriter | None = None
         doc_ids: list[str] = []
         languages: list[str | None] = []
+        samples: list[tuple[int, str, str]] = []  # (document index in the shard, doc_id, text) to decode back
 
         def finish(current: ShardWriter) -> None:
+            nonlocal checked
             current.close()
+            if samples:  # round trip: decode sampled documents from the written files, compare with their text
+                written = np.memmap(current.bin_path, dtype=current.dtype, mode="r")
+                offsets = np.fromfile(current.idx_path, dtype="<u8")
+                for index, doc_id, text in samples:
+                    ids = written[offsets[index] : offsets[index + 1]]
+                    if int(ids[-1]) != eos_id or encoder.tokenizer.decode(ids[:-1].tolist(), skip_special_tokens=False) != text:
+                        mismatched.append(doc_id)
+                checked += len(samples)
+                del written
+                samples.clear()
             ids_path = os.path.join(out_dir, f"{current.name}.docs.parquet")
             docs = pa.table(
                 {
@@ -326,30 +366,41 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
             pq.write_table(docs, ids_path, compression="zstd")
             for local in (current.bin_path, current.idx_path, ids_path):
                 key = os.path.basename(local)
-                files.append({"key": key, "rows": None, "bytes": os.path.getsize(local), "sha256": sha256_file(local)})
+                entry = {"key": key, "rows": None, "bytes": os.path.getsize(local), "sha256": sha256_file(local)}
                 output_store.put_file(local, key)
+                problem = verify_published(output_store, key, local, entry)
+                if problem:
+                    problems.append(problem)
+                files.append(entry)
             shards.append({"name": current.name, "documents": current.documents, "tokens": current.tokens})
 
         parquet = pq.ParquetFile(path)
         has_language = "language" in parquet.schema_arrow.names
         columns = ["doc_id", "text", "language"] if has_language else ["doc_id", "text"]
+        sample_every = max(1, parquet.metadata.num_rows // task.sample_documents) if task.sample_documents > 0 else 0
         for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=columns):
             texts = batch.column("text").to_pylist()
             ids = batch.column("doc_id").to_pylist()
             batch_languages = batch.column("language").to_pylist() if has_language else [None] * len(ids)
             encoded, fallbacks = encoder.encode_counting(texts)
             fallback_documents += fallbacks
-            for doc_id, language, tokens in zip(ids, batch_languages, encoded, strict=True):
-                size = len(tokens) + 1  # EOS
+            sizes = np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1  # EOS
+            histogram += np.histogram(sizes, bins=LENGTH_BINS)[0]
+            tops = [int(ids_.max()) for ids_ in encoded if len(ids_)]
+            max_token_id = max([max_token_id, eos_id, *tops])
+            for doc_id, language, text, doc_tokens, size in zip(ids, batch_languages, texts, encoded, sizes.tolist(), strict=True):
                 if writer is not None and writer.tokens + size > task.max_shard_tokens and writer.documents:
                     finish(writer)
                     writer, doc_ids, languages = None, [], []
                 if writer is None:
                     writer = ShardWriter(out_dir, f"shard-{task.part:05d}-{len(shards):02d}", vocab_size)
-                writer.add(tokens, eos_id)
+                if sample_every and documents % sample_every == 0:
+                    samples.append((writer.documents, doc_id, text))
+                writer.add(doc_tokens, eos_id)
                 doc_ids.append(doc_id)
                 languages.append(language)
-                lengths.append(size)
+                documents += 1
+                tokens += size
             text_bytes += int(pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0)
         if writer is not None:
             finish(writer)
@@ -358,10 +409,14 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     return {
         "shards": shards,
         "files": files,
-        "documents": len(lengths),
-        "tokens": int(sum(lengths)),
+        "documents": documents,
+        "tokens": tokens,
         "text_bytes": text_bytes,
-        "lengths": lengths,
+        "length_histogram": histogram.tolist(),
+        "max_token_id": max_token_id,
+        "round_trip_checked": checked,
+        "round_trip_mismatched": mismatched,
+        "publish_problems": problems,
         "vocab_size": vocab_size,
         "eos_id": eos_id,
         "dtype": dtype_name(vocab_size),

@@ -31,8 +31,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ASSETS = [
-    "raw_documents", "quality_model", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "tokenizer",
-    "tokenized_shards", "mixed_dataset",
+    "raw_documents", "quality_model", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
+    "tokenizer", "tokenized_shards", "mixed_dataset",
 ]
 ARTIFACTS = Path(os.environ.get("SLUICE_TEST_ARTIFACTS", PROJECT_ROOT / ".test-artifacts")) / "ui"
 
@@ -89,7 +89,7 @@ def test_lineage_shows_every_asset_of_the_graph(served_graph, page):
     assert (ARTIFACTS / "lineage.png").stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("asset", ["raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"])
+@pytest.mark.parametrize("asset", ["raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"])
 def test_partitions_of_each_stage_are_materialized(served_graph, page, asset):
     page.goto(f"{served_graph.url}/assets/{asset}?view=partitions")
     page.get_by_text("Materialized (4)").first.wait_for(state="visible")

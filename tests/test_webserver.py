@@ -40,7 +40,8 @@ DEPENDENCIES: dict[str, set[str]] = {
     "deduped_documents": {"cleaned_documents", "dedup_clusters"},
     "tokenizer": {"deduped_documents"},
     "tokenized_shards": {"deduped_documents", "tokenizer"},
-    "mixed_dataset": {"tokenized_shards", "deduped_documents", "tokenizer"},
+    "decontamination": {"deduped_documents"},
+    "mixed_dataset": {"tokenized_shards", "decontamination", "tokenizer"},
 }
 GROUPS = {
     "raw_documents": "curation",
@@ -51,6 +52,7 @@ GROUPS = {
     "dedup_index": "curation",
     "dedup_clusters": "curation",
     "deduped_documents": "curation",
+    "decontamination": "training",
     "tokenizer": "tokenization",
     "tokenized_shards": "tokenization",
     "mixed_dataset": "training",
@@ -66,6 +68,7 @@ CHECKS: dict[str, dict[str, bool]] = {
     "dedup_clusters": {},
     "deduped_documents": {"no_exact_duplicates": True, "removed_share_within_bounds": False},
     "tokenizer": {},
+    "decontamination": {},
     "tokenized_shards": {
         "token_ids_below_vocab_size": True,
         "decoded_sample_equals_text": True,
@@ -75,9 +78,12 @@ CHECKS: dict[str, dict[str, bool]] = {
         "realized_shares_match_weights": True,
         "validation_disjoint_from_training": True,
         "no_evaluation_overlap_in_mix": True,
+        "copies_of_a_document_never_share_a_sample": True,
     },
 }
-SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "tokenized_shards"]
+SOURCE_SNAPSHOT_ASSETS = [
+    "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination", "tokenized_shards",
+]
 
 WORKSPACE_QUERY = """
 query {

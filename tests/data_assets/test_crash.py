@@ -37,9 +37,10 @@ STAGES = {
     "dedup_signatures": ("web|2026-02", "dedup_signatures/source=web/snapshot=2026-02"),
     "dedup_clusters": ("reference|2026-02", "dedup_clusters/source=reference/snapshot=2026-02"),
     "deduped_documents": ("reference|2026-02", "deduped_documents/source=reference/snapshot=2026-02"),
+    "decontamination": ("web|2026-02", "decontamination/source=web/snapshot=2026-02"),
     "tokenizer": ("-", "tokenizer"),
     "tokenized_shards": ("web|2026-02", "tokenized_shards/source=web/snapshot=2026-02"),
-    "mixed_dataset": ("default", "mixed_dataset/default"),
+    "mixed_dataset": ("default", "mixed_dataset/mix=default"),
 }
 SEEDS = (1, 2, 3)
 CHILD_TIMEOUT_S = 300

@@ -50,7 +50,9 @@ def test_every_asset_and_check_for_every_partition(local_run):
     failed = [check for check in report["checks"] if not check[2]]
     assert failed == []
     checked_assets = {asset for asset, _, _ in report["checks"]}
-    assert checked_assets == {"raw_documents", "quality_model", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset"}
+    assert checked_assets == {
+        "raw_documents", "quality_model", "perplexity_model", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset",
+    }
 
 
 def cleaned_frame(folder, source: str, snapshot: str, kind: str = "part"):
@@ -194,11 +196,11 @@ def test_mix_holds_out_validation_documents_and_removes_the_planted_evaluation_p
     assert mix["validation_documents"] > 0 and mix["validation_tokens"] > 0
     # The bundled evaluation set quotes a passage of the Debian handbook; find the documents holding it
     # independently (plain substring search over the deduplicated texts) and check all were removed.
-    eval_file = next(iter(json.loads((folder / "data/mixed_dataset/default/_manifest.json").read_text())["decontamination"]["eval_sets"]))
+    eval_file = next(iter(json.loads((folder / "data/mixed_dataset/mix=default/_manifest.json").read_text())["decontamination"]["eval_sets"]))
     passage = " ".join(json.loads(Path(eval_file).read_text().splitlines()[1])["text"].split("Passage: ")[1].split()[:20])
     texts = pl.concat([pl.read_parquet(path, columns=["doc_id", "text"]) for path in sorted(glob.glob(str(folder / "data/deduped_documents/*/*/part-*.parquet")))])
     holding = set(texts.filter(pl.col("text").str.replace_all(r"\s+", " ").str.contains(passage, literal=True))["doc_id"])
-    removed = set(pl.read_parquet(folder / "data/mixed_dataset/default/contaminated.parquet")["doc_id"])
+    removed = set(pl.read_parquet(folder / "data/mixed_contaminated/mix=default/contaminated.parquet")["doc_id"])
     assert holding and holding <= removed
     assert mix["contaminated_documents"] == len(removed)
 

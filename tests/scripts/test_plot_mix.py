@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sluice.test_mix import mix_settings, reader, write_partition
+from tests.sluice.test_mix import mix_settings, write_partition
 
 pytest.importorskip("matplotlib")
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot_mix.py"
@@ -20,7 +20,7 @@ def test_plot_is_a_png_of_the_mix(tmp_path):
     store = open_store(str(tmp_path / "data"))
     write_partition(store, "web", "s1", [(f"w{i}", "en", 50) for i in range(200)])
     write_partition(store, "ref", "s1", [(f"r{i}", "en", 60) for i in range(100)])
-    manifest = build_mix(store, "m", mix_settings(weights={"web": 0.6, "ref": 0.4}, token_budget=8000, validation_share=0.1), reader(store))
+    manifest = build_mix(store, "m", mix_settings(weights={"web": 0.6, "ref": 0.4}, token_budget=8000, validation_share=0.1))
     spec = importlib.util.spec_from_file_location("plot_mix", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

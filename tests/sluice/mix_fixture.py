@@ -55,26 +55,28 @@ def write_partition(
 
 def build_test_mix(
     store: Store, mix: str = "test", sequence_length: int = 64, token_budget: int = 40_000, shards: int = 3, docs_per_shard: int = 60, seed: int = 11,
-    doc_lengths: tuple[int, int] = (3, 200),
+    doc_lengths: tuple[int, int] = (3, 200), validation_share: float = 0.0,
 ) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     write_partition(store, "web", "2026-01", shards, docs_per_shard, rng, doc_lengths)
     write_partition(store, "reference", "2026-01", shards, docs_per_shard, rng, doc_lengths)
-    settings = MixSettings(weights={"web": 0.6, "reference": 0.4}, token_budget=token_budget, sequence_length=sequence_length, seed=seed, max_epochs=4)
+    settings = MixSettings(weights={"web": 0.6, "reference": 0.4}, token_budget=token_budget, sequence_length=sequence_length, seed=seed, max_epochs=4,
+                           validation_share=validation_share)
 
-    return build_mix(store, mix, settings, store.local_path)
+    return build_mix(store, mix, settings)
 
 
-def read_ranges(store: Store, mix: str = "test", name: str = "ranges.parquet"):
-    table = pq.read_table(store.local_path(f"mixed_dataset/{mix}/{name}"))
+def read_ranges(store: Store, mix: str = "test", split: str = "train"):
+    """(shard, start, length) of a split's ranges, from its Parquet view (not the binary index the loader reads)."""
+    table = pq.read_table(store.local_path(f"mixed_dataset/mix={mix}/{split}.parquet"))
     return (table.column(c).to_numpy() for c in ("shard", "start", "length"))
 
 
-def stream_oracle(store: Store, mix: str = "test", name: str = "ranges.parquet") -> np.ndarray:
+def stream_oracle(store: Store, mix: str = "test", split: str = "train") -> np.ndarray:
     """The mix's token stream: its ranges' tokens concatenated."""
-    manifest = json.loads(store.read_bytes(f"mixed_dataset/{mix}/_manifest.json"))
+    manifest = json.loads(store.read_bytes(f"mixed_dataset/mix={mix}/_manifest.json"))
     shard_tokens = [np.fromfile(store.local_path(f"{s['prefix']}/{s['name']}.bin"), dtype="<u2") for s in manifest["shards"]]
-    shard_ids, starts, lengths = read_ranges(store, mix, name)
+    shard_ids, starts, lengths = read_ranges(store, mix, split)
     pieces = [shard_tokens[s][b : b + n] for s, b, n in zip(shard_ids.tolist(), starts.tolist(), lengths.tolist(), strict=True)]
     return np.concatenate(pieces).astype(np.int64)
 

@@ -9,15 +9,13 @@ import os
 from itertools import islice
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
 from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
 from sluice.shards import ShardError
 from sluice.storage import open_store
-from tests.sluice.mix_fixture import build_test_mix, range_offsets_oracle, stream_oracle
+from tests.sluice.mix_fixture import build_test_mix, range_offsets_oracle, read_ranges, stream_oracle
 
 SEQ = 64
 
@@ -29,9 +27,12 @@ def mix_root(tmp_path_factory) -> str:
     return root
 
 
-@pytest.fixture
-def data(mix_root, tmp_path) -> MixedTokens:
-    return MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "cache"))
+@pytest.fixture(params=["mmap", "pread"])
+def data(mix_root, tmp_path, request) -> MixedTokens:
+    """The test mix read both ways: memory-mapped (what "auto" picks for a small mix) and with pread."""
+    mixed = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "cache"), read_mode=request.param)
+    assert mixed.mapped == (request.param == "mmap")
+    return mixed
 
 
 def take(loader: TrainingLoader, steps: int) -> list[dict]:
@@ -246,22 +247,18 @@ def test_missing_shard_raises_an_error_naming_it(tmp_path):
         take(TrainingLoader(data, 4, seed=0, num_workers=1), len(data))
 
 
-def test_split_selection_reads_the_named_ranges_file(tmp_path):
+def test_split_selection_reads_the_named_index(tmp_path):
     root = str(tmp_path / "store")
     store = open_store(root)
-    build_test_mix(store, sequence_length=SEQ)
+    build_test_mix(store, sequence_length=SEQ, validation_share=0.2)
     with pytest.raises(KeyError, match=r"no split 'holdout'.*\['train', 'validation'\]"):
         MixedTokens(store, "test", split="holdout")
-    prefix = "mixed_dataset/test"
-    table = pq.read_table(store.local_path(f"{prefix}/ranges.parquet"))
-    pq.write_table(table.slice(0, 40), store.local_path(f"{prefix}/validation_ranges.parquet"))
-    manifest = json.loads(store.read_bytes(f"{prefix}/_manifest.json"))
-    manifest["splits"] = {"train": {"ranges": "ranges.parquet"}, "validation": {"ranges": "validation_ranges.parquet"}}
-    store.write_bytes(f"{prefix}/_manifest.json", json.dumps(manifest).encode())
-    validation = MixedTokens(store, "test", split="validation")
-    assert validation.total_tokens == int(pa.compute.sum(table.slice(0, 40).column("length")).as_py())
-    assert np.array_equal(validation.tokens(0, 100), stream_oracle(store)[:100])
-    assert MixedTokens(store, "test").total_tokens == int(pa.compute.sum(table.column("length")).as_py())
+    validation = MixedTokens(store, "test", split="validation", cache_dir=str(tmp_path / "cache"))
+    _, _, validation_lengths = read_ranges(store, "test", "validation")
+    assert validation.total_tokens == int(validation_lengths.sum()) > 200
+    assert np.array_equal(validation.tokens(0, 200), stream_oracle(store, split="validation")[:200])
+    _, _, train_lengths = read_ranges(store, "test", "train")
+    assert MixedTokens(store, "test").total_tokens == int(train_lengths.sum())
     with pytest.raises(KeyError, match=r"no split 'test'.*\['train', 'validation'\]"):
         MixedTokens(store, "test", split="test")
 
@@ -473,3 +470,19 @@ def test_closing_the_loader_early_stops_its_background_thread(data):
         assert any(t.name == "sluice-loader" and t.is_alive() for t in threading.enumerate())
         batches.close()
         assert not any(t.name == "sluice-loader" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_a_worker_refuses_a_mix_rebuilt_under_it(tmp_path):
+    """A DataLoader worker re-reads the manifest (nothing of the index's size is pickled to it); if the mix was
+    rebuilt meanwhile it says so instead of reading a different index."""
+    import pickle
+
+    root = str(tmp_path / "store")
+    build_test_mix(open_store(root), sequence_length=SEQ)
+    data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
+    sent = pickle.dumps(data)
+    assert len(sent) < 4096
+    build_test_mix(open_store(root), sequence_length=SEQ, seed=12)  # another mix under the same name
+    with pytest.raises(ShardError, match="was rebuilt while this loader was running"):
+        pickle.loads(sent).manifest  # noqa: B018

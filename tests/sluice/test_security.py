@@ -65,9 +65,9 @@ def test_partition_keys_that_break_paths_or_s3_keys_are_refused(source, snapshot
 
 
 def test_named_partitions_are_checked():
-    assert named_prefix("mixed_dataset", "default") == "mixed_dataset/default"
+    assert named_prefix("mixed_dataset", "mix", "default") == "mixed_dataset/mix=default"
     with pytest.raises(ValueError):
-        named_prefix("mixed_dataset", "../../etc")
+        named_prefix("mixed_dataset", "mix", "../../etc")
 
 
 @pytest.mark.parametrize("key", ["../outside", "a/../../b", "/etc/passwd", "a/./b", "a\\b", "a\x00b"])

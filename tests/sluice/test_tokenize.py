@@ -65,3 +65,54 @@ def test_shards_are_closed_at_the_configured_token_bound(tmp_path):
         return np.concatenate([np.fromfile(folder / "out" / f"{s['name']}.bin", dtype=result["dtype"]) for s in result["shards"]])
 
     assert np.array_equal(stream(whole, tmp_path / "a"), stream(split, tmp_path / "b"))
+
+
+def test_the_task_reports_its_own_checks_from_what_it_wrote(tmp_path):
+    """The checks the asset reports come from the task: every published file verified, the largest id, a
+    decoded sample, and a length histogram instead of per-document lengths."""
+    deduped_part(tmp_path / "deduped", TEXTS)
+    tokenizer = train_bpe(iter(TEXTS), 400, "<|endoftext|>")
+    task = TokenizeTask(str(tmp_path / "deduped"), "part-00000.parquet", str(tmp_path / "out"), 0, tokenizer.to_str(), "<|endoftext|>",
+                        max_shard_tokens=1024, sample_documents=10)
+    result = tokenize_part(task)
+    assert "lengths" not in result
+    assert result["publish_problems"] == [] and result["round_trip_mismatched"] == []
+    assert result["round_trip_checked"] >= 10
+    written = np.concatenate([np.fromfile(tmp_path / "out" / f"{s['name']}.bin", dtype=result["dtype"]) for s in result["shards"]])
+    assert result["max_token_id"] == int(written.max())
+    sizes = np.concatenate([np.diff(np.fromfile(tmp_path / "out" / f"{s['name']}.idx", "<u8")) for s in result["shards"]])
+    from sluice.tokenize import LENGTH_BINS
+
+    assert result["length_histogram"] == np.histogram(sizes, bins=LENGTH_BINS)[0].tolist()
+
+
+def test_a_bad_round_trip_or_publish_is_reported_by_the_task(tmp_path, monkeypatch):
+    import sluice.tokenize
+    from sluice.layout import sha256_file
+    from sluice.storage import open_store
+    from sluice.tokenize import verify_published
+
+    deduped_part(tmp_path / "deduped", TEXTS)
+    tokenizer = train_bpe(iter(TEXTS), 400, "<|endoftext|>")
+    encoder = sluice.tokenize.cached_encoder(tokenizer.to_str())
+    real = encoder.tokenizer
+
+    class Garbling:  # decodes one text wrongly, as a broken tokenizer or shard write would
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def decode(self, ids, **kwargs):
+            return real.decode(ids, **kwargs).replace("fox", "cat")
+
+    monkeypatch.setattr(encoder, "tokenizer", Garbling())
+    task = TokenizeTask(str(tmp_path / "deduped"), "part-00000.parquet", str(tmp_path / "out"), 0, tokenizer.to_str(), "<|endoftext|>", sample_documents=40)
+    result = tokenize_part(task)
+    assert result["round_trip_mismatched"] and all(int(doc.split("-")[1]) % 5 == 0 for doc in result["round_trip_mismatched"])
+    # A published file that differs from what was written is named.
+    store = open_store(str(tmp_path / "out"))
+    (tmp_path / "local.bin").write_bytes(b"abc")
+    entry = {"bytes": 3, "sha256": sha256_file(str(tmp_path / "local.bin"))}
+    (tmp_path / "out" / "x.bin").write_bytes(b"abd")
+    assert "does not match" in verify_published(store, "x.bin", str(tmp_path / "local.bin"), entry)
+    (tmp_path / "out" / "x.bin").write_bytes(b"abc")
+    assert verify_published(store, "x.bin", str(tmp_path / "local.bin"), entry) is None

@@ -1,0 +1,169 @@
+"""Batches of samples with their document boundaries, built on the CPU from the mix index.
+
+    input_ids, labels   int64 [B, L]; labels = -100 where the label crosses a document boundary if
+                        `mask_document_boundaries` (the first token of a document is not predicted from
+                        the previous document)
+    position_ids        int64 [B, L], restarting at 0 at every document start (and at each sample start)
+    cu_seqlens          int32 [segments + 1], cumulative segment lengths over the flattened [B * L]
+                        tokens, for variable-length attention (flash_attn_varlen_func and the like)
+    max_seqlen          int, the longest segment
+
+A segment is the piece of one index record (one document) inside one sample's inputs; `segment_records`
+(the records of the input segments, aligned with cu_seqlens) carries each segment's document identity
+(shard, doc, component, copy) for provenance.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from sluice.loader.data import MixedTokens
+
+IGNORE_INDEX = -100  # the label value torch's cross_entropy ignores
+# Tokens packed per call: batches are built this many at a time, then cut apart (per-call numpy costs are
+# amortized over more batches; 2^18 int64 tokens x 3 fields is 6 MiB of host memory per call).
+PACK_TOKENS = 1 << 18
+_ARANGES: dict[tuple[int, str], np.ndarray] = {}
+
+
+def _arange(size: int, dtype: type) -> np.ndarray:
+    """A cached, read-only np.arange(size) (batches have one shape, so this is built once)."""
+    key = (size, np.dtype(dtype).str)
+    values = _ARANGES.get(key)
+    if values is None:
+        values = _ARANGES[key] = np.arange(size, dtype=dtype)
+        values.flags.writeable = False
+    return values
+
+
+def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """The token windows (L + 1 tokens each) of the given samples, and their segments.
+
+    One probe of the index per sample gives the records covering its window; the segments (pieces of one
+    record inside one window) are computed with a few numpy calls and read from the shards with one pread
+    each, straight into the window buffer (the segments tile the windows in order), or, for a mix read
+    through memory maps, copied by one concatenate of their slices.
+    """
+    length = data.sequence_length
+    width = length + 1
+    count = len(ids)
+    records, counts = data.index().sample_records(ids)
+    begins = ids * length
+    row = np.repeat(np.arange(count), counts)
+    offsets = records["offset"].astype(np.int64)
+    seg_begin = np.maximum(offsets - begins[row], 0)  # inside the window
+    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - begins[row], width)
+    source = records["start"].astype(np.int64) + begins[row] + seg_begin - offsets  # token offset inside the shard
+    sizes = seg_end - seg_begin
+    window = np.empty(count * width, dtype=data.token_dtype)  # token dtype: the reads move 2 (or 4) bytes a token
+    view = memoryview(window).cast("B")
+    item = window.itemsize
+    shard_ids = records["shard"].tolist()
+    # Each shard once per call, in read order (the references keep files open even if the cache evicts one).
+    files = {shard: None for shard in shard_ids}
+    get = data.shards().get
+    for shard in files:
+        files[shard] = get(shard)
+    if data.mapped:  # small mixes: slices of the memory maps, one concatenate fills every window
+        pieces = [files[shard].array[a:b] for shard, a, b in zip(shard_ids, source.tolist(), (source + sizes).tolist(), strict=True)]
+        if sum(map(len, pieces)) != len(window):
+            for shard, start, size in zip(shard_ids, source.tolist(), sizes.tolist(), strict=True):
+                files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
+        if pieces:
+            np.concatenate(pieces, out=window)
+        return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records}
+    fds = [files[shard].fd for shard in shard_ids]
+    ends = np.cumsum(sizes) * item
+    read = 0
+    preadv = os.preadv
+    for fd, begin, end, at in zip(fds, (ends - sizes * item).tolist(), ends.tolist(), (source * item).tolist(), strict=True):
+        read += preadv(fd, [view[begin:end]], at)
+    if read != len(view):  # a shard shorter than the mix says: name it
+        for shard, start, size in zip(shard_ids, source.tolist(), sizes.tolist(), strict=True):
+            files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
+    return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records}
+
+
+def pack_arrays(
+    data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool, out: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Rows of samples with their document-boundary fields, as numpy arrays (see the module docstring).
+
+    `out`, an int64 array [3, rows, length], receives input_ids, labels and position_ids (one buffer, so a
+    DataLoader worker sends one tensor per group of batches).
+    """
+    length = data.sequence_length
+    ids = np.asarray(sample_ids, dtype=np.int64)
+    count = len(ids)
+    read = read_windows(data, ids)
+    window, row, seg_begin, seg_end = read["window"], read["row"], read["seg_begin"], read["seg_end"]
+    # A document starts at every segment start except each window's first (that one starts the sample).
+    new_doc = seg_begin > 0
+    doc_row, doc_at = row[new_doc], seg_begin[new_doc]
+    # Segments of the inputs (the window without its last token): flat starts and lengths; position ids
+    # count up from 0 inside each, and cu_seqlens lists their starts over the flattened [count * length].
+    in_inputs = seg_begin < length
+    input_starts = row[in_inputs] * length + seg_begin[in_inputs]
+    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    if out is None:
+        out = np.empty((3, count, length), dtype=np.int64)
+    inputs, labels, positions = out[0], out[1], out[2]
+    # Position ids are j minus the start of j's document inside the row: computed in 16 bits (a third of
+    # the memory traffic of int64; positions are < length), then widened once.
+    narrow = np.uint16 if length <= 1 << 16 else np.int64
+    document_start = np.repeat(seg_begin[in_inputs].astype(narrow), input_sizes).reshape(count, length)
+    np.copyto(positions, np.subtract(_arange(length, narrow), document_start, out=document_start))
+    np.copyto(labels, window[:, 1:])
+    np.copyto(inputs, window[:, :-1])
+    if mask_document_boundaries:
+        labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
+    return {
+        "input_ids": inputs,
+        "labels": labels,
+        "position_ids": positions,
+        "segment_starts": input_starts,
+        "segment_sizes": input_sizes,
+        "segment_records": read["records"][in_inputs],
+    }
+
+
+def pack_samples(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray, mask_document_boundaries: bool = False) -> dict[str, Any]:
+    """One batch of samples with document-boundary fields for variable-length attention (all on the CPU)."""
+    return split_packed(pack_arrays(data, sample_ids, mask_document_boundaries), 1)[0]
+
+
+def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, Any]]:
+    """Cut packed rows into `pieces` batches of equal size, each with its own cu_seqlens / max_seqlen."""
+    rows, length = packed["input_ids"].shape
+    size = rows // pieces
+    starts, sizes = packed["segment_starts"], packed["segment_sizes"]
+    # Every row begins a segment, so segments never straddle two pieces: piece p owns segments
+    # edges[p]..edges[p+1]-1, and its cu_seqlens are their starts relative to the piece, then its token count.
+    edges = np.searchsorted(starts, np.arange(pieces + 1, dtype=np.int64) * size * length)
+    relative = starts - np.repeat(np.arange(pieces, dtype=np.int64) * size * length, np.diff(edges))
+    bounds = np.insert(relative, edges[1:], size * length).astype(np.int32)  # piece p: bounds[edges[p]+p : edges[p+1]+p+1]
+    nonempty = edges[:-1] < edges[1:]
+    max_seqlen = np.zeros(pieces, dtype=np.int64)
+    if nonempty.any():
+        max_seqlen[nonempty] = np.maximum.reduceat(sizes, edges[:-1][nonempty])
+    inputs, labels, positions = packed["input_ids"], packed["labels"], packed["position_ids"]
+    out = []
+    for piece, (a, b, longest) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), max_seqlen.tolist(), strict=True)):
+        rows_slice = slice(piece * size, (piece + 1) * size)
+        out.append(
+            {
+                # (numpy slices wrapped by from_numpy cost less than slicing tensors)
+                "input_ids": torch.from_numpy(inputs[rows_slice]),
+                "labels": torch.from_numpy(labels[rows_slice]),
+                "position_ids": torch.from_numpy(positions[rows_slice]),
+                "cu_seqlens": torch.from_numpy(bounds[a + piece : b + piece + 1]),
+                "max_seqlen": longest,
+            }
+        )
+    return out
