@@ -4,7 +4,7 @@ partitions one after the other in the global order. Launched two ways:
 
 - `sensor`: the snapshot sensor requests one ingest run per partition in one tick, declarative automation
   (`dedup_automation`) the rest;
-- `backfill`: an asset backfill of raw_documents ... deduped_documents over all partitions, as the UI's
+- `backfill`: an asset backfill of raw_documents ... decontamination over all partitions, as the UI's
   "Materialize -> partitions -> Launch backfill" creates (automation stopped).
 
 The daemon (`dagster-daemon run`) and sensor start/stop (`dagster sensor start|stop`) are the commands users
@@ -25,7 +25,9 @@ from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
 
 pytestmark = pytest.mark.slow
 
-DEDUP = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"]
+# Through decontamination, which automation also runs once a partition is deduplicated (tokenized_shards waits
+# for a tokenizer, which nothing here trains).
+DEDUP = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination"]
 PARTITIONS = [("reference", "2026-01"), ("web", "2026-01"), ("reference", "2026-02"), ("web", "2026-02")]
 TIMEOUT_S = 1200
 INSTANCE_YAML = """\
@@ -62,7 +64,7 @@ def wait_until_deduplicated(instance, root: Path, daemon: subprocess.Popen) -> N
     deadline = time.monotonic() + TIMEOUT_S
     while time.monotonic() < deadline:
         assert daemon.poll() is None, "the daemon exited"
-        done = all((root / "deduped_documents" / f"source={s}" / f"snapshot={n}" / "_manifest.json").exists() for s, n in PARTITIONS)
+        done = all((root / "decontamination" / f"source={s}" / f"snapshot={n}" / "_manifest.json").exists() for s, n in PARTITIONS)
         if done and not instance.get_run_records(RunsFilter(statuses=unfinished)):
             return
         time.sleep(2)
