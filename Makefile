@@ -41,7 +41,7 @@ test-slow: setup
 test-all: test test-slow
 
 ui: setup
-	mkdir -p $(DAGSTER_HOME)
+	$(PY) -c "from data_assets.cli import ensure_dagster_home; ensure_dagster_home()"
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 # Every benchmark, then the README's results table rewritten from their figure: lines (peers install on first use).

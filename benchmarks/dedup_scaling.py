@@ -4,8 +4,8 @@ Input: `--base` pages of ../shared/corpus; scale s holds s copies of them (copy 
 others each page with its own controlled word edits at rate 0.02, so every copy is a near duplicate
 of the original), cut into cleaned partitions of `--partition-docs` documents: the partition size
 stays fixed and a larger input means more partitions, as more snapshots would. Every partition is
-deduplicated in order with `sluice.dedup.deduplicate_partition` (exact + near duplicates, against all
-earlier partitions' hashes and band indexes), single process. Each scale runs in a fresh process
+deduplicated in order with `sluice.dedup.deduplicate_partition` (every step: signing, the global index,
+clusters against all earlier partitions, outputs), single process. Each scale runs in a fresh process
 (generation in another one), which reports its CPU time and peak resident memory (ru_maxrss); each scale
 runs `--repeat` times on the same generated input and the run with the least CPU time counts.
 
@@ -76,7 +76,7 @@ def generate(folder: str, scale: int, base: int, partition_docs: int) -> None:
 def run(folder: str, verify: float | None) -> dict:
     from sluice.config import DedupSettings
     from sluice.dedup import deduplicate_partition
-    from sluice.layout import list_partitions, partition_prefix, write_manifest
+    from sluice.layout import list_partitions
     from sluice.storage import open_store
 
     store = open_store(folder)
@@ -86,9 +86,7 @@ def run(folder: str, verify: float | None) -> dict:
     last = 0.0
     for ref in refs:
         started = time.process_time()
-        prefix = partition_prefix("deduped_documents", ref)
-        result = deduplicate_partition(store, ref, prefix, settings=DedupSettings(verify_min_jaccard=verify))
-        write_manifest(store, prefix, {"files": result.files, "side_files": result.side_files, "band_index": result.band_index})
+        result = deduplicate_partition(store, ref, settings=DedupSettings(verify_min_jaccard=verify))
         documents += result.documents_in
         removed_exact += result.removed_exact
         removed_fuzzy += result.removed_fuzzy
@@ -136,7 +134,7 @@ def main() -> None:
             subprocess.run([env_python, __file__, *common, "--generate", folder, str(scale)], check=True)
             runs = []
             for _ in range(args.repeat):  # the machine may be shared: the least disturbed run counts
-                for generated in ("deduped_documents",):
+                for generated in ("dedup_signatures", "dedup_shingles", "dedup_index", "dedup_clusters", "deduped_documents", "deduped_removed"):
                     shutil.rmtree(os.path.join(folder, generated), ignore_errors=True)
                 out = subprocess.run(
                     [env_python, __file__, "--run", folder, "--verify-min-jaccard", args.verify_min_jaccard], check=True, capture_output=True, text=True

@@ -33,6 +33,11 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER_YAML = """\
 # Project-local Dagster instance: SQLite storage under this folder (the default when no storage is named).
 # For Postgres-backed storage in production, see deploy/dagster.yaml.
+# Writes to the global dedup index run one at a time: the `dedup_index` pool (the only pool sluice uses).
+concurrency:
+  pools:
+    default_limit: 1
+    granularity: op
 telemetry:
   enabled: false
 """

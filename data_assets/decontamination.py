@@ -7,7 +7,14 @@ published flags instead of rescanning the texts.
 """
 
 
-from dagster import AssetDep, AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetDep,
+    AssetExecutionContext,
+    AutomationCondition,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from data_assets.settings import CONFIG
@@ -40,6 +47,7 @@ def code_version() -> str:
     name=ASSET,
     partitions_def=source_snapshot_partitions,
     deps=[AssetDep("deduped_documents")],
+    automation_condition=AutomationCondition.eager(),  # after its deduped partition (dedup_automation; the ingest job stops at the index)
     code_version=code_version(),
     group_name="training",
     kinds={"python", "parquet"},

@@ -1,21 +1,31 @@
-"""`deduped_documents`: exact (normalized-text hash) and near-duplicate (MinHash LSH) dedup, global.
+"""The dedup stage: `dedup_signatures` -> `dedup_index` -> `dedup_clusters` -> `deduped_documents`.
 
-The rule lives in `sluice.dedup`: the first document in (snapshot, source, file, record) order is
-kept. A partition is deduplicated against every earlier partition that exists when it runs (exact:
-their cleaned hashes; near duplicates: their persisted band indexes); the list is recorded in
-metadata, and a warning check names earlier partitions that are registered but not cleaned yet (an
-earlier snapshot landing late: re-materialize this partition after it lands).
+The rule and the algorithms live in `sluice.dedup`. What this module adds is the order, declared to Dagster:
+
+- `dedup_signatures` and `dedup_index` depend on their own partition only, so any number run at once;
+  `dedup_index` writes the one global index under the concurrency pool `dedup_index` (limit 1, set in the
+  instance: `deploy/dagster.yaml`, and the project-local instance `sluice` writes), so its writes never race.
+- `dedup_clusters` of a partition reads index rows of the partitions ordered before it only, so it is a pure
+  function of them; it depends on `dedup_index` of *every* partition (AllPartitionMapping: Dagster has no
+  built-in "partitions ordered before this one" mapping for a dynamic dimension, and a custom PartitionMapping
+  is not serialized to the daemon), so backfills and automation start it only once all are indexed, and it
+  refuses to run (IndexIncomplete) while a registered earlier partition is missing from the index.
+- `deduped_documents` follows its removed documents' parents into earlier partitions' `dedup_clusters`, so
+  it depends on `dedup_clusters` of every partition in the same way.
+Whatever launches the runs (sensor, automation, a UI backfill, several at once through the queue), each
+partition's outputs are then the bytes a sequential run gives.
 """
 
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from dagster import (
+    AllPartitionMapping,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
+    AssetSelection,
+    AutomationCondition,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -24,117 +34,181 @@ from dagster import (
 from data_assets.metadata import counts_table, markdown_table
 from data_assets.partitions import SNAPSHOTS, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.dedup import deduplicate_partition
-from sluice.layout import (
-    PartitionRef,
-    list_partitions,
-    partition_prefix,
-    read_manifest,
-    read_parquet_file,
-    write_manifest,
+from sluice.dedup import (
+    cluster_partition,
+    dedup_partition,
+    index_partition,
+    publish_deduped,
+    remaining_exact_duplicates,
+    sign_partition,
 )
-from sluice.storage import Store
+from sluice.layout import PartitionRef, partition_prefix
 
+SIGNATURES_ASSET = "dedup_signatures"
+INDEX_ASSET = "dedup_index"
+CLUSTERS_ASSET = "dedup_clusters"
 ASSET = "deduped_documents"
+INDEX_POOL = "dedup_index"
+# The dedup assets of one partition, in the order a sequential run materializes them.
+STAGE_ASSETS = [SIGNATURES_ASSET, INDEX_ASSET, CLUSTERS_ASSET, ASSET]
 NO_DUPLICATES_CHECK = "no_exact_duplicates"
-ORDER_CHECK = "deduplicated_against_all_earlier_partitions"
 SHARE_CHECK = "removed_share_within_bounds"
 
 
-def _hashes(store: Store, asset: str, ref: PartitionRef) -> pa.ChunkedArray:
-    prefix = partition_prefix(asset, ref)
-    manifest = read_manifest(store, prefix)
-    if manifest is None:
-        return pa.chunked_array([], pa.string())
-    tables = [read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["text_hash"]) for entry in manifest["files"]]
-    return pa.chunked_array([c for t in tables for c in t.column("text_hash").chunks], pa.string())
+def after_every_partition_of(*every_partition_deps: str) -> AutomationCondition:
+    """Eager, except that a dependency on every partition of an asset (AllPartitionMapping) is a gate, not a
+    trigger: runs when the partition is new or its own inputs changed, once no dependency partition is
+    missing or in progress (an update of another partition's index does not re-run all partitions)."""
+    trigger = AutomationCondition.newly_missing() | AutomationCondition.any_deps_updated().ignore(AssetSelection.assets(*every_partition_deps))
+    return (
+        trigger.since_last_handled()
+        & ~AutomationCondition.any_deps_missing()
+        & ~AutomationCondition.any_deps_in_progress()
+        & ~AutomationCondition.in_progress()
+    ).with_label(f"after every partition of {', '.join(every_partition_deps)}")
 
 
-def count_remaining_duplicates(store: Store, ref: PartitionRef) -> tuple[int, dict[str, int]]:
-    """Duplicates left in this partition's output, and its hashes found in earlier deduped outputs."""
-    hashes = _hashes(store, ASSET, ref)
-    within = len(hashes) - len(pc.unique(hashes))
-    against: dict[str, int] = {}
-    unique = pc.unique(hashes)
-    for other in list_partitions(store, ASSET):
-        if other.sort_key() >= ref.sort_key():
-            continue
-        found = int(pc.sum(pc.is_in(_hashes(store, ASSET, other), value_set=unique)).as_py() or 0)
-        if found:
-            against[other.key] = found
-    return within, against
+def registered_before(context: AssetExecutionContext, ref: PartitionRef, sources: list[str]) -> list[PartitionRef]:
+    """The source x snapshot partitions registered in the instance and ordered before `ref`."""
+    snapshots = context.instance.get_dynamic_partitions(SNAPSHOTS)
+    return sorted((PartitionRef(source, snapshot) for snapshot in snapshots for source in sources if (snapshot, source) < ref.sort_key()), key=PartitionRef.sort_key)
+
+
+def index_pool_limit(context: AssetExecutionContext) -> int | None:
+    """The slot limit the instance applies to the index pool (None: unlimited)."""
+    storage = context.instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return None
+    limits = {pool.name: pool.limit for pool in storage.get_pool_limits()}
+    return limits.get(INDEX_POOL, context.instance.get_concurrency_config().pool_config.default_pool_limit)
+
+
+COMMON = {"partitions_def": source_snapshot_partitions, "group_name": "curation", "owners": ["team:data-engineering"]}
+
+
+@asset(
+    name=SIGNATURES_ASSET,
+    deps=[AssetDep("cleaned_documents")],
+    kinds={"python", "parquet"},
+    description=(
+        "Per document: normalized-text hash, MinHash LSH band hashes (14 bands x 8 rows over word 5-grams) and, in "
+        "dedup_shingles, the shingle-hash set used to verify candidate pairs. One executor task per cleaned part."
+    ),
+    **COMMON,
+)
+def dedup_signatures(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
+    config = settings.config
+    ref = partition_ref(context)
+    store = storage.store()
+    result = sign_partition(store, ref, config.dedup, compute.executor(), config.s3)
+    if result.tasks is not None:
+        context.log.info(result.tasks.line(f"{SIGNATURES_ASSET} {ref.key}"))
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": result.documents,
+            "dagster/uri": MetadataValue.path(store.uri(partition_prefix(SIGNATURES_ASSET, ref))),
+            "origin": result.origin,  # signed | unchanged (same cleaned files) | adopted (per-partition band files of an older version)
+            "parts": len(result.manifest["files"]),
+            **(result.tasks.metadata() if result.tasks is not None else {}),
+        }
+    )
+
+
+@asset(
+    name=INDEX_ASSET,
+    deps=[AssetDep(SIGNATURES_ASSET)],
+    pool=INDEX_POOL,
+    kinds={"python", "parquet"},
+    description=(
+        "This partition's exact hashes and LSH band keys in the global dedup index (dedup_index/: hash-range-sharded "
+        "sorted runs, compacted LSM-style). Writes run one at a time under the concurrency pool dedup_index."
+    ),
+    **COMMON,
+)
+def dedup_index(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
+    config = settings.config
+    ref = partition_ref(context)
+    limit = index_pool_limit(context)
+    if limit != 1:
+        context.log.warning(
+            f"the concurrency pool {INDEX_POOL!r} is not limited to 1 on this instance (limit {limit}): concurrent index writes "
+            "could lose each other's partitions (later partitions then refuse to run). Set `concurrency: pools: default_limit: 1` "
+            f"in dagster.yaml or run `dagster instance concurrency set {INDEX_POOL} 1`."
+        )
+    outcome = index_partition(storage.store(), ref, config.dedup, compute.executor(), config.s3)
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": outcome["documents"],
+            "dagster/uri": MetadataValue.path(outcome["index"]),
+            "changed": outcome["changed"],  # False: already indexed from the same signatures
+            "compacted": outcome["compacted"],  # the base was rebuilt (every index_max_deltas partitions)
+            "delta_runs": outcome["deltas"],
+            "migrated_partitions": MetadataValue.json(outcome["migrated"]),
+            "pool_limit": limit if limit is not None else -1,
+        }
+    )
+
+
+@asset(
+    name=CLUSTERS_ASSET,
+    deps=[AssetDep(SIGNATURES_ASSET), AssetDep(INDEX_ASSET, partition_mapping=AllPartitionMapping())],
+    automation_condition=after_every_partition_of(INDEX_ASSET),
+    kinds={"python", "parquet"},
+    description=(
+        "Each document's dedup decision against the partitions ordered before this one (exact copies, verified LSH "
+        "candidates, connected components): kind, and its parent, the first document of its cluster. Needs every "
+        "earlier partition in the dedup index."
+    ),
+    **COMMON,
+)
+def dedup_clusters(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
+    config = settings.config
+    ref = partition_ref(context)
+    store = storage.store()
+    earlier = registered_before(context, ref, config.source_names)
+    result = cluster_partition(store, ref, config.dedup, compute.executor(), config.s3, earlier=earlier)
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": result.documents,
+            "dagster/uri": MetadataValue.path(store.uri(partition_prefix(CLUSTERS_ASSET, ref))),
+            "removed_exact": result.removed_exact,
+            "removed_fuzzy": result.removed_fuzzy,
+            "candidate_pairs": result.candidate_pairs,
+            "linked_pairs": result.linked_pairs,
+            "indexed_partitions_before": result.indexed_before,
+            "linked_partitions": MetadataValue.json(result.linked_partitions),
+        }
+    )
 
 
 @asset(
     name=ASSET,
-    partitions_def=source_snapshot_partitions,
-    deps=[AssetDep("cleaned_documents")],
-    group_name="curation",
+    deps=[AssetDep("cleaned_documents"), AssetDep(CLUSTERS_ASSET, partition_mapping=AllPartitionMapping())],
+    automation_condition=after_every_partition_of(CLUSTERS_ASSET),
     kinds={"python", "parquet"},
-    owners=["team:data-engineering"],
     description=(
-        "Cleaned documents without exact duplicates (normalized-text hash) or near duplicates (MinHash LSH, "
-        "14 bands x 8 rows over word 5-grams), across all sources and snapshots: the earliest (snapshot, source, "
-        "file, record) document of each cluster is kept; removed ones in removed.parquet with kind, the id of the "
-        "kept document and the cluster size. Band hashes persist per partition (bands-*.parquet, clusters.parquet) "
-        "so later snapshots are deduplicated against them without recomputing."
+        "Cleaned documents without exact duplicates (normalized-text hash) or near duplicates (MinHash LSH, verified "
+        "by exact Jaccard), across all sources and snapshots: the first (snapshot, source, file, record) document of "
+        "each cluster is kept; removed ones in deduped_removed with kind, the kept document and the cluster size."
     ),
     check_specs=[
-        AssetCheckSpec(NO_DUPLICATES_CHECK, asset=ASSET, blocking=True, description="No normalized-text hash occurs twice in this partition or in an earlier partition's output."),
-        AssetCheckSpec(ORDER_CHECK, asset=ASSET, description="Every registered partition ordered before this one had been cleaned when this one was deduplicated (warns)."),
+        AssetCheckSpec(NO_DUPLICATES_CHECK, asset=ASSET, blocking=True, description="No normalized-text hash occurs twice among the kept documents, nor in the index for an earlier partition."),
         AssetCheckSpec(SHARE_CHECK, asset=ASSET, description="The share of documents removed (exact + near duplicates) lies inside dedup.min/max_removed_share (warns)."),
     ],
+    **COMMON,
 )
-def deduped_documents(
-    context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
-) -> MaterializeResult:
+def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> MaterializeResult:
     config = settings.config
     ref = partition_ref(context)
     store = storage.store()
-    prefix = partition_prefix(ASSET, ref)
-    result = deduplicate_partition(store, ref, prefix, config.s3, config.dedup, compute.executor())
-    manifest = {
-        "asset": ASSET,
-        "partition": {"source": ref.source, "snapshot": ref.snapshot},
-        "files": result.files,
-        "side_files": result.side_files,
-        "documents": result.documents_out,
-        "deduplicated_against": result.deduplicated_against,
-    }
-    if result.band_index is not None:
-        manifest["band_index"] = result.band_index
-    if result.task_records is not None:
-        manifest["task_records"] = result.task_records
-    if result.signature_tasks is not None:
-        context.log.info(result.signature_tasks.line(f"dedup signatures {ref.key}"))
-    write_manifest(store, prefix, manifest)
-
-    within, against = count_remaining_duplicates(store, ref)
+    result = dedup_partition(store, ref, config.dedup)
+    publish_deduped(store, ref, result)
+    within, against = remaining_exact_duplicates(store, ref, result.kept_hashes, config.dedup, config.s3)
     no_duplicates = AssetCheckResult(
         check_name=NO_DUPLICATES_CHECK,
         passed=within == 0 and not against,
         severity=AssetCheckSeverity.ERROR,
         metadata={"duplicates_within": within, "duplicates_against_earlier": MetadataValue.json(against)},
-    )
-    registered = context.instance.get_dynamic_partitions(SNAPSHOTS)
-    earlier_registered = [
-        PartitionRef(source, snapshot)
-        for snapshot in registered
-        for source in config.source_names
-        if (snapshot, source) < ref.sort_key()
-    ]
-    seen = set(result.deduplicated_against)
-    not_cleaned = sorted(other.key for other in earlier_registered if other.key not in seen)
-    order = AssetCheckResult(
-        check_name=ORDER_CHECK,
-        passed=not not_cleaned,
-        severity=AssetCheckSeverity.WARN,
-        metadata={"earlier_partitions_not_cleaned": MetadataValue.json(not_cleaned)},
-        description=(
-            "all earlier partitions were included"
-            if not not_cleaned
-            else f"{len(not_cleaned)} earlier partitions were not cleaned yet; re-materialize this partition after them"
-        ),
     )
     removed = result.documents_in - result.documents_out
     removed_share = removed / result.documents_in if result.documents_in else 0.0
@@ -149,7 +223,7 @@ def deduped_documents(
     return MaterializeResult(
         metadata={
             "dagster/row_count": result.documents_out,
-            "dagster/uri": MetadataValue.path(store.uri(prefix)),
+            "dagster/uri": MetadataValue.path(store.uri(partition_prefix(ASSET, ref))),
             "documents_in": result.documents_in,
             "documents_out": result.documents_out,
             "removed_exact": result.removed_exact,
@@ -157,17 +231,14 @@ def deduped_documents(
             "removed_within_partition": result.removed_within_partition,
             "removed_share": removed_share,
             **{f"removed_share_against/{snapshot}": count / documents_in for snapshot, count in result.removed_against_snapshot.items()},
-            "deduplicated_against": MetadataValue.json(result.deduplicated_against),
             "removed_against": counts_table(
                 {"(this partition)": result.removed_within_partition, **result.removed_against}, key="kept copy in", value="removed"
             )
             if removed
             else markdown_table(["kept copy in", "removed"], []),
             "cluster_sizes": markdown_table(["cluster size", "clusters"], sorted(result.cluster_sizes.items())),
-            "band_index_files": len(result.band_index["files"]) if result.band_index else 0,
-            "recomputed_band_indexes": MetadataValue.json(result.recomputed_band_indexes),
             "output_bytes": sum(entry["bytes"] for entry in result.files),
             **({f"signature_{k}": v for k, v in result.signature_tasks.metadata().items()} if result.signature_tasks else {}),
         },
-        check_results=[no_duplicates, order, share],
+        check_results=[no_duplicates, share],
     )

@@ -1,16 +1,23 @@
-"""The sluice code location: seven partitioned assets (+ the tokenizer, quality and perplexity models, the blocklist), their checks, jobs (the
-batch trace among them), sensor, schedule."""
+"""The sluice code location: the partitioned assets (+ the tokenizer, quality and perplexity models, the blocklist), their checks,
+jobs (one per stage, per purpose, the batch trace), sensors, schedule."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
-from dagster import Definitions
+from dagster import AssetSelection, AutomationConditionSensorDefinition, DefaultSensorStatus, Definitions
 
 from data_assets.blocklist import blocklist, blocklist_matches
 from data_assets.cleaned import cleaned_documents
 from data_assets.decontamination import decontamination
-from data_assets.deduped import deduped_documents
+from data_assets.deduped import (
+    CLUSTERS_ASSET,
+    dedup_clusters,
+    dedup_index,
+    dedup_signatures,
+    deduped_documents,
+)
 from data_assets.jobs import ingest_job, stage_jobs
 from data_assets.mixed import mixed_dataset
 from data_assets.perplexity_model import perplexity_model
@@ -32,8 +39,8 @@ from resources import (
 from sluice.config import SluiceConfig
 
 ASSETS = [
-    raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, blocklist, blocklist_matches,
-    tokenizer, tokenized_shards, mixed_dataset,
+    raw_documents, quality_model, perplexity_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents,
+    decontamination, blocklist, blocklist_matches, tokenizer, tokenized_shards, mixed_dataset,
 ]
 # The purpose jobs (sensor, schedule, tracing) and one job per stage (what `sluice materialize` launches).
 JOBS = [ingest_job, trace_batch_job, *stage_jobs(key.to_user_string() for asset in ASSETS for key in asset.keys)]
@@ -44,6 +51,17 @@ OPTIONAL_ASSETS: dict[str, Callable[[SluiceConfig], str | None]] = {
     "quality_model": SluiceConfig.quality_model_unavailable,
     "perplexity_model": SluiceConfig.perplexity_model_unavailable,
 }
+
+# Runs the ordered tail of each new partition (its clusters once every partition is indexed, its deduped
+# documents once every partition is clustered, then its decontamination flags and token shards) as soon as
+# Dagster sees the gates open.
+dedup_automation = AutomationConditionSensorDefinition(
+    "dedup_automation",
+    target=AssetSelection.assets(CLUSTERS_ASSET, "deduped_documents", "decontamination", "tokenized_shards"),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=int(os.environ.get("SLUICE_AUTOMATION_INTERVAL_S", "30")),
+    description="Declarative automation of dedup_clusters, deduped_documents, decontamination and tokenized_shards (see data_assets/deduped.py).",
+)
 
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:
@@ -61,7 +79,7 @@ def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict
 defs = Definitions(
     assets=ASSETS,
     jobs=JOBS,
-    sensors=[new_snapshot_sensor],
+    sensors=[new_snapshot_sensor, dedup_automation],
     schedules=[daily_mix_rebuild],
     resources=build_resources(),
 )

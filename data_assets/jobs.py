@@ -1,9 +1,10 @@
 """Jobs, named by what they do, so the runs list says what ran.
 
-Per purpose: `ingest_job` (the new-snapshot sensor: one source x snapshot partition from raw crawl files to
-token shards and decontamination flags), `tokenizer_job`, `mix_job` (the daily schedule). Per stage: one
-job per asset (`<asset>_job`; the tokenizer's and the mix's are the two above), the jobs `sluice materialize`
-and `sluice demo` launch, one asset partition per run, tagged with the command, the source and the snapshot.
+Per purpose: `ingest_job` (the new-snapshot sensor: one source x snapshot partition from raw crawl files
+into the global dedup index; automation takes it on from there), `tokenizer_job`, `mix_job` (the daily
+schedule). Per stage: one job per asset (`<asset>_job`; the tokenizer's and the mix's are the two above),
+the jobs `sluice materialize` and `sluice demo` launch, one asset partition per run, tagged with the
+command, the source and the snapshot.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from typing import Any
 
 from dagster import AssetSelection, define_asset_job
 
+# What one partition can do on its own, whatever other partitions' runs are doing: its dedup_clusters,
+# deduped_documents, decontamination and tokenized_shards wait for the other partitions (declarative automation, see
+# data_assets/deduped.py), so they are not in this job.
 ingest_job = define_asset_job(
     "ingest_job",
-    selection=AssetSelection.assets("raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"),
-    description="One source x snapshot partition from raw crawl files to token shards and decontamination flags (needs a materialized tokenizer).",
+    selection=AssetSelection.assets("raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index"),
+    description="One source x snapshot partition from raw crawl files into the global dedup index; automation takes it on from there.",
 )
 
 tokenizer_job = define_asset_job("tokenizer_job", selection=AssetSelection.assets("tokenizer"), description="Train (or load) the tokenizer.")

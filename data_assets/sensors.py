@@ -1,7 +1,11 @@
-"""Sensor: notice new snapshot folders / prefixes under each source, register them, request their runs."""
+"""Sensor: notice new snapshot folders / prefixes under each source, register them, request their ingest runs.
+
+The runs it requests (raw -> cleaned -> signatures -> index) may all go at once; the ordered rest of each
+partition is declarative automation (`dedup_automation`, see data_assets/deduped.py)."""
 
 
 import json
+import os
 
 from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
@@ -36,7 +40,18 @@ def discover_snapshots(settings: SluiceSettings, rejected: list[str] | None = No
     return sorted(found, key=lambda pair: (pair[1], pair[0]))
 
 
-@sensor(job=ingest_job, minimum_interval_seconds=60, description="New crawl snapshots -> dynamic partitions + one ingest run per source x snapshot.")
+# Seconds between sensor ticks (SLUICE_SENSOR_INTERVAL_S: shorter in tests that drive the daemon).
+SENSOR_INTERVAL_S = int(os.environ.get("SLUICE_SENSOR_INTERVAL_S", "60"))
+
+
+@sensor(
+    job=ingest_job,
+    minimum_interval_seconds=SENSOR_INTERVAL_S,
+    description=(
+        "New crawl snapshots -> dynamic partitions + one ingest run per source x snapshot (every configured source of a "
+        "new snapshot: one without data materializes empty, so dedup's wait for every partition ends)."
+    ),
+)
 def new_snapshot_sensor(context: SensorEvaluationContext, settings: SluiceSettings) -> SensorResult | SkipReason:
     seen = set(json.loads(context.cursor)) if context.cursor else set()
     rejected: list[str] = []
@@ -48,15 +63,28 @@ def new_snapshot_sensor(context: SensorEvaluationContext, settings: SluiceSettin
         return SkipReason(f"no new snapshots ({len(pairs)} known)")
     registered = set(context.instance.get_dynamic_partitions(SNAPSHOTS))
     to_register = sorted({snapshot for _, snapshot in new_pairs} - registered)
+    requests = [
+        RunRequest(
+            run_key=f"{source}/{snapshot}", partition_key=multi_key(source, snapshot),
+            tags={"sluice/source": source, "sluice/snapshot": snapshot, "sluice/purpose": "new-snapshot"},
+        )
+        for source, snapshot in new_pairs
+    ]
+    found = set(new_pairs)
+    for snapshot in to_register:  # sources without data in a new snapshot: their (empty) partitions too
+        requests.extend(
+            RunRequest(run_key=f"{source}/{snapshot}/empty", partition_key=multi_key(source, snapshot), tags={"sluice/empty": "true", "sluice/source": source, "sluice/snapshot": snapshot, "sluice/purpose": "new-snapshot"})
+            for source in settings.config.source_names
+            if (source, snapshot) not in found
+        )
+    late = sorted({snapshot for _, snapshot in new_pairs if snapshot in registered})
+    if late:
+        context.log.warning(
+            f"data landed for already registered snapshot(s) {late}: the dedup results of partitions ordered after them are "
+            "stale; backfill dedup_clusters, deduped_documents and tokenized_shards for those partitions"
+        )
     return SensorResult(
-        run_requests=[
-            RunRequest(
-                run_key=f"{source}/{snapshot}",
-                partition_key=multi_key(source, snapshot),
-                tags={"sluice/source": source, "sluice/snapshot": snapshot, "sluice/purpose": "new-snapshot"},
-            )
-            for source, snapshot in new_pairs
-        ],
+        run_requests=sorted(requests, key=lambda request: request.run_key or ""),
         dynamic_partitions_requests=[snapshot_partitions.build_add_request(to_register)] if to_register else [],
         cursor=json.dumps(sorted(seen | {f"{s}/{n}" for s, n in new_pairs})),
     )

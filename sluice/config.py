@@ -573,6 +573,18 @@ class DedupSettings(_Model):
     # linearly with a bucket, not quadratically (NeMo Curator's num_anchors, 2 there). Members near-equal to
     # an anchor are linked through it.
     verify_anchors: int = Field(4, ge=1, le=1024)
+    # The global index (sluice/dedup/index.py): keys are split into this many hash ranges (a power of two;
+    # a probe reads only the ranges its keys fall in, a base compaction runs one task per range), and the
+    # partitions beyond the base stay separate delta runs until there are this many, then merge into the base.
+    index_shards: int = Field(16, ge=1, le=4096)
+    index_max_deltas: int = Field(8, ge=1, le=1024)
+
+    @field_validator("index_shards")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (1, 2, 4, ... 4096), got {value}")
+        return value
     # Share of a partition's documents removed (exact + fuzzy) outside these bounds makes the
     # `removed_share_within_bounds` check warn.
     min_removed_share: float = Field(0.0, ge=0.0, le=1.0)

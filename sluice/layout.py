@@ -83,12 +83,13 @@ def sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_parquet(store: Store, key: str, table: pa.Table, row_group_size: int = 4096) -> dict[str, Any]:
-    """Write a table as one Parquet file, atomically; returns its manifest entry."""
+def write_parquet(store: Store, key: str, table: pa.Table, row_group_size: int = 4096, **options: Any) -> dict[str, Any]:
+    """Write a table as one Parquet file, atomically; returns its manifest entry. `options` override
+    PARQUET_OPTIONS (e.g. `use_dictionary` for some columns only)."""
     scratch = local_temp_dir()
     try:
         path = os.path.join(scratch, "part.parquet")
-        pq.write_table(table, path, row_group_size=row_group_size, **PARQUET_OPTIONS)
+        pq.write_table(table, path, row_group_size=row_group_size, **{**PARQUET_OPTIONS, **options})
         entry = {"key": key.rsplit("/", 1)[-1], "rows": table.num_rows, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
         store.put_file(path, key)
         return entry

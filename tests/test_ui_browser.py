@@ -30,7 +30,10 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ASSETS = ["raw_documents", "quality_model", "cleaned_documents", "deduped_documents", "decontamination", "tokenizer", "tokenized_shards", "mixed_dataset"]
+ASSETS = [
+    "raw_documents", "quality_model", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
+    "tokenizer", "tokenized_shards", "mixed_dataset",
+]
 ARTIFACTS = Path(os.environ.get("SLUICE_TEST_ARTIFACTS", PROJECT_ROOT / ".test-artifacts")) / "ui"
 
 

@@ -34,7 +34,10 @@ DEPENDENCIES: dict[str, set[str]] = {
     "quality_model": {"raw_documents"},
     "perplexity_model": {"raw_documents"},
     "cleaned_documents": {"raw_documents", "quality_model", "perplexity_model"},
-    "deduped_documents": {"cleaned_documents"},
+    "dedup_signatures": {"cleaned_documents"},
+    "dedup_index": {"dedup_signatures"},
+    "dedup_clusters": {"dedup_signatures", "dedup_index"},
+    "deduped_documents": {"cleaned_documents", "dedup_clusters"},
     "tokenizer": {"deduped_documents"},
     "tokenized_shards": {"deduped_documents", "tokenizer"},
     "decontamination": {"deduped_documents"},
@@ -47,6 +50,9 @@ GROUPS = {
     "quality_model": "curation",
     "perplexity_model": "curation",
     "cleaned_documents": "curation",
+    "dedup_signatures": "curation",
+    "dedup_index": "curation",
+    "dedup_clusters": "curation",
     "deduped_documents": "curation",
     "decontamination": "training",
     "blocklist": "training",
@@ -61,7 +67,10 @@ CHECKS: dict[str, dict[str, bool]] = {
     "quality_model": {"held_out_accuracy_above_chance": False},
     "perplexity_model": {"cutoffs_from_other_sources": False},
     "cleaned_documents": {"drop_rate_within_bounds": False, "no_pii_left": True},
-    "deduped_documents": {"no_exact_duplicates": True, "deduplicated_against_all_earlier_partitions": False, "removed_share_within_bounds": False},
+    "dedup_signatures": {},
+    "dedup_index": {},
+    "dedup_clusters": {},
+    "deduped_documents": {"no_exact_duplicates": True, "removed_share_within_bounds": False},
     "tokenizer": {},
     "decontamination": {},
     "blocklist": {},
@@ -79,7 +88,10 @@ CHECKS: dict[str, dict[str, bool]] = {
         "no_blocklisted_document_in_mix": True,
     },
 }
-SOURCE_SNAPSHOT_ASSETS = ["raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "blocklist_matches", "tokenized_shards"]
+SOURCE_SNAPSHOT_ASSETS = [
+    "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
+    "blocklist_matches", "tokenized_shards",
+]
 
 WORKSPACE_QUERY = """
 query {
@@ -260,7 +272,7 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
     assert {"ingest_job", "tokenizer_job", "mix_job", "trace_batch_job"} <= {job["name"] for job in repository["jobs"]}
-    assert [sensor["name"] for sensor in repository["sensors"]] == ["new_snapshot_sensor"]
+    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 
     log = webserver.log()
@@ -319,3 +331,4 @@ def test_asset_checks(webserver: Webserver):
         checks = checks_or_error["checks"]
         assert {check["name"]: check["blocking"] for check in checks} == expected, key
         assert all("/".join(check["assetKey"]["path"]) == key for check in checks), key
+

@@ -43,7 +43,7 @@ def documents() -> list[str]:
 def run(instance, config: str):
     return materialize(
         ASSETS,
-        selection=["raw_documents", "cleaned_documents", "deduped_documents"],
+        selection=["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"],
         partition_key=multi_key("reference", SNAPSHOT),
         instance=instance,
         resources=build_resources(config),

@@ -34,6 +34,8 @@ from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
 STAGES = {
     "raw_documents": ("web|2026-02", "raw_documents/source=web/snapshot=2026-02"),
     "cleaned_documents": ("web|2026-02", "cleaned_documents/source=web/snapshot=2026-02"),
+    "dedup_signatures": ("web|2026-02", "dedup_signatures/source=web/snapshot=2026-02"),
+    "dedup_clusters": ("reference|2026-02", "dedup_clusters/source=reference/snapshot=2026-02"),
     "deduped_documents": ("reference|2026-02", "deduped_documents/source=reference/snapshot=2026-02"),
     "decontamination": ("web|2026-02", "decontamination/source=web/snapshot=2026-02"),
     "tokenizer": ("-", "tokenizer"),

@@ -138,16 +138,22 @@ def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
 
     from sluice.config import DedupSettings
     from sluice.storage import open_store
-    from tests.sluice.test_dedup import deduped_view, exact_jaccard, one_batch
+    from tests.sluice.dedup_oracle import (
+        deduped_view,
+        exact_jaccard,
+        lsh_one_batch,
+        reference_removed,
+        stored_partitions,
+    )
 
     folder, report, _ = local_run
     fuzzy = {key: meta["deduped_documents"]["removed_fuzzy"] for key, meta in report["partitions"].items()}
     store = open_store(str(folder / "data"))
     cleaned = pl.concat([cleaned_frame(folder, source, snapshot) for source, snapshot in report["partitions"]])
     partition_of = dict(zip(cleaned["doc_id"], zip(cleaned["source"], cleaned["snapshot"], strict=True), strict=True))
-    # The reference (every document at once, union-find over LSH pairs verified by brute-force Jaccard)
-    # removes the same documents, per partition and in total.
-    batch_kept, batch_kinds = one_batch(store)
+    # The oracle (per partition, one batch over it and the earlier ones: all pairs by brute-force Jaccard of
+    # shingle strings, union-find) removes the same documents, per partition and in total.
+    batch_kinds = reference_removed(stored_partitions(store))
     expected = {key: sum(kind == "fuzzy" and partition_of[doc] == key for doc, kind in batch_kinds.items()) for key in report["partitions"]}
     assert fuzzy == expected
     texts, urls = dict(zip(cleaned["doc_id"], cleaned["text"], strict=True)), dict(zip(cleaned["doc_id"], cleaned["url"], strict=True))
@@ -160,7 +166,7 @@ def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
     assert exact_jaccard(texts[mirror], texts[original]) >= 0.8
     assert {doc: kind for doc, kind in batch_kinds.items() if kind == "fuzzy"} == {mirror: "fuzzy"}
     assert fuzzy == {key: int(key == ("reference", "2026-02")) for key in report["partitions"]}
-    mirror_removed = pl.read_parquet(folder / "data/deduped_documents/source=reference/snapshot=2026-02/removed.parquet").filter(
+    mirror_removed = pl.read_parquet(folder / "data/deduped_removed/source=reference/snapshot=2026-02/removed.parquet").filter(
         pl.col("doc_id") == mirror
     )
     assert mirror_removed.select("kind", "duplicate_of", "duplicate_of_partition").rows() == [("fuzzy", original, "reference/2026-01")]
@@ -168,20 +174,20 @@ def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
     # verify_min_jaccard null) removes the en, ru, zh copies of 2026-01 and the fr, ja copies of 2026-02 as
     # near duplicates of the de page, but their Jaccard to it is only ~0.6-0.74, so the default
     # verification (0.8) keeps them all.
-    _, lsh_kinds = one_batch(store, DedupSettings(verify_min_jaccard=None))
+    _, lsh_kinds = lsh_one_batch(store, DedupSettings(verify_min_jaccard=None))
     lsh_only = sorted(doc for doc, kind in lsh_kinds.items() if kind == "fuzzy" and doc != mirror)
     german = next(doc for doc, url in urls.items() if url.endswith("/de-DE/stable/conclusion.html") and partition_of[doc] == ("web", "2026-01"))
     assert len(lsh_only) == 5 and all(urls[doc].endswith("/stable/conclusion.html") for doc in lsh_only)
     assert all(0.5 < exact_jaccard(texts[doc], texts[german]) < 0.8 for doc in lsh_only)
     assert not set(lsh_only) & set(batch_kinds)
     later = report["partitions"][("web", "2026-02")]["deduped_documents"]
-    removed_file = pl.read_parquet(folder / "data/deduped_documents/source=web/snapshot=2026-02/removed.parquet")
+    removed_file = pl.read_parquet(folder / "data/deduped_removed/source=web/snapshot=2026-02/removed.parquet")
     against_earlier = removed_file.filter(pl.col("duplicate_of_partition").str.ends_with("/2026-01")).height
     documents_in = report["partitions"][("web", "2026-02")]["cleaned_documents"]["documents_out"]
     assert against_earlier > 0 and later["removed_share_against/2026-01"] == against_earlier / documents_in
     kept, removed = deduped_view(store)
-    assert kept == batch_kept
     assert {doc_id: kind for doc_id, (kind, _) in removed.items()} == batch_kinds
+    assert kept == set(cleaned["doc_id"]) - set(batch_kinds)
 
 
 def test_mix_realizes_token_weights(local_run):
@@ -227,10 +233,10 @@ def test_worker_count_does_not_change_outputs(local_run, tmp_path_factory):
 
 def test_ray_backend_gives_identical_outputs(local_run, tmp_path_factory, monkeypatch):
     ray = pytest.importorskip("ray")
-    import sluice.dedup
+    import sluice.dedup.clusters
 
-    # Match earlier partitions' band indexes in Ray tasks too (the sample's are below the inline threshold).
-    monkeypatch.setattr(sluice.dedup, "INLINE_BELOW_BYTES", 0)
+    # Connected components split into Ray tasks too (the sample's graphs are below the threshold).
+    monkeypatch.setattr(sluice.dedup.clusters, "EDGES_PER_TASK", 4)
     folder, _, _ = local_run
     try:
         other, report, _ = run_graph(tmp_path_factory, "ray", compute={"backend": "ray", "max_workers": 2})

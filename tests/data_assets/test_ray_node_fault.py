@@ -18,7 +18,7 @@ from tests.conftest import SAMPLE, base_config, tree_digest, write_config
 from tests.ray_cluster import RayCluster
 
 pytestmark = pytest.mark.slow
-STAGES = ["raw_documents", "cleaned_documents", "deduped_documents"]
+STAGES = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"]
 FILES = 24  # enough per-file tasks that the stages outlast the moment of the kill
 
 

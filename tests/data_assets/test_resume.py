@@ -86,7 +86,9 @@ def crawl(tmp_path_factory) -> Path:
     return make_crawl(tmp_path_factory.mktemp("resume_crawl"))
 
 
-ORDER = ("raw_documents", "cleaned_documents", "deduped_documents", "tokenizer", "tokenized_shards")
+ORDER = (
+    "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "tokenizer", "tokenized_shards",
+)
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +119,8 @@ PARTITION = "source=web/snapshot=2026-02"
 STAGES = {
     "raw_documents": (("raw_documents",), "raw_documents_tasks", ("part", "quarantine_part"), "tasks"),
     "cleaned_documents": (("cleaned_documents",), "cleaned_documents_tasks", ("part", "dropped"), "tasks"),
-    # dedup: the signing tasks are the per-part work (bands and shingles of each cleaned part)
-    "deduped_documents": (("deduped_documents",), "dedup_signatures_tasks", ("bands", "shingles"), "signature_tasks"),
+    # dedup: the signing tasks are the per-part work (signatures and shingle sets of each cleaned part)
+    "dedup_signatures": (("dedup_signatures", "dedup_shingles"), "dedup_signatures_tasks", ("signatures", "shingles"), "tasks"),
     "tokenized_shards": (("tokenized_shards",), "tokenized_shards_tasks", ("files",), "tasks"),  # none for an empty part
 }
 
@@ -141,6 +143,7 @@ def test_killed_at_half_rerun_runs_only_the_rest_and_matches_an_uninterrupted_ru
     written = (*datasets, records_name)
     shutil.copytree(reference, work, ignore=lambda folder, names: [n for n in names if Path(folder) == reference and n in written])
     folder = work / datasets[0] / PARTITION
+    folders = [work / dataset / PARTITION for dataset in datasets]
     records = work / records_name / PARTITION
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -149,11 +152,11 @@ def test_killed_at_half_rerun_runs_only_the_rest_and_matches_an_uninterrupted_ru
     assert not (folder / "_manifest.json").exists()  # killed before publishing
     done = sorted(int(p.name[5:10]) for p in records.iterdir() if p.name.startswith("task-"))
     assert total // 2 <= len(done) < total, done
-    before = {**file_stamps(folder), **{f"record:{k}": v for k, v in file_stamps(records).items()}}
+    before = {k: v for f in folders for k, v in file_stamps(f).items()} | {f"record:{k}": v for k, v in file_stamps(records).items()}
 
     metadata = run_stage(config, stage)
 
-    after = {**file_stamps(folder), **{f"record:{k}": v for k, v in file_stamps(records).items()}}
+    after = {k: v for f in folders for k, v in file_stamps(f).items()} | {f"record:{k}": v for k, v in file_stamps(records).items()}
     for part in range(total):
         outputs = output_names(records / f"task-{part:05d}.json", fields)
         assert outputs or stage == "tokenized_shards"

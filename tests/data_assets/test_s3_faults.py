@@ -22,12 +22,13 @@ import sluice.storage
 from data_assets.cli import materialize_all, register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
+from sluice.layout import entry_key
 from tests.conftest import base_config, write_config
 from tests.data_assets.test_s3 import failure_text, list_keys, s3_digest, upload_sample
 from tests.fault_proxy import FaultProxy
 from tests.s3_server import use_credentials
 
-STAGES = ["raw_documents", "cleaned_documents", "deduped_documents"]
+STAGES = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"]
 
 
 def config_for(folder: Path, endpoint: str, bucket: str, out: str, name: str, **s3: object) -> str:
@@ -71,7 +72,7 @@ def bucket(s3_credentials):
 
 def test_partition_under_injected_faults_equals_fault_free_run(s3_credentials, bucket, tmp_path):
     server = s3_credentials
-    partitions = [("web", "2026-01")]
+    partitions = [("reference", "2026-01")]  # the first in the dedup order: it needs no other partition
     run_partition(config_for(tmp_path, server.endpoint_url, bucket, "clean", "clean.yaml"), tmp_path / "h1", partitions)
     with FaultProxy(server.endpoint_url, fault_rate=0.10, seed=7) as proxy:
         faulty = config_for(tmp_path, proxy.endpoint_url, bucket, "faulty", "faulty.yaml", max_attempts=12)
@@ -99,7 +100,7 @@ def assert_nothing_half_written(client, bucket: str, prefix: str) -> int:
             manifest = json.loads(body)
             folder = key.rsplit("/", 1)[0]
             for entry in manifest.get("files", []) + manifest.get("side_files", []):
-                data = bodies[f"{folder}/{entry['key']}"]
+                data = bodies[f"{prefix}/{entry_key(folder[len(prefix) + 1 :], entry)}"]
                 assert hashlib.sha256(data).hexdigest() == entry["sha256"]
     return len(keys)
 
@@ -114,7 +115,7 @@ def test_store_down_for_good_fails_clearly_and_publishes_nothing_half_written(s3
             proxy.down_after = proxy.counts["requests"] + down_after
 
         try:
-            results = run_partition(config, tmp_path / "home", [("web", "2026-01")], raise_on_error=False, registered=go_down_later)
+            results = run_partition(config, tmp_path / "home", [("reference", "2026-01")], raise_on_error=False, registered=go_down_later)
         finally:
             sluice.storage._CLIENTS.clear()
     result = results[-1]

@@ -46,7 +46,7 @@ def test_planted_secret_never_reaches_logs_metadata_errors_or_outputs(s3_server,
         register_snapshots(dagster_instance, resources)
         good = materialize(
             ASSETS,
-            selection=["raw_documents", "cleaned_documents", "deduped_documents"],
+            selection=["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"],
             partition_key=multi_key("reference", "2026-01"),
             instance=dagster_instance,
             resources=resources,

@@ -1,4 +1,5 @@
-"""The snapshot sensor registers new snapshots and requests each source x snapshot run exactly once."""
+"""The snapshot sensor registers new snapshots and requests each source x snapshot run exactly once (and an
+empty-partition run for each source without data in a new snapshot)."""
 
 from __future__ import annotations
 
@@ -44,13 +45,20 @@ def test_sensor_requests_each_partition_once_across_ticks(tmp_path, make_config,
     second = tick(dagster_instance, settings, first.cursor)
     assert not isinstance(second, SensorResult) or not second.run_requests
 
-    # A new snapshot lands for one source only: one new partition key and one run.
+    # A new snapshot lands for one source only: one new snapshot key, and a run for every source (the other
+    # source's partition materializes empty, so the dedup of the snapshot need not wait for it forever).
     shutil.copytree(SAMPLE / "web" / "2026-02", web / "2026-02")
     (web / "not a valid/..").mkdir(parents=True, exist_ok=True)  # ignored: not a valid snapshot name
     third = tick(dagster_instance, settings, first.cursor)
     assert isinstance(third, SensorResult)
-    assert [str(request.partition_key) for request in third.run_requests] == ["2026-02|web"]
+    assert [(str(r.partition_key), r.run_key) for r in third.run_requests] == [("2026-02|reference", "reference/2026-02/empty"), ("2026-02|web", "web/2026-02")]
     assert sorted(dagster_instance.get_dynamic_partitions(SNAPSHOTS)) == ["2026-01", "2026-02"]
 
     fourth = tick(dagster_instance, settings, third.cursor)
     assert not isinstance(fourth, SensorResult) or not fourth.run_requests
+
+    # The other source's data for that snapshot lands late: its run (another run key) re-ingests it.
+    shutil.copytree(SAMPLE / "reference" / "2026-02", reference / "2026-02")
+    fifth = tick(dagster_instance, settings, third.cursor)
+    assert isinstance(fifth, SensorResult)
+    assert [(str(r.partition_key), r.run_key) for r in fifth.run_requests] == [("2026-02|reference", "reference/2026-02")]

@@ -1,0 +1,397 @@
+"""The per-partition steps of deduplication, in the order they run, and the in-order driver.
+
+1. `sign_partition` (`sluice.dedup.signatures`): hashes, band hashes and shingle sets of the cleaned texts.
+2. `index_partition`: the partition's exact hashes and band keys into the global index (`sluice.dedup.index`).
+3. `cluster_partition`: probe the index (partitions ordered before this one only), verify candidate pairs,
+   connected components of this partition's documents with the earlier documents they link to; publishes
+   `dedup_clusters` (each document's decision and parent). Needs every earlier partition indexed.
+4. `dedup_partition`: follow parents to each removed document's kept document and publish
+   `deduped_documents` (kept documents) and `deduped_removed`. Needs every earlier partition clustered.
+
+`deduplicate_in_order` runs all four for a list of partitions in the global order (the entry point for
+scripts and benchmarks: `result.removed` holds every removed row).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from sluice.compute import Executor
+from sluice.config import DedupSettings, S3Settings
+from sluice.dedup.candidates import (
+    VERIFY_PAIRS_PER_TASK,
+    VerifyTask,
+    candidate_pairs,
+    first_members,
+    verify_pairs,
+)
+from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, resolve_roots
+from sluice.dedup.index import DedupIndex, IndexIncomplete, partition_rows
+from sluice.dedup.legacy import migrate_legacy_store
+from sluice.dedup.schemas import (
+    CLEANED,
+    CLUSTERS,
+    CLUSTERS_FILE,
+    CLUSTERS_SCHEMA,
+    DEDUPED,
+    REMOVED,
+    REMOVED_FILE,
+    REMOVED_SCHEMA,
+    ROW_BITS,
+    SIGNATURES,
+    PartitionOrdinals,
+    cluster_identity,
+    minhash_identity,
+    order_of,
+)
+from sluice.dedup.signatures import read_signatures, sign_partition, signature_band_rows, signatures_digest
+from sluice.layout import (
+    PartitionRef,
+    list_partitions,
+    partition_prefix,
+    read_manifest,
+    read_parquet_file,
+    side_prefix,
+    write_manifest,
+    write_parquet,
+)
+from sluice.storage import Store
+
+
+def earlier_partitions(store: Store, ref: PartitionRef) -> list[PartitionRef]:
+    """The cleaned partitions ordered before `ref` (the default set a partition is deduplicated against)."""
+    return [other for other in list_partitions(store, CLEANED) if other.sort_key() < ref.sort_key()]
+
+
+def _signatures_manifest(store: Store, ref: PartitionRef, settings: DedupSettings) -> dict[str, Any]:
+    prefix = partition_prefix(SIGNATURES, ref)
+    manifest = read_manifest(store, prefix)
+    if manifest is None or manifest.get("minhash") != minhash_identity(settings):
+        raise FileNotFoundError(f"{store.uri(prefix)}: no signatures with these dedup settings: materialize dedup_signatures for {ref.key} first")
+    return manifest
+
+
+def index_partition(store: Store, ref: PartitionRef, settings: DedupSettings, executor: Executor | None = None, s3: S3Settings | None = None) -> dict[str, Any]:
+    """Insert a signed partition into the global index (a no-op when indexed from the same signatures)."""
+    manifest = _signatures_manifest(store, ref, settings)
+    index = DedupIndex(store, settings, s3)
+    current = index.manifest()
+    migrated = []
+    if not current["partitions"]:  # first use: compact the per-partition band files of an older version
+        migrated = migrate_legacy_store(store, settings, executor, s3)
+        current = index.manifest() if migrated else current
+    rows = lambda: partition_rows(read_signatures(store, ref, manifest), ref)  # noqa: E731 - read only if indexed
+    outcome = index.insert(ref, signatures_digest(manifest), rows, manifest["documents"], executor, current)
+    return {**outcome, "documents": manifest["documents"], "index": store.uri(index.prefix), "migrated": migrated}
+
+
+# --- step 3: clusters ----------------------------------------------------------------------------
+
+
+@dataclass
+class ClusterResult:
+    manifest: dict[str, Any]
+    documents: int
+    removed_exact: int
+    removed_fuzzy: int
+    candidate_pairs: int
+    linked_pairs: int
+    indexed_before: int  # partitions ordered before this one in the index
+    linked_partitions: list[str] = field(default_factory=list)  # earlier partitions holding a document linked here
+
+
+def exact_links(signatures: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef) -> pl.DataFrame:
+    """(doc, of_partition, of_doc, of_id): each document whose text hash occurs before it (in an earlier
+    partition: `first`, the index's first copies; or earlier in this partition) and that first copy."""
+    from sluice.dedup.schemas import hash_halves
+
+    hi, lo = hash_halves(signatures["text_hash"].to_arrow())
+    docs = signatures.select("doc", "doc_id").with_columns(key=pl.Series(hi, dtype=pl.UInt64), lo=pl.Series(lo, dtype=pl.UInt64))
+    earlier = first.select("key", "lo", of_partition="partition", of_doc="doc", of_id="doc_id")
+    here = docs.group_by("key", "lo").agg(pl.col("doc").min().alias("of_doc"), pl.col("doc_id").sort_by("doc").first().alias("of_id"))
+    linked = docs.join(earlier, on=["key", "lo"], how="left")
+    within = linked.filter(pl.col("of_doc").is_null()).drop("of_partition", "of_doc", "of_id").join(here, on=["key", "lo"])
+    within = within.filter(pl.col("of_doc") != pl.col("doc")).with_columns(of_partition=pl.lit(ref.key))
+    columns = ["doc", "of_partition", "of_doc", "of_id"]
+    return pl.concat([linked.filter(pl.col("of_doc").is_not_null()).select(columns), within.select(columns)]).sort("doc")
+
+
+def _fuzzy_members(index: DedupIndex, signatures: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any], settings: DedupSettings, executor: Executor) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(this partition's band rows, the earlier bucket members that can be paired with them) as band, hash,
+    partition, doc."""
+    current = signature_band_rows(signatures).with_columns(partition=pl.lit(ref.key))
+    keys = current.select("band", key="hash")
+    earlier = index.probe("bands", keys, ref, manifest, executor).rename({"key": "hash"})
+    earlier = first_members(earlier, max(settings.verify_anchors if settings.verify_min_jaccard is not None else 1, 1))
+    earlier = earlier.select("band", "hash", "partition", "doc")
+    return current.select("band", "hash", "partition", "doc"), earlier
+
+
+def _verified(pairs: pl.DataFrame, ordinals: PartitionOrdinals, store: Store, settings: DedupSettings, s3: S3Settings | None, executor: Executor) -> pl.DataFrame:
+    """The pairs whose exact Jaccard similarity reaches `verify_min_jaccard` (verification tasks)."""
+    if settings.verify_min_jaccard is None or pairs.height == 0:
+        return pairs
+    u, v = ordinals.locate(pairs["u"].to_numpy()), ordinals.locate(pairs["v"].to_numpy())
+    located = pl.DataFrame({"u_partition": u["partition"], "u_doc": u["doc"], "v_partition": v["partition"], "v_doc": v["doc"]}).to_arrow()
+    tasks = [
+        VerifyTask(store.uri(), located.slice(start, VERIFY_PAIRS_PER_TASK), settings, settings.verify_min_jaccard, s3 or S3Settings())
+        for start in range(0, located.num_rows, VERIFY_PAIRS_PER_TASK)
+    ]
+    keep = np.concatenate(executor.map(verify_pairs, tasks))
+    return pairs.filter(pl.Series(keep, dtype=pl.Boolean))
+
+
+def cluster_partition(
+    store: Store,
+    ref: PartitionRef,
+    settings: DedupSettings | None = None,
+    executor: Executor | None = None,
+    s3: S3Settings | None = None,
+    earlier: list[PartitionRef] | None = None,
+) -> ClusterResult:
+    """Decide every document of `ref` against the partitions ordered before it (see the package docstring)
+    and publish `dedup_clusters`. `earlier`: the partitions that must be indexed (default: every cleaned
+    partition ordered before `ref`); IndexIncomplete names those that are not."""
+    settings = settings or DedupSettings()
+    executor = executor or Executor()
+    signatures = read_signatures(store, ref, _signatures_manifest(store, ref, settings))
+    index = DedupIndex(store, settings, s3)
+    manifest = index.manifest()
+    missing = index.missing(earlier if earlier is not None else earlier_partitions(store, ref), manifest)
+    if missing:
+        raise IndexIncomplete(
+            f"{ref.key} cannot be deduplicated yet: {len(missing)} partition(s) ordered before it are not in the dedup index "
+            f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); materialize dedup_signatures and dedup_index for them first"
+        )
+    exact = exact_links(signatures, index.first_copies(signatures["text_hash"].to_arrow(), ref, manifest, executor), ref)
+    current = earlier_rows = pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "partition": pl.String, "doc": pl.Int64})
+    if settings.fuzzy:
+        current, earlier_rows = _fuzzy_members(index, signatures, ref, manifest, settings, executor)
+    ordinals = PartitionOrdinals([ref.key, *exact["of_partition"].to_list(), *earlier_rows["partition"].unique().to_list()])
+    members = ordinals.nodes(pl.concat([current, earlier_rows]))
+    first_new = ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT
+    anchors = 0 if settings.verify_min_jaccard is None else settings.verify_anchors
+    candidates = candidate_pairs(members, first_new, anchors)
+    linked = _verified(candidates, ordinals, store, settings, s3, executor)
+    exact_edges = ordinals.nodes(ordinals.nodes(exact, partition="of_partition", doc="of_doc", name="u").with_columns(partition=pl.lit(ref.key)), name="v")
+    edges = pl.concat([linked.select("u", "v"), exact_edges.select("u", "v")])
+    nodes, labels = components(edges.to_numpy(), executor)
+    table = _cluster_table(signatures, ref, ordinals, nodes, labels, exact, settings)
+    prefix = partition_prefix(CLUSTERS, ref)
+    entry = write_parquet(store, f"{prefix}/{CLUSTERS_FILE}", table.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=CLUSTER_ROW_GROUP)
+    kinds = Counter(table["kind"].drop_nulls().to_list())
+    result_manifest = {
+        "asset": CLUSTERS,
+        "partition": {"source": ref.source, "snapshot": ref.snapshot},
+        "files": [entry],
+        "settings": cluster_identity(settings),
+        "documents": table.height,
+        "removed": {"exact": kinds["exact"], "fuzzy": kinds["fuzzy"]},
+        "indexed_before": sum(1 for key in manifest["partitions"] if order_of(key) < ref.sort_key()),
+    }
+    write_manifest(store, prefix, result_manifest)
+    linked_partitions = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
+    return ClusterResult(
+        result_manifest, table.height, kinds["exact"], kinds["fuzzy"], candidates.height, linked.height, result_manifest["indexed_before"], linked_partitions
+    )
+
+
+def _cluster_table(
+    signatures: pl.DataFrame, ref: PartitionRef, ordinals: PartitionOrdinals, nodes: np.ndarray, labels: np.ndarray, exact: pl.DataFrame, settings: DedupSettings
+) -> pl.DataFrame:
+    """One row per document of `ref` (CLUSTERS_SCHEMA): parent = its component's smallest node."""
+    floor = ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT
+    graph = pl.DataFrame({"node": nodes, "label": labels}, schema={"node": pl.Int64, "label": pl.Int64})
+    sizes = graph.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
+    docs = (
+        signatures.select("doc", "doc_id")
+        .with_columns(node=pl.col("doc") + floor)
+        .join(graph, on="node", how="left")
+        .with_columns(label=pl.coalesce("label", "node"))
+        .join(sizes, on="label", how="left")
+        .with_columns(pl.col("cluster_size").fill_null(1))
+    )
+    parents = ordinals.locate(docs["label"].to_numpy())
+    docs = docs.with_columns(parent_partition=parents["partition"], parent_doc=parents["doc"]).join(
+        exact.select("doc", exact_of_partition="of_partition", exact_of_id="of_id"), on="doc", how="left"
+    )
+    kind = pl.when(pl.col("exact_of_id").is_not_null()).then(pl.lit("exact")).when(pl.col("label") != pl.col("node")).then(pl.lit("fuzzy"))
+    size = pl.col("cluster_size") if settings.fuzzy else pl.lit(None, pl.Int64)
+    return docs.select(
+        "doc", "doc_id", kind.alias("kind"), "parent_partition", "parent_doc", "exact_of_partition", "exact_of_id", size.alias("cluster_size")
+    ).sort("doc")
+
+
+# --- step 4: outputs -----------------------------------------------------------------------------
+
+
+@dataclass
+class DedupResult:
+    files: list[dict[str, Any]]
+    side_files: list[dict[str, Any]]
+    documents_in: int
+    documents_out: int
+    removed_exact: int
+    removed_fuzzy: int
+    removed_within_partition: int
+    removed: pa.Table  # REMOVED_SCHEMA rows
+    kept_hashes: pa.ChunkedArray  # text_hash of every kept document (for the no-duplicates check)
+    removed_against: dict[str, int] = field(default_factory=dict)  # earlier partition -> removed count
+    removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
+    cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
+    band_index: None = None  # earlier versions listed a per-partition band index here; the index is global now
+
+
+def removed_rows(store: Store, ref: PartitionRef, clusters: pl.DataFrame, text_hashes: pl.DataFrame) -> pl.DataFrame:
+    """REMOVED_SCHEMA rows of the removed documents of `ref`, their kept document resolved through parents."""
+    removed = clusters.filter(pl.col("kind").is_not_null()).join(text_hashes, on="doc", how="left")
+    here = removed.filter(pl.col("parent_partition") == ref.key).join(
+        clusters.select(parent_doc="doc", root_id="doc_id"), on="parent_doc"
+    ).with_columns(root_partition=pl.col("parent_partition"))
+    away = removed.filter(pl.col("parent_partition") != ref.key)
+    roots = resolve_roots(store, away.select(partition="parent_partition", doc="parent_doc"))
+    away = away.join(roots.select(parent_partition="partition", parent_doc="doc", root_partition="root_partition", root_id="root_id"), on=["parent_partition", "parent_doc"])
+    columns = ["doc", "doc_id", "text_hash", "kind", "exact_of_partition", "exact_of_id", "root_partition", "root_id", "cluster_size"]
+    resolved = pl.concat([here.select(columns), away.select(columns)]).sort("doc")
+    exact = pl.col("kind") == "exact"
+    return resolved.select(
+        "doc_id",
+        source=pl.lit(ref.source),
+        snapshot=pl.lit(ref.snapshot),
+        text_hash="text_hash",
+        kind="kind",
+        duplicate_of=pl.when(exact).then("exact_of_id").otherwise("root_id"),
+        duplicate_of_partition=pl.when(exact).then("exact_of_partition").otherwise("root_partition"),
+        cluster_id="root_id",
+        cluster_size="cluster_size",
+    )
+
+
+def dedup_partition(store: Store, ref: PartitionRef, settings: DedupSettings | None = None) -> DedupResult:
+    """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest) and its removed rows
+    (`deduped_removed`), from its `dedup_clusters` and those of the earlier partitions its parents name."""
+    settings = settings or DedupSettings()
+    clusters_prefix = partition_prefix(CLUSTERS, ref)
+    manifest = read_manifest(store, clusters_prefix)
+    if manifest is None or manifest.get("settings") != cluster_identity(settings):
+        raise FileNotFoundError(f"{store.uri(clusters_prefix)}: no clusters with these dedup settings: materialize dedup_clusters for {ref.key} first")
+    clusters = pl.from_arrow(read_parquet_file(store, f"{clusters_prefix}/{manifest['files'][0]['key']}"))
+    cleaned_prefix = partition_prefix(CLEANED, ref)
+    cleaned = read_manifest(store, cleaned_prefix)
+    if cleaned is None:
+        raise FileNotFoundError(f"{store.uri(cleaned_prefix)} has no manifest: materialize cleaned_documents for {ref.key} first")
+    removed_docs = np.sort(clusters.filter(pl.col("kind").is_not_null())["doc"].to_numpy())  # type: ignore[union-attr]
+    files, kept_hashes, hashes = [], [], []
+    output_prefix = partition_prefix(DEDUPED, ref)
+    for part, entry in enumerate(cleaned["files"]):
+        table = read_parquet_file(store, f"{cleaned_prefix}/{entry['key']}")
+        docs = (np.int64(part) << ROW_BITS) | np.arange(table.num_rows, dtype=np.int64)
+        keep = ~np.isin(docs, removed_docs)
+        kept = table.filter(pa.array(keep)) if table.num_rows else table
+        files.append(write_parquet(store, f"{output_prefix}/part-{part:05d}.parquet", kept))
+        kept_hashes.append(kept.column("text_hash"))
+        hashes.append(pl.DataFrame({"doc": docs, "text_hash": table.column("text_hash").to_numpy(zero_copy_only=False)}, schema={"doc": pl.Int64, "text_hash": pl.String}))
+    rows = removed_rows(store, ref, clusters, pl.concat(hashes) if hashes else pl.DataFrame(schema={"doc": pl.Int64, "text_hash": pl.String}))  # type: ignore[arg-type]
+    removed = rows.to_arrow().cast(REMOVED_SCHEMA)
+    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", removed), "prefix": side_prefix(REMOVED, ref)}
+    return _dedup_result(ref, files, [removed_entry], clusters.height, rows, removed, kept_hashes)
+
+
+def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in: int, rows: pl.DataFrame, removed: pa.Table, kept_hashes: list) -> DedupResult:
+    against = rows.filter(pl.col("duplicate_of_partition") != ref.key)["duplicate_of_partition"].value_counts().sort("duplicate_of_partition")
+    snapshots = rows.with_columns(snapshot=pl.col("duplicate_of_partition").str.split("/").list.get(1))["snapshot"].value_counts().sort("snapshot")
+    clusters = rows.filter(pl.col("cluster_size").is_not_null()).unique("cluster_id")["cluster_size"].value_counts().sort("cluster_size")
+    kinds = Counter(rows["kind"].to_list())
+    return DedupResult(
+        files=files,
+        side_files=side_files,
+        documents_in=documents_in,
+        documents_out=documents_in - rows.height,
+        removed_exact=kinds["exact"],
+        removed_fuzzy=kinds["fuzzy"],
+        removed_within_partition=rows.filter(pl.col("duplicate_of_partition") == ref.key).height,
+        removed=removed,
+        kept_hashes=pa.chunked_array([c for column in kept_hashes for c in column.chunks], pa.string()),
+        removed_against=dict(against.iter_rows()),
+        removed_against_snapshot=dict(snapshots.iter_rows()),
+        cluster_sizes=dict(clusters.iter_rows()),
+    )
+
+
+def remaining_exact_duplicates(store: Store, ref: PartitionRef, kept_hashes: pa.ChunkedArray, settings: DedupSettings, s3: S3Settings | None = None) -> tuple[int, dict[str, int]]:
+    """Kept documents of `ref` whose text hash occurs twice among them, and per earlier partition those whose
+    hash the index holds there (a probe, not a rescan of earlier outputs). Both are 0 when dedup is right."""
+    unique = pl.Series(kept_hashes.to_numpy(zero_copy_only=False) if len(kept_hashes) else [], dtype=pl.String).unique()
+    within = len(kept_hashes) - unique.len()
+    first = DedupIndex(store, settings, s3).first_copies(unique.to_arrow(), ref)
+    counts = first["partition"].value_counts().sort("partition")
+    return within, dict(counts.iter_rows())
+
+
+def publish_deduped(store: Store, ref: PartitionRef, result: DedupResult, extra: dict[str, Any] | None = None) -> None:
+    """Write the deduped partition's manifest (publishing its parts and removed rows)."""
+    manifest = {
+        "asset": DEDUPED,
+        "partition": {"source": ref.source, "snapshot": ref.snapshot},
+        "files": result.files,
+        "side_files": result.side_files,
+        "documents": result.documents_out,
+        **(extra or {}),
+    }
+    write_manifest(store, partition_prefix(DEDUPED, ref), manifest)
+
+
+# --- all steps -----------------------------------------------------------------------------------
+
+
+def deduplicate_partition(
+    store: Store,
+    ref: PartitionRef,
+    output_prefix: str | None = None,
+    s3: S3Settings | None = None,
+    settings: DedupSettings | None = None,
+    executor: Executor | None = None,
+) -> DedupResult:
+    """Every step for one partition (signing and indexing skipped where already done with the same inputs),
+    publishing all its outputs. The earlier partitions must have been deduplicated (see `deduplicate_in_order`).
+    `output_prefix`, if given, must be the partition's `deduped_documents` folder (the argument order of
+    earlier versions, kept for scripts)."""
+    if output_prefix is not None and output_prefix != partition_prefix(DEDUPED, ref):
+        raise ValueError(f"deduplicated partitions are written to {partition_prefix(DEDUPED, ref)}, not {output_prefix}")
+    settings = settings or DedupSettings()
+    executor = executor or Executor()
+    sign_partition(store, ref, settings, executor, s3)
+    index_partition(store, ref, settings, executor, s3)
+    cluster_partition(store, ref, settings, executor, s3)
+    result = dedup_partition(store, ref, settings)
+    publish_deduped(store, ref, result)
+    return result
+
+
+@dataclass
+class InOrderResult:
+    partitions: dict[str, DedupResult]  # key -> result, in the global order
+
+    @property
+    def removed(self) -> pa.Table:
+        """Every removed row (REMOVED_SCHEMA) of all partitions, in the global order."""
+        return pa.concat_tables([result.removed for result in self.partitions.values()]) if self.partitions else REMOVED_SCHEMA.empty_table()
+
+
+def deduplicate_in_order(
+    store: Store,
+    refs: list[PartitionRef] | None = None,
+    settings: DedupSettings | None = None,
+    executor: Executor | None = None,
+    s3: S3Settings | None = None,
+) -> InOrderResult:
+    """Deduplicate these cleaned partitions (default: all) one after the other in the global order. The
+    stable entry point for scripts and benchmarks: `.removed` is what the shipped algorithm removed."""
+    refs = sorted(refs if refs is not None else list_partitions(store, CLEANED), key=PartitionRef.sort_key)
+    return InOrderResult({ref.key: deduplicate_partition(store, ref, settings=settings, executor=executor, s3=s3) for ref in refs})
