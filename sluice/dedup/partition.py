@@ -299,7 +299,9 @@ def dedup_partition(store: Store, ref: PartitionRef, settings: DedupSettings | N
         hashes.append(pl.DataFrame({"doc": docs, "text_hash": table.column("text_hash").to_numpy(zero_copy_only=False)}, schema={"doc": pl.Int64, "text_hash": pl.String}))
     rows = removed_rows(store, ref, clusters, pl.concat(hashes) if hashes else pl.DataFrame(schema={"doc": pl.Int64, "text_hash": pl.String}))  # type: ignore[arg-type]
     removed = rows.to_arrow().cast(REMOVED_SCHEMA)
-    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", removed), "prefix": side_prefix(REMOVED, ref)}
+    # The file leaves out source and snapshot: they are its Hive partition folders (readers merging both fail).
+    stored = removed.drop_columns(["source", "snapshot"])
+    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", stored), "prefix": side_prefix(REMOVED, ref)}
     return _dedup_result(ref, files, [removed_entry], clusters.height, rows, removed, kept_hashes)
 
 

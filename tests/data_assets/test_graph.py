@@ -316,9 +316,7 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
     "dataset",
     [
         "raw_documents", "raw_quarantine", "cleaned_documents", "cleaned_dropped", "decontamination",
-        # Band, shingle and cluster files and removed documents still sit beside the parts on this branch;
-        # issue 14's dedup branch moves them to dedup_* and deduped_removed (then this passes: drop the mark).
-        pytest.param("deduped_documents", marks=pytest.mark.xfail(strict=True, reason="dedup side files beside the parts until issue 14 lands")),
+        "dedup_signatures", "dedup_clusters", "deduped_documents", "deduped_removed",
     ],
 )
 def test_every_output_folder_reads_as_one_dataset(local_run, dataset):

@@ -126,7 +126,7 @@ def test_the_dedup_cluster_of_a_kept_document(graph):
     folder, config_path = graph
     config = load_config(config_path)
     store = open_store(config.storage.root)
-    removed = frame(folder, "deduped_documents", "removed.parquet")
+    removed = frame(folder, "deduped_removed", "removed.parquet")
     keeper = removed.row(0, named=True)["cluster_id"]
     from sluice.trace import trace_documents
 
