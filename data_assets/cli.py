@@ -118,7 +118,7 @@ def materialize_all(
 
     stages = plan(defs, instance, include, order)
     unavailable = {name: (lambda check=check: check(config)) for name, check in OPTIONAL_ASSETS.items()}
-    runner = GraphRunner(defs, instance, resources, unavailable, strict=strict, log=log, tags={"sluice/command": command})
+    runner = GraphRunner(defs, instance, resources, unavailable, strict=strict, log=log, tags={"sluice/command": command}, order=order)
     outcomes = runner.run(stages)
 
     report: dict[str, Any] = {

@@ -10,7 +10,8 @@ snapshot (or mix) of their partition.
 A run that fails, or whose blocking check fails, marks that asset partition failed. Which partitions are
 downstream of it comes from the asset graph's partition mappings: a child partition that maps to specific
 parent partitions (the same source x snapshot; a self-dependency on the previous partition) is blocked
-and not run; a child that consumes every partition of the parent (AllPartitionMapping: the tokenizer, a
+and not run; so is a partitioned child that reads every partition of its parent (global dedup) when a
+failed parent partition comes before its own in the global order; a child that consumes every partition of the parent (AllPartitionMapping: the tokenizer, a
 mix) runs on the partitions that succeeded and its outcome names the ones it went without (`strict`
 blocks those too, as Dagster's own backfills do). Everything else completes. An optional asset whose
 `unavailable(config)` gives a reason is skipped with that reason, and does not block its children.
@@ -130,8 +131,10 @@ class GraphRunner:
         strict: bool = False,
         log: Callable[[str], None] = print,
         tags: dict[str, str] | None = None,
+        order: Callable[[Any], Any] | None = None,
     ) -> None:
         self.defs = defs
+        self.order = order  # the partitions' global order (sluice: (snapshot, source)), as in plan()
         self.graph = defs.resolve_asset_graph()
         self.assets = list(defs.assets or [])
         names = [key.to_user_string() for asset in self.assets for key in asset.keys]
@@ -184,11 +187,19 @@ class GraphRunner:
             if problem is None:
                 continue
             mapping = self.graph.get_partition_mapping(asset, parent.asset_key)
-            if isinstance(mapping, AllPartitionMapping) and not self.strict and parent.asset_key != asset:
+            if isinstance(mapping, AllPartitionMapping) and not self.strict and parent.asset_key != asset and not self._earlier(parent.partition_key, partition):
                 tolerated.append(problem)
             else:
                 blocking.append(problem)
         return blocking, tolerated
+
+    def _earlier(self, parent_partition: Any, partition: Any) -> bool:
+        """A partitioned asset that reads every partition of its parent (global dedup: each partition against
+        all earlier ones) depends on the parent partitions ordered before its own: a failed one blocks it,
+        as its result would differ once that partition is repaired. Later ones do not change it."""
+        if self.order is None or partition is None or parent_partition is None:
+            return False
+        return self.order(parent_partition) <= self.order(partition)
 
     def _run_one(self, asset: AssetKey, partition: Any) -> Outcome:
         name = asset.to_user_string()

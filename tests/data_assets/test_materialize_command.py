@@ -70,7 +70,7 @@ def tiny_crawl(root: Path) -> dict[str, Path]:
     poisoned.mkdir(parents=True)
     (poisoned / "a-empty.jsonl").write_bytes(b"")
     (poisoned / "b-good.jsonl").write_bytes(b'{"id": "1", "text": "one line of text that is far too short to keep"}\n')
-    return {"web": root / "web", "reference": root / "reference", "poisoned": root / "poisoned"}
+    return {"web": root / "web", "reference": root / "reference", "zz-poisoned": root / "poisoned"}
 
 
 def crawl_config(folder: Path, sources: list[dict], **overrides) -> str:
@@ -109,7 +109,10 @@ def poisoned_run(tmp_path_factory):
         [
             {"name": "web", "location": str(locations["web"]), "format": "warc"},
             {"name": "reference", "location": str(locations["reference"]), "format": "jsonl", "options": {"url_field": "url", "date_field": "date"}},
-            {"name": "poisoned", "location": str(locations["poisoned"]), "format": "jsonl"},
+            # Named to sort last in the global (snapshot, source) order: global dedup deduplicates every partition
+            # against all earlier ones, so a failed partition also blocks the dedup of partitions after it
+            # (data_assets.runner); here nothing of the other sources comes after it.
+            {"name": "zz-poisoned", "location": str(locations["zz-poisoned"]), "format": "jsonl"},
         ],
     )
     done = sluice("materialize", config, folder / "home")
@@ -121,10 +124,13 @@ def test_exits_non_zero_naming_the_poisoned_partition_and_why(poisoned_run):
     _, done = poisoned_run
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     failed = done.stdout.split("FAILED:", 1)[1]
-    assert "raw_documents poisoned/2026-01: failed: blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable" in failed
-    downstream = ("cleaned_documents", "deduped_documents", "decontamination", "blocklist_matches", "tokenized_shards")
+    assert "raw_documents zz-poisoned/2026-01: failed: blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable" in failed
+    downstream = (
+        "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination", "blocklist_matches",
+        "tokenized_shards",
+    )
     for asset in downstream:
-        assert f"{asset} poisoned/2026-01: blocked: upstream" in failed
+        assert f"{asset} zz-poisoned/2026-01: blocked: upstream" in failed
     assert failed.count(": failed:") == 1 and failed.count(": blocked:") == len(downstream), failed
 
 
@@ -132,14 +138,17 @@ def test_everything_else_completes(poisoned_run):
     folder, done = poisoned_run
     status = run_lines(done.stdout)
     for source in ("web", "reference"):
-        for asset in ("raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "tokenized_shards"):
+        for asset in ("raw_documents", "cleaned_documents", "dedup_clusters", "deduped_documents", "decontamination", "tokenized_shards"):
             assert status[f"{asset} {source}/2026-01"].startswith("ok"), (asset, source)
     for asset in ("quality_model", "perplexity_model", "tokenizer", "mixed_dataset default"):
         assert status[asset].startswith("ok"), status[asset]
-    per_partition = ("raw_documents", "cleaned_documents", "deduped_documents", "decontamination", "blocklist_matches", "tokenized_shards")
-    expected = {f"{asset} {source}/2026-01" for asset in per_partition for source in ("web", "reference", "poisoned")}
+    per_partition = (
+        "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
+        "blocklist_matches", "tokenized_shards",
+    )
+    expected = {f"{asset} {source}/2026-01" for asset in per_partition for source in ("web", "reference", "zz-poisoned")}
     assert set(status) == expected | {"quality_model", "perplexity_model", "tokenizer", "blocklist", "mixed_dataset default"}
-    assert "tokenizer ran without failed upstream partitions: deduped_documents poisoned/2026-01" in done.stdout
+    assert "tokenizer ran without failed upstream partitions: deduped_documents zz-poisoned/2026-01" in done.stdout
     mix = folder / "data" / "mixed_dataset"
     assert any(mix.rglob("_manifest.json"))
     # Per-stage wall times are printed for every stage.
