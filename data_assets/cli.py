@@ -3,7 +3,8 @@
     sluice register   add every snapshot found under the source locations as a dynamic partition
     sluice demo       register, materialize every asset for every partition and mix, print a summary
                       and one decoded training batch
-    sluice export     write a built mix as Parquet token sequences (--mix, --split, --out)
+    sluice export     write a built mix's split as Parquet, WebDataset or MDS shards (--mix, --split,
+                      --format, --out, --seed)
     sluice cleanup    remove what crashed runs left behind (temp files, scratch folders, stale
                       multipart uploads); never anything a reader can see
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -201,31 +201,23 @@ def print_batch(resources: dict[str, Any], mix: str, out: Callable[[str], None] 
     out("  " + repr(text[:400]))
 
 
-def export_mix(mix: str | None, split: str, out: str | None) -> int:
-    """Write a built mix's split as Parquet rows of sequence_length token ids (HF `datasets` reads it)."""
+def export_mix(mix: str | None, split: str, out: str | None, fmt: str = "parquet", seed: int | None = None) -> int:
+    """Write a built mix's split as Parquet, WebDataset or MDS shards (see data_assets/export.py)."""
+    from data_assets.export import export_from_config
     from data_assets.settings import CONFIG_PATH
-    from sluice.config import load_config
-    from sluice.mix import MixError, export_sequences
-    from sluice.storage import local_temp_dir, open_store
+    from sluice.config import ConfigError, load_config
+    from sluice.export import ExportError
 
-    config = load_config(CONFIG_PATH)
-    mix = mix or sorted(config.mixes)[0]
-    if mix not in config.mixes:
-        print(f"--mix {mix!r} is not in {CONFIG_PATH}; mixes are {sorted(config.mixes)}", file=sys.stderr)
-        return 2
-    store = open_store(config.storage.root, config.s3)
-    out = out or store.uri(f"exports/{mix}/{split}.parquet")
-    folder, _, name = out.rpartition("/")
-    destination = open_store(folder or ".", config.s3)
-    scratch = local_temp_dir()
     try:
-        result = export_sequences(store, mix, split, destination, name, lambda key: store.fetch(key, scratch))
-    except MixError as error:
+        config = load_config(CONFIG_PATH)
+        manifest = export_from_config(config, mix or sorted(config.mixes)[0], split, fmt, out, seed, log=print)
+    except (ConfigError, ExportError) as error:
         print(error, file=sys.stderr)
         return 2
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print(f"Exported mix {mix!r} ({split}): {result['rows']} rows of {result['sequence_length']} tokens -> {result['uri']}")
+    print(
+        f"Exported mix {manifest['mix']!r} ({split}) as {fmt}: {manifest['samples']} samples of {manifest['sequence_length']} tokens "
+        f"in {len(manifest['files'])} files -> {manifest['uri']}"
+    )
     return 0
 
 
@@ -234,10 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["register", "demo", "export", "cleanup"])
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
     parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
-    parser.add_argument("--out", default=None, help="export: output Parquet file, local path or s3://bucket/key")
+    parser.add_argument("--out", default=None, help="export: destination folder, local or s3://bucket/prefix (the split goes to OUT/<split>/)")
+    parser.add_argument("--format", default="parquet", choices=["parquet", "webdataset", "mds"], help="export: file format")
+    parser.add_argument("--seed", type=int, default=None, help="export: row order = the training loader's with this seed (default: the mix's)")
     args = parser.parse_args(argv)
     if args.command == "export":
-        return export_mix(args.mix, args.split, args.out)
+        return export_mix(args.mix, args.split, args.out, args.format, args.seed)
     home = ensure_dagster_home()
     from dagster import DagsterInstance
 

@@ -1,4 +1,4 @@
-"""The sluice code location: six partitioned assets (+ the tokenizer, quality and perplexity models), their checks, jobs, sensor, schedule."""
+"""The sluice code location: six partitioned assets (+ the tokenizer, quality and perplexity models), their checks, jobs (export_job too), sensor, schedule."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dagster import Definitions
 from data_assets.cleaned import cleaned_documents
 from data_assets.decontamination import decontamination
 from data_assets.deduped import deduped_documents
+from data_assets.export import export_job
 from data_assets.jobs import ingest_job, mix_job, tokenizer_job
 from data_assets.mixed import mixed_dataset
 from data_assets.perplexity_model import perplexity_model
@@ -42,7 +43,7 @@ def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict
 
 defs = Definitions(
     assets=ASSETS,
-    jobs=[ingest_job, tokenizer_job, mix_job],
+    jobs=[ingest_job, tokenizer_job, mix_job, export_job],
     sensors=[new_snapshot_sensor],
     schedules=[daily_mix_rebuild],
     resources=build_resources(),

@@ -252,7 +252,7 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert location["__typename"] == "RepositoryLocation", location.get("message", location)
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
-    assert {"ingest_job", "tokenizer_job", "mix_job"} <= {job["name"] for job in repository["jobs"]}
+    assert {"ingest_job", "tokenizer_job", "mix_job", "export_job"} <= {job["name"] for job in repository["jobs"]}
     assert [sensor["name"] for sensor in repository["sensors"]] == ["new_snapshot_sensor"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 
