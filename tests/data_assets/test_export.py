@@ -84,7 +84,8 @@ def test_cli_export(mix_config, tmp_path, monkeypatch, capsys):
     direct = tmp_path / "direct"
     export_split(open_store(str(tmp_path / "data")), "test", "train", "parquet", open_store(str(direct)), seed=3, shard_bytes=1 << 14)
     assert tree_digest(str(out)) == tree_digest(str(direct))
-    assert main(["export", "--mix", "test", "--split", "validation", "--format", "mds", "--out", str(tmp_path / "notes.txt" / "x")]) == 0
+    assert main(["export", "--mix", "test", "--split", "validation", "--format", "mds", "--out", str(tmp_path / "mds")]) == 0
+    assert (tmp_path / "mds" / "validation" / "index.json").is_file()
     (tmp_path / "other" / "train").mkdir(parents=True)
     (tmp_path / "other" / "train" / "notes.txt").write_text("mine")
     assert main(["export", "--mix", "test", "--out", str(tmp_path / "other")]) == 2
