@@ -68,7 +68,8 @@ def export_split(
     _check_destination(destination, split)
     scratch = local_temp_dir()
     try:
-        data = MixedTokens(store, mix, cache_dir=os.path.join(scratch, "cache"), split=split, cache_bytes=cache_bytes)
+        # pread: one pass over the whole split; memory maps would leave every page read in this process's RSS
+        data = MixedTokens(store, mix, cache_dir=os.path.join(scratch, "cache"), split=split, cache_bytes=cache_bytes, read_mode="pread")
         index_entry = next(e for e in mix_manifest["side_files"] if f"{e.get('prefix')}/{e['key']}" == splits[split]["index"])
         if data.index_sha256 != index_entry["sha256"]:
             raise ExportError(f"mix {mix!r} was rebuilt while the export started; run it again")
