@@ -19,7 +19,7 @@ from dagster import (
     asset,
 )
 
-from data_assets.metadata import counts_table, markdown_table, prefixed_counts
+from data_assets.metadata import counts_table, markdown_table, prefixed_counts, stage_progress
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import CleanTask, clean_part
@@ -107,7 +107,8 @@ def cleaned_documents(
         for index, entry in enumerate(raw_manifest["files"])
     ]
     executor = compute.executor()
-    results = executor.map(clean_part, tasks)
+    progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
+    results = executor.map(clean_part, tasks, progress=lambda r: progress.update(r["stats"]["documents_in"], r["stats"]["chars_in"]))
 
     stats = [r["stats"] for r in results]
     documents_in = sum(s["documents_in"] for s in stats)

@@ -1,12 +1,16 @@
 """`sluice` command line: register snapshots, materialize the whole graph, print what happened.
 
-    sluice register   add every snapshot found under the source locations as a dynamic partition
-    sluice demo       register, materialize every asset for every partition and mix, print a summary
-                      and one decoded training batch
-    sluice export     write a built mix's split as Parquet, WebDataset or MDS shards (--mix, --split,
-                      --format, --out, --seed)
-    sluice cleanup    remove what crashed runs left behind (temp files, scratch folders, stale
-                      multipart uploads); never anything a reader can see
+    sluice register     add every snapshot found under the source locations as a dynamic partition
+    sluice materialize  register, then materialize every asset for every partition and mix, one asset
+                        partition per run in the asset graph's order, with progress; a failed partition
+                        blocks only what depends on it, everything else completes; prints per-stage wall
+                        times, a summary and what failed and why; exit code 1 if anything failed
+    sluice demo         the same on the configured crawl (the bundled sample by default), then one
+                        decoded training batch
+    sluice export       write a built mix's split as Parquet, WebDataset or MDS shards (--mix, --split,
+                        --format, --out, --seed)
+    sluice cleanup      remove what crashed runs left behind (temp files, scratch folders, stale
+                        multipart uploads); never anything a reader can see
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage), so `dagster dev` shows them afterwards.
@@ -21,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_assets.settings import PROJECT_ROOT
+# Not data_assets.settings: importing it loads the config, and a config error must print as a message.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 DAGSTER_YAML = """\
 # Project-local Dagster instance: SQLite storage under this folder (the default when no storage is named).
@@ -29,9 +34,6 @@ DAGSTER_YAML = """\
 telemetry:
   enabled: false
 """
-
-
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def ensure_dagster_home() -> str:
@@ -73,57 +75,103 @@ def _checks_of(result) -> list[tuple[str, str, bool]]:
     return checks
 
 
-def materialize_all(
-    instance, resources: dict[str, Any], log: Callable[[str], None] = print
-) -> dict[str, Any]:
-    """Materialize every asset for every registered source x snapshot partition and every mix, in the order
-    the dedup rule needs (partitions by (snapshot, source)). Returns the metadata and check outcomes."""
-    from dagster import materialize
+class GraphFailed(RuntimeError):
+    """Some asset partitions failed (materialize_all with raise_on_failure)."""
 
-    from data_assets.definitions import ASSETS
-    from data_assets.partitions import SNAPSHOTS, multi_key
+
+def materialize_all(
+    instance,
+    resources: dict[str, Any],
+    log: Callable[[str], None] = print,
+    raise_on_failure: bool = True,
+    strict: bool = False,
+    command: str = "materialize",
+) -> dict[str, Any]:
+    """Materialize every asset for every registered source x snapshot partition and every mix, one asset
+    partition per run in the asset graph's order (data_assets.runner): a failed partition blocks only what
+    depends on it. Returns the metadata and check outcomes by partition, the outcomes and per-stage wall
+    times; with `raise_on_failure`, raises GraphFailed naming what failed once everything else ran."""
+    from dagster import MultiPartitionKey
+
+    from data_assets.definitions import OPTIONAL_ASSETS, defs
+    from data_assets.runner import GraphRunner, plan
 
     config = resources["settings"].config
-    snapshots = sorted(instance.get_dynamic_partitions(SNAPSHOTS))
-    keys = [(source, snapshot) for snapshot in snapshots for source in sorted(config.source_names)]
-    report: dict[str, Any] = {"partitions": {}, "quality_model": {}, "tokenizer": {}, "mixes": {}, "checks": []}
 
-    def run(selection: list[str], partition_key=None):
-        result = materialize(
-            ASSETS,
-            selection=selection,
-            partition_key=partition_key,
-            instance=instance,
-            resources=resources,
-            run_config=QUIET_CONSOLE,  # the events still go to the instance (and the UI)
-            raise_on_error=True,
-        )
-        report["checks"].extend(_checks_of(result))
-        return _metadata_of(result)
+    def include(asset, key) -> bool:
+        if isinstance(key, MultiPartitionKey):
+            return key.keys_by_dimension["source"] in config.source_names
+        return asset.to_user_string() != "mixed_dataset" or key in config.mixes
 
-    for source, snapshot in keys:
-        log(f"  materializing raw_documents for {source}/{snapshot}")
-        report["partitions"][(source, snapshot)] = run(["raw_documents"], multi_key(source, snapshot))
-    if config.quality_model.positive_source:
-        # Trained on raw documents of every partition, before cleaning (which scores with it when
-        # cleaning.quality_threshold is set).
-        log("  materializing quality_model")
-        report["quality_model"] = run(["quality_model"]).get("quality_model", {})
-    for source, snapshot in keys:
-        log(f"  materializing cleaned -> deduped -> decontamination for {source}/{snapshot}")
-        report["partitions"][(source, snapshot)].update(run(["cleaned_documents", "deduped_documents", "decontamination"], multi_key(source, snapshot)))
-    log("  materializing tokenizer")
-    report["tokenizer"] = run(["tokenizer"]).get("tokenizer", {})
-    for source, snapshot in keys:
-        log(f"  materializing tokenized_shards for {source}/{snapshot}")
-        report["partitions"][(source, snapshot)].update(run(["tokenized_shards"], multi_key(source, snapshot)))
-    for mix in sorted(config.mixes):
-        log(f"  materializing mixed_dataset for mix {mix}")
-        report["mixes"][mix] = run(["mixed_dataset"], mix).get("mixed_dataset", {})
+    def order(key):
+        if isinstance(key, MultiPartitionKey):
+            dims = key.keys_by_dimension
+            return (dims["snapshot"], dims["source"])
+        return (str(key),)
+
+    stages = plan(defs, instance, include, order)
+    unavailable = {name: (lambda check=check: check(config)) for name, check in OPTIONAL_ASSETS.items()}
+    runner = GraphRunner(defs, instance, resources, unavailable, strict=strict, log=log, tags={"sluice/command": command})
+    outcomes = runner.run(stages)
+
+    report: dict[str, Any] = {
+        "partitions": {}, "quality_model": {}, "tokenizer": {}, "mixes": {}, "checks": [],
+        "outcomes": outcomes, "failed": runner.failed, "stage_seconds": runner.stage_seconds, "invocation": runner.invocation,
+    }
+    for stage in stages:
+        for key in stage.partitions:
+            if isinstance(key, MultiPartitionKey):
+                dims = key.keys_by_dimension
+                report["partitions"].setdefault((dims["source"], dims["snapshot"]), {})
+    for outcome in outcomes:
+        report["checks"].extend(outcome.checks)
+        if outcome.status != "ok":
+            continue
+        if isinstance(outcome.partition, MultiPartitionKey):
+            dims = outcome.partition.keys_by_dimension
+            report["partitions"][(dims["source"], dims["snapshot"])][outcome.asset] = outcome.metadata
+        elif outcome.asset == "mixed_dataset":
+            report["mixes"][str(outcome.partition)] = outcome.metadata
+        elif outcome.asset in ("quality_model", "tokenizer"):
+            report[outcome.asset] = outcome.metadata
+    if raise_on_failure and runner.failed:
+        raise GraphFailed("; ".join(f"{o.label}: {o.status} ({o.reason})" for o in runner.failed))
     return report
 
 
+def print_outcomes(report: dict[str, Any], out: Callable[[str], None] = print) -> None:
+    """Per-stage wall time and partition counts; skipped optional assets; what failed and why."""
+    outcomes = report.get("outcomes") or []
+    if not outcomes:
+        return
+    out("")
+    out("Stages (wall time; asset partitions ok / failed / blocked by a failure upstream / skipped)")
+    by_stage: dict[str, dict[str, int]] = {}
+    for outcome in outcomes:
+        counts = by_stage.setdefault(outcome.asset, {"ok": 0, "failed": 0, "blocked": 0, "skipped": 0})
+        counts[outcome.status] += 1
+    width = max(len(name) for name in by_stage)
+    total = 0.0
+    for name, counts in by_stage.items():
+        seconds = report["stage_seconds"].get(name, 0.0)
+        total += seconds
+        out(f"  {name.ljust(width)}  {seconds:8.1f} s   {counts['ok']} / {counts['failed']} / {counts['blocked']} / {counts['skipped']}")
+    out(f"  {'total'.ljust(width)}  {total:8.1f} s")
+    for outcome in outcomes:
+        if outcome.status == "skipped":
+            out(f"  skipped {outcome.label}: {outcome.reason}")
+        elif outcome.without:
+            out(f"  {outcome.label} ran without failed upstream partitions: {', '.join(outcome.without)}")
+    failed = report.get("failed") or []
+    if failed:
+        out(f"\nFAILED: {len(failed)} asset partition{'s' if len(failed) != 1 else ''}")
+        for outcome in failed:
+            where = f" (run {outcome.run_id})" if outcome.run_id else ""
+            out(f"  {outcome.label}: {outcome.status}: {outcome.reason}{where}")
+
+
 def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) -> None:
+    print_outcomes(report, out)
     rows = []
     all_drops: dict[str, int] = {}
     for (source, snapshot), meta in report["partitions"].items():
@@ -177,7 +225,10 @@ def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) ->
             f"held-out accuracy {quality.get('held_out_accuracy', 0):.3f} (scores documents when cleaning.quality_threshold is set)"
         )
     tok = report["tokenizer"]
-    out(f"\nTokenizer: vocab {tok.get('vocab_size')}, sha256 {str(tok.get('sha256'))[:16]}..., {tok.get('origin')}")
+    if tok:
+        out(f"\nTokenizer: vocab {tok.get('vocab_size')}, sha256 {str(tok.get('sha256'))[:16]}..., {tok.get('origin')}")
+    else:
+        out("\nTokenizer: not built in this run")
     for mix, meta in report["mixes"].items():
         shares = ", ".join(f"{k.split('/', 1)[1]} {v:.3f}" for k, v in meta.items() if k.startswith("share/"))
         out(f"Mix {mix!r}: {meta.get('tokens')} tokens, {meta.get('samples')} samples of {meta.get('sequence_length')}; realized shares: {shares}")
@@ -222,8 +273,22 @@ def export_mix(mix: str | None, split: str, out: str | None, fmt: str = "parquet
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sluice.config import ConfigError
+
+    try:
+        return _main(argv)
+    except ConfigError as error:  # raised where the code location loads the config (partition keys)
+        print(error, file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["register", "demo", "export", "cleanup"])
+    parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup"])
+    parser.add_argument(
+        "--strict", action="store_true",
+        help="materialize/demo: a failed partition also blocks assets that read every partition (tokenizer, mixes), as a Dagster backfill does",
+    )
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
     parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
     parser.add_argument("--out", default=None, help="export: destination folder, local or s3://bucket/prefix (the split goes to OUT/<split>/)")
@@ -233,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         return export_mix(args.mix, args.split, args.out, args.format, args.seed)
     home = ensure_dagster_home()
+    # Stage progress: a bar on a terminal, else the progress lines on stderr (logs, pipes).
+    os.environ.setdefault("SLUICE_PROGRESS", "bar" if sys.stderr.isatty() else "lines")
     from dagster import DagsterInstance
 
     from data_assets.definitions import build_resources
@@ -257,10 +324,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Registered snapshots: {sorted({s for _, s in pairs})} ({len(pairs)} source x snapshot folders with data)")
         if args.command == "register":
             return 0
-        report = materialize_all(instance, resources)
+        report = materialize_all(instance, resources, raise_on_failure=False, strict=args.strict, command=args.command)
         print_summary(report)
         config = resources["settings"].config
-        print_batch(resources, sorted(config.mixes)[0])
+        first_mix = sorted(config.mixes)[0]
+        if args.command == "demo" and first_mix in report["mixes"]:
+            print_batch(resources, first_mix)
+        if report["failed"]:
+            print(f"\n{len(report['failed'])} asset partition(s) failed (listed above); runs are in the Dagster UI (make ui), tag sluice/invocation={report['invocation']}", file=sys.stderr)
+            return 1
     return 0
 
 

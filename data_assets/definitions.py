@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dagster import Definitions
 
 from data_assets.cleaned import cleaned_documents
@@ -25,8 +27,16 @@ from resources import (
     TokenizerResource,
     TrainingLoaderResource,
 )
+from sluice.config import SluiceConfig
 
 ASSETS = [raw_documents, quality_model, perplexity_model, cleaned_documents, deduped_documents, decontamination, tokenizer, tokenized_shards, mixed_dataset]
+
+# Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
+# with that reason instead of failing (a config that needs them and cannot feed them fails at load).
+OPTIONAL_ASSETS: dict[str, Callable[[SluiceConfig], str | None]] = {
+    "quality_model": SluiceConfig.quality_model_unavailable,
+    "perplexity_model": SluiceConfig.perplexity_model_unavailable,
+}
 
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:

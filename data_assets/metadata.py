@@ -29,3 +29,10 @@ def counts_table(counts: Mapping[str, int], key: str = "reason", value: str = "d
 def prefixed_counts(prefix: str, counts: Mapping[str, int]) -> dict[str, int]:
     """`{"drop/too_short": 3, ...}`: one plottable number per reason."""
     return {f"{prefix}/{name}": int(count) for name, count in sorted(counts.items())}
+
+
+def stage_progress(context: Any, label: str, total: int, unit: str = "files") -> Any:
+    """A StageProgress that logs to the run (the UI shows the lines) and draws a bar on a terminal."""
+    from sluice.progress import StageProgress
+
+    return StageProgress(label, total, context.log.info, unit)

@@ -13,7 +13,7 @@ from dagster import (
     asset,
 )
 
-from data_assets.metadata import counts_table, markdown_table, prefixed_counts
+from data_assets.metadata import counts_table, markdown_table, prefixed_counts, stage_progress
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.ingest import ingest_file, merge_quarantine, plan_ingest
@@ -57,7 +57,8 @@ def raw_documents(
     tasks = plan_ingest(source.location, ref, source.format, source.options, store.uri(prefix), config.s3)
     executor = compute.executor()
     context.log.info(f"{ref.key}: {len(tasks)} input files on {executor.describe()}")
-    results = executor.map(ingest_file, tasks)
+    progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
+    results = executor.map(ingest_file, tasks, progress=lambda r: progress.update(r["records"], r["content_bytes"]))
     for event in getattr(executor, "events", []):
         context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
 

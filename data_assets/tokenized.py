@@ -12,7 +12,7 @@ from dagster import (
     asset,
 )
 
-from data_assets.metadata import markdown_table
+from data_assets.metadata import markdown_table, stage_progress
 from data_assets.partitions import partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
 from sluice.layout import partition_prefix, read_manifest, write_manifest
@@ -69,7 +69,8 @@ def tokenized_shards(
         for index, entry in enumerate(deduped["files"])
     ]
     executor = compute.executor()
-    results = executor.map(tokenize_part, tasks)
+    progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
+    results = executor.map(tokenize_part, tasks, progress=lambda r: progress.update(r.get("documents", 0), r.get("text_bytes", 0)))
     manifest = shard_manifest(results, tok_manifest["sha256"], tok_manifest["vocab_size"], tok_manifest["eos_id"])
     manifest.update({"asset": ASSET, "partition": {"source": ref.source, "snapshot": ref.snapshot}})
     write_manifest(store, prefix, manifest)

@@ -251,6 +251,17 @@ class CleaningStats:
     chars_in: int = 0
     chars_out: int = 0
 
+    def merge(self, other: dict[str, Any]) -> None:
+        """Add the counts of another part of the same chain (`as_dict()` form), keeping step order."""
+        for name, count in other["reached"].items():
+            self.reached[name] = self.reached.get(name, 0) + count
+        for name in ("documents_in", "documents_out", "toxic_documents", "toxic_terms", "chars_in", "chars_out"):
+            setattr(self, name, getattr(self, name) + other[name])
+        for counter in ("drops", "drops_by_step", "languages_in", "languages", "pii", "residual_pii", "routed", "perplexity_buckets"):
+            getattr(self, counter).update(other[counter])
+        for values in ("input_bytes", "extracted_chars", "output_chars", "quality_scores", "code_shares", "perplexities"):
+            getattr(self, values).extend(other[values])
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "documents_in": self.documents_in,
@@ -282,6 +293,31 @@ class CleaningPipeline:
         self.steps = steps
         self.stats = CleaningStats()
         self.stats.reached = {step.name: 0 for step in steps}
+        self.on_step: Any = None  # called with a step's index before it runs (sluice.budget's heartbeat)
+
+    def stage_name(self, index: int) -> str:
+        """Name of step `index`; the index after the last step is the output stage (PII re-scan, hash)."""
+        return self.steps[index].name if 0 <= index < len(self.steps) else OUTPUT_STAGE
+
+    def take_stats(self) -> dict[str, Any]:
+        """The counts so far (as_dict form), and start counting afresh."""
+        taken = self.stats.as_dict()
+        self.stats = CleaningStats()
+        self.stats.reached = {step.name: 0 for step in self.steps}
+        return taken
+
+    def count_skipped(self, doc: Document, stage: int, reason: str, detail: str) -> Drop:
+        """Count a document the budget took away in step `stage` (it reached the steps up to it)."""
+        stats = self.stats
+        stats.documents_in += 1
+        stats.chars_in += len(doc.content)
+        stats.input_bytes.append(len(doc.content))
+        for step in self.steps[: stage + 1]:
+            stats.reached[step.name] += 1
+        name = self.stage_name(stage)
+        stats.drops[f"{reason}:{name}"] += 1
+        stats.drops_by_step[name] += 1
+        return Drop(f"{reason}:{name}", detail)
 
     @classmethod
     def from_settings(
@@ -298,7 +334,10 @@ class CleaningPipeline:
         stats.documents_in += 1
         stats.chars_in += len(doc.content)
         stats.input_bytes.append(len(doc.content))
+        on_step = self.on_step
         for index, step in enumerate(self.steps):
+            if on_step is not None:
+                on_step(index)
             stats.reached[step.name] += 1
             drop = step.apply(doc)
             if step.name == "extract" and drop is None:
@@ -306,8 +345,10 @@ class CleaningPipeline:
             elif step.name == "language":
                 stats.languages_in[doc.language] += 1
             if isinstance(drop, Route):
-                for later in self.steps[index + 1 :]:
+                for later_index, later in enumerate(self.steps[index + 1 :], index + 1):
                     if later.on_routed:
+                        if on_step is not None:
+                            on_step(later_index)
                         later.apply(doc)  # language ID and PII redaction; no drop for a routed document
                 stats.routed[drop.dataset] += 1
                 stats.pii.update(doc.pii)
@@ -338,6 +379,11 @@ class CleaningPipeline:
             step.close()
 
 
+OUTPUT_STAGE = "output"  # the re-scan for PII left and the text hash of a kept document
+CHUNK_DOCUMENTS = 64  # documents per message from the budgeted worker (what a kill makes it redo, at most)
+CHUNK_BYTES = 8 << 20
+
+
 @dataclass(frozen=True)
 class CleanTask:
     input_url: str  # raw partition folder
@@ -351,6 +397,58 @@ class CleanTask:
     code_url: str | None = None  # side dataset folder for documents routed by code share, when routing
     perplexity_model_url: str | None = None  # folder of the perplexity_model asset, when cleaning.perplexity is on
     perplexity_models: dict[str, dict] | None = None  # its manifest's entries by language
+
+
+@dataclass(frozen=True)
+class _PartInput:
+    """What the cleaning of one part needs in its (budgeted) worker process: local paths and picklable
+    objects only."""
+
+    path: str  # the raw part file
+    settings: CleaningSettings
+    model_path: str | None
+    quality_max_chars: int
+    perplexity_models: tuple[dict[str, dict], Any] | None
+
+
+def _documents(path: str, start: int) -> Any:
+    """(row index, Document) of a raw part file from row `start`, reading only the row groups needed."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    first = 0
+    for group in range(parquet.num_row_groups):
+        rows = parquet.metadata.row_group(group).num_rows
+        if first + rows <= start:
+            first += rows
+            continue
+        for batch in parquet.iter_batches(batch_size=256, row_groups=[group]):
+            for row in batch.to_pylist():
+                if first >= start:
+                    yield first, Document(
+                        doc_id=row["doc_id"],
+                        source=row["source"],
+                        snapshot=row["snapshot"],
+                        url=row["url"],
+                        fetch_date=row["fetch_date"],
+                        content_type=row["content_type"],
+                        content=row["content"],
+                        charset=row["charset"],
+                    )
+                first += 1
+
+
+def _dropped_row(doc: Document, step: str, drop: Drop) -> dict[str, Any]:
+    return {
+        "doc_id": doc.doc_id,
+        "source": doc.source,
+        "snapshot": doc.snapshot,
+        "url": doc.url,
+        "step": step,
+        "reason": drop.reason,
+        "detail": drop.detail,
+        "text": doc.text,
+    }
 
 
 def _row(doc: Document, text: str) -> dict[str, Any]:
@@ -376,72 +474,99 @@ def _row(doc: Document, text: str) -> dict[str, Any]:
     }
 
 
+def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbeat: Any, send: Any) -> None:
+    """Clean the documents of a part from row `start` (the work function of sluice.budget): sends
+    ("chunk", next row, (rows, stats)) every CHUNK_DOCUMENTS documents and ("done", (rows, stats)) at the
+    end, where rows are ("kept" | "routed" | "dropped", output row). Rows in `skips` are dropped unprocessed
+    with reason `step_timeout:<step>` (or `step_crashed:<step>`)."""
+    from sluice.config import PIISettings
+    from sluice.pii import find_pii
+
+    pipeline = CleaningPipeline.from_settings(part.settings, part.model_path, part.quality_max_chars, part.perplexity_models)
+    pipeline.on_step = heartbeat.stage
+    output_stage = len(pipeline.steps)
+    # With redaction off for a source every kind is looked for, so the check reports what is left.
+    pii_kinds = part.settings.pii if part.settings.pii.enabled else PIISettings()
+    rows: list[tuple[str, dict[str, Any]]] = []
+    size = 0
+    try:
+        for index, doc in _documents(part.path, start):
+            if rows and (len(rows) >= CHUNK_DOCUMENTS or size >= CHUNK_BYTES):
+                send(("chunk", index, (rows, pipeline.take_stats())))
+                rows, size = [], 0
+            heartbeat.item(index)
+            skip = skips.get(index)
+            if skip is not None:
+                reason = "step_timeout" if skip.kind == "timeout" else "step_crashed"
+                drop = pipeline.count_skipped(doc, skip.stage, reason, skip.detail)
+                rows.append(("dropped", _dropped_row(doc, pipeline.stage_name(skip.stage), drop)))
+                continue
+            outcome = pipeline.run(doc)
+            if outcome is not None and not isinstance(outcome[1], Route):
+                step, drop = outcome
+                rows.append(("dropped", _dropped_row(doc, step.name, drop)))
+                size += len(doc.text or "")
+                continue
+            heartbeat.stage(output_stage)
+            text = doc.text or ""
+            # Independent re-scan of exactly what is written (the blocking asset check reads it).
+            pipeline.stats.residual_pii.update(find_pii(text, pii_kinds))
+            rows.append(("kept" if outcome is None else "routed", _row(doc, text)))
+            size += len(text)
+        final = (rows, pipeline.take_stats())
+    finally:
+        pipeline.close()  # (first: its helper processes are waited for, so their CPU time is counted)
+    send(("done", final))
+
+
 def clean_part(task: CleanTask) -> dict[str, Any]:
     """Clean one raw part file into `part-NNNNN.parquet` and `dropped-NNNNN.parquet` (and, when code
-    share routes, the side dataset's `part-NNNNN.parquet` under `code_url`)."""
-    import pyarrow.parquet as pq
-
-    from sluice.config import PIISettings
+    share routes, the side dataset's `part-NNNNN.parquet` under `code_url`). With a step budget
+    (`cleaning.step_cpu_budget_s`) the chain runs in a supervised worker process (sluice.budget); without,
+    in this process."""
+    from sluice.budget import NoHeartbeat, supervise
     from sluice.layout import _remove_tree
-    from sluice.pii import find_pii
     from sluice.storage import local_temp_dir
 
     input_store = StoreSpec(task.input_url, task.s3).open()
     output_store = StoreSpec(task.output_url, task.s3).open()
     scratch = local_temp_dir()
-    model_path = None
-    if task.quality_model_url and task.settings.quality_threshold is not None:
-        from sluice.quality import MODEL_FILE
-
-        model_store = StoreSpec(task.quality_model_url, task.s3).open()
-        model_path = model_store.fetch(MODEL_FILE, scratch)
-    perplexity_models = None
-    if task.perplexity_model_url and task.perplexity_models is not None:
-        from sluice.perplexity import ModelFetcher
-
-        perplexity_models = (task.perplexity_models, ModelFetcher(task.perplexity_model_url, task.s3, scratch))
-    pipeline = CleaningPipeline.from_settings(task.settings, model_path, task.quality_max_chars, perplexity_models)
-    # With redaction off for a source every kind is looked for, so the check reports what is left.
-    pii_kinds = task.settings.pii if task.settings.pii.enabled else PIISettings()
     kept = ParquetStreamWriter(CLEANED_SCHEMA)
     dropped = ParquetStreamWriter(DROPPED_SCHEMA)
     routed = ParquetStreamWriter(CLEANED_SCHEMA)
+    stats = CleaningStats()
+    skipped: dict[int, Any] = {}
+
+    def deliver(payload: tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]) -> None:
+        rows, part_stats = payload
+        for kind, row in rows:
+            writer = kept if kind == "kept" else routed if kind == "routed" else dropped
+            writer.append(row, size_hint=len(row["text"] or ""))
+        stats.merge(part_stats)
+
     try:
-        path = input_store.fetch(task.input_key, scratch)
-        parquet = pq.ParquetFile(path)
-        for batch in parquet.iter_batches(batch_size=256):
-            for row in batch.to_pylist():
-                doc = Document(
-                    doc_id=row["doc_id"],
-                    source=row["source"],
-                    snapshot=row["snapshot"],
-                    url=row["url"],
-                    fetch_date=row["fetch_date"],
-                    content_type=row["content_type"],
-                    content=row["content"],
-                    charset=row["charset"],
-                )
-                outcome = pipeline.run(doc)
-                if outcome is None or isinstance(outcome[1], Route):
-                    text = doc.text or ""
-                    # Independent re-scan of exactly what is written (the blocking asset check reads it).
-                    pipeline.stats.residual_pii.update(find_pii(text, pii_kinds))
-                    (kept if outcome is None else routed).append(_row(doc, text), size_hint=len(text))
-                else:
-                    step, drop = outcome
-                    dropped.append(
-                        {
-                            "doc_id": doc.doc_id,
-                            "source": doc.source,
-                            "snapshot": doc.snapshot,
-                            "url": doc.url,
-                            "step": step.name,
-                            "reason": drop.reason,
-                            "detail": drop.detail,
-                            "text": doc.text,
-                        },
-                        size_hint=len(doc.text or ""),
-                    )
+        model_path = None
+        if task.quality_model_url and task.settings.quality_threshold is not None:
+            from sluice.quality import MODEL_FILE
+
+            model_store = StoreSpec(task.quality_model_url, task.s3).open()
+            model_path = model_store.fetch(MODEL_FILE, scratch)
+        perplexity_models = None
+        if task.perplexity_model_url and task.perplexity_models is not None:
+            from sluice.perplexity import ModelFetcher
+
+            perplexity_models = (task.perplexity_models, ModelFetcher(task.perplexity_model_url, task.s3, scratch))
+        part = _PartInput(
+            input_store.fetch(task.input_key, scratch), task.settings, model_path, task.quality_max_chars, perplexity_models
+        )
+        budget = task.settings.step_cpu_budget_s
+        worker_cpu_s = None
+        if budget is None:
+            clean_documents(part, 0, {}, NoHeartbeat(), lambda message: deliver(message[-1]))
+        else:
+            supervised = supervise(clean_documents, part, budget, deliver)
+            deliver(supervised.payload)
+            skipped, worker_cpu_s = supervised.skips, supervised.worker_cpu_s
         kept_entry = kept.publish(output_store, f"part-{task.part:05d}.parquet")
         dropped_entry = dropped.publish(output_store, f"dropped-{task.part:05d}.parquet")
         code_entry = None
@@ -457,6 +582,8 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
         routed.abort()
         raise
     finally:
-        pipeline.close()
         _remove_tree(scratch)
-    return {"part": kept_entry, "dropped": dropped_entry, "code": code_entry, "stats": pipeline.stats.as_dict()}
+    return {
+        "part": kept_entry, "dropped": dropped_entry, "code": code_entry, "stats": stats.as_dict(),
+        "budget_skips": len(skipped), "worker_cpu_s": worker_cpu_s,
+    }

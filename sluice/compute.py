@@ -2,7 +2,8 @@
 
 `Executor.map(fn, tasks)` returns the results in task order whatever the backend or worker count. Each
 task writes its own output file (named by the task, not by the worker) and returns small statistics,
-so outputs are byte-identical across backends. `fn` must be a module-level function and its tasks
+so outputs are byte-identical across backends. `map(..., progress=callback)` also calls `callback(result)`
+in the caller's thread as each task finishes, in completion order (progress reporting, sluice.progress). `fn` must be a module-level function and its tasks
 picklable. Ray tasks are retried by Ray when a worker node dies (`max_retries`); a task that raises
 is not retried, because the same input would fail again.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
 
 from sluice.config import ComputeSettings
@@ -24,11 +25,14 @@ RAY_TASK_RETRIES = 3
 _LAST_ALIVE: dict[str, str] = {}  # Ray nodes alive at the end of this process's previous map
 
 
+Progress = Callable[[Any], None] | None
+
+
 class Executor:
     backend = "inline"
 
-    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
-        return [fn(task) for task in tasks]
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
+        return _inline(fn, tasks, progress)
 
     def describe(self) -> str:
         return self.backend
@@ -40,13 +44,17 @@ class LocalPoolExecutor(Executor):
     def __init__(self, max_workers: int) -> None:
         self.max_workers = max_workers
 
-    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         if self.max_workers <= 1 or len(tasks) <= 1:
-            return [fn(task) for task in tasks]
+            return _inline(fn, tasks, progress)
         # spawn, not fork: the caller (a Dagster run) has threads, and forking those is unsafe.
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(self.max_workers, len(tasks)), mp_context=context) as pool:
-            return list(pool.map(fn, tasks))
+            futures = [pool.submit(fn, task) for task in tasks]
+            if progress is not None:
+                for future in as_completed(futures):
+                    progress(future.result())
+            return [future.result() for future in futures]
 
     def describe(self) -> str:
         return f"local process pool ({self.max_workers} workers)"
@@ -81,7 +89,7 @@ class RayExecutor(Executor):
     def _alive_nodes(self, ray) -> dict[str, str]:
         return {node["NodeID"]: node.get("NodeManagerAddress", "?") for node in ray.nodes() if node.get("Alive")}
 
-    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         if not tasks:
             return []
         ray = self._ensure_ray()
@@ -93,7 +101,13 @@ class RayExecutor(Executor):
         # stage is reported by the next one.
         self._report(set(_LAST_ALIVE) - set(before), len(_LAST_ALIVE), f"before {name} (after the previous stage)")
         remote = ray.remote(max_retries=RAY_TASK_RETRIES, retry_exceptions=False)(fn)
-        results = ray.get([remote.remote(task) for task in tasks])
+        references = [remote.remote(task) for task in tasks]
+        if progress is not None:
+            pending = list(references)
+            while pending:
+                finished, pending = ray.wait(pending, num_returns=1)
+                progress(ray.get(finished[0]))
+        results = ray.get(references)
         _LAST_ALIVE = self._alive_nodes(ray)
         self._report(set(before) - set(_LAST_ALIVE), len(before), f"during {name}")
         return results
@@ -109,6 +123,15 @@ class RayExecutor(Executor):
 
     def describe(self) -> str:
         return f"ray ({self.address or 'local'})" + (f"; {'; '.join(self.events)}" if self.events else "")
+
+
+def _inline(fn: Callable[[T], R], tasks: Sequence[T], progress: Progress) -> list[R]:
+    results = []
+    for task in tasks:
+        results.append(fn(task))
+        if progress is not None:
+            progress(results[-1])
+    return results
 
 
 def make_executor(settings: ComputeSettings) -> Executor:

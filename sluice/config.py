@@ -124,7 +124,12 @@ class JsonlOptions(_Model):
     url_field: str | None = "url"
     date_field: str | None = "date"
     content_type: Literal["text/plain", "text/html"] = "text/plain"
+    # A longer line (after decompression) is quarantined as record_too_large; reading goes on at the next.
     max_line_bytes: int = Field(64 << 20, ge=1024)
+    # A compressed file (.gz/.zst/.bz2) whose decompressed bytes exceed this many times the compressed bytes
+    # read (past its first GiB) stops there (`expansion_limit`): a decompression bomb costs bounded time.
+    # Text rarely compresses 20-fold; gzip cannot exceed ~1,030-fold.
+    max_expansion_ratio: float = Field(1000.0, ge=10.0)
 
 
 class ParquetOptions(_Model):
@@ -134,11 +139,16 @@ class ParquetOptions(_Model):
     date_field: str | None = "date"
     content_type: Literal["text/plain", "text/html"] = "text/plain"
     batch_rows: int = Field(1024, ge=1)
+    # A longer text cell is quarantined as record_too_large; a row group whose page headers declare a page
+    # larger than this (decompressed) is quarantined unread (Arrow allocates a page at once).
+    max_record_bytes: int = Field(64 << 20, ge=1024)
 
 
 class WarcOptions(_Model):
     # Response records with one of these HTTP content types are read; other records are counted and skipped.
     content_types: tuple[str, ...] = ("text/html", "application/xhtml+xml", "text/plain")
+    # A longer record, or one whose HTTP payload decodes (Content-Encoding) to more, is quarantined as
+    # record_too_large; reading resumes at the next record.
     max_record_bytes: int = Field(64 << 20, ge=1024)
 
 
@@ -410,6 +420,12 @@ class CleaningSettings(_Model):
     # Model-based quality filter (the `quality_model` asset must exist): null = off; a number = score into
     # the `quality_score` column and drop below it (`low_quality_score`); 0 = score only.
     quality_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    # CPU seconds one step may spend on one document. A step over it (a pathological page in C code that
+    # nothing else interrupts) gets the document dropped as `step_timeout:<step>`, kept in the dropped
+    # output, and the part goes on: the chain runs in a supervised worker process that is killed and
+    # restarted after that document (sluice.budget). Normal documents take milliseconds. null: the chain
+    # runs in the task's own process, unbudgeted.
+    step_cpu_budget_s: float | None = Field(10.0, gt=0.0)
     extraction: ExtractionSettings = ExtractionSettings()
     gopher_repetition: GopherRepetitionSettings = GopherRepetitionSettings()
     gopher_quality: GopherQualitySettings = GopherQualitySettings()
@@ -501,6 +517,10 @@ class CleaningSettings(_Model):
             if "min_language_score" in override:
                 scores[code] = float(override["min_language_score"])
         return scores
+
+
+def _perplexity_enabled(cleaning: CleaningSettings) -> bool:
+    return cleaning.perplexity.enabled or any(o.get("perplexity", {}).get("enabled") for o in cleaning.languages.values())
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -675,7 +695,36 @@ class SluiceConfig(_Model):
                 )
         if not self.mixes:
             raise ValueError("at least one mix is required")
+        scored = [name for name in names if self.cleaning.for_source(name).quality_threshold is not None]
+        unavailable = self.quality_model_unavailable()
+        if scored and unavailable:
+            raise ValueError(
+                f"cleaning.quality_threshold is set (sources {scored}) but the quality model cannot be trained: "
+                f"{unavailable}; remove the threshold or fix quality_model"
+            )
+        perplexity = [name for name in names if _perplexity_enabled(self.cleaning.for_source(name))]
+        if perplexity and not (self.perplexity_model.reference_source or self.perplexity_model.sources):
+            raise ValueError(
+                f"cleaning.perplexity is enabled (sources {perplexity}) but perplexity_model.reference_source is not set: "
+                "no model can be trained; name the reference source or disable cleaning.perplexity"
+            )
         return self
+
+    def perplexity_model_unavailable(self) -> str | None:
+        """Why this config cannot feed the optional `perplexity_model` asset (None when it can)."""
+        if not (self.perplexity_model.reference_source or self.perplexity_model.sources):
+            return "perplexity_model.reference_source is not set"
+        return None
+
+    def quality_model_unavailable(self) -> str | None:
+        """Why this config cannot feed the optional `quality_model` asset (None when it can): the classifier
+        needs a positive source and at least one other source for its negatives."""
+        positive = self.quality_model.positive_source
+        if not positive:
+            return "quality_model.positive_source is not set"
+        if not [source.name for source in self.sources if source.name != positive]:
+            return f"it needs two classes, and {positive!r} (quality_model.positive_source) is the only source"
+        return None
 
     @property
     def source_names(self) -> list[str]:

@@ -34,7 +34,7 @@ from typing import Any
 from sluice.config import ExtractionSettings
 from sluice.steps import Document, Drop, Step
 
-_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*(?:["']\s*)?([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
          (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 

@@ -34,8 +34,12 @@ HAS_LETTER = re.compile(r"[^\W\d_]").search
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")
 OTHER_TERMINAL = ("。", "！", "？", "．", "」", "』", "”", "’", "»", "؟", "۔", "।", "॥", "።", "჻")
-_SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*\s+(?=\S)")
-_SENTENCE_END_MULTI = re.compile(r"[.!?]+[\"'”’)\]»]*\s+(?=\S)|[。！？؟۔।॥።]+[」』”’)）]*(?=\S)")
+# Sentence ends, counted by findall. Each starts only at the first mark of a run (the lookbehinds): a match
+# attempted inside a run of 100,000 dots would rescan the rest of the run from every position (quadratic).
+_SENTENCE_END = re.compile(r"(?<![.!?])[.!?]+[\"'”’)\]]*\s+(?=\S)")
+_SENTENCE_END_MULTI = re.compile(
+    r"(?<![.!?])[.!?]+[\"'”’)\]»]*\s+(?=\S)|(?<![。！？؟۔।॥።])[。！？؟۔।॥።]+[」』”’)）]*(?=\S)"
+)
 
 
 def _duplicates(items: list[str]) -> tuple[int, int]:

@@ -26,7 +26,14 @@ import xxhash
 
 from sluice.config import FORMAT_OPTIONS, S3Settings
 from sluice.layout import ParquetStreamWriter, PartitionRef
-from sluice.readers import MAX_QUARANTINED_PAYLOAD, Quarantined, RawRecord, read_records, supported_format
+from sluice.readers import (
+    COMPRESSED_SUFFIXES,
+    MAX_QUARANTINED_PAYLOAD,
+    Quarantined,
+    RawRecord,
+    read_records,
+    supported_format,
+)
 from sluice.storage import StorageError, StoreSpec, local_temp_dir
 
 RAW_SCHEMA = pa.schema(
@@ -59,7 +66,7 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
-UNVERIFIABLE_STREAM_REASONS = ("corrupt_compression", "truncated_gzip", "truncated_zstd")
+UNVERIFIABLE_STREAM_REASONS = ("corrupt_compression", "truncated_gzip", "truncated_zstd", "truncated_bz2", "expansion_limit")
 PREFETCH_MAX_ITEMS = 64
 PREFETCH_MAX_BYTES = 16 << 20  # a single record larger than this still passes, alone
 
@@ -171,7 +178,7 @@ def ingest_file(task: IngestTask) -> dict[str, Any]:
     # a failed check may hold altered bytes that still parse, and a corrupted deflate stream can also
     # look truncated (it "ends" early). Records of a stream that could not be verified to its end are
     # moved to quarantine (reason unverified_compressed_data, with their bytes), never kept.
-    compressed_text = task.fmt == "jsonl" and task.file_key.lower().endswith((".gz", ".zst"))
+    compressed_text = task.fmt == "jsonl" and task.file_key.lower().endswith(COMPRESSED_SUFFIXES)
     checksum_failed = False
 
     def quarantine(item: Quarantined) -> None:

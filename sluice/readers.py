@@ -1,7 +1,12 @@
-"""Streaming readers for crawl files: WARC (`.warc.gz`, `.warc`), JSONL (plain, gzip, zstd) and Parquet.
+"""Streaming readers for crawl files: WARC (`.warc.gz`, `.warc`), JSONL (plain, gzip, zstd, bzip2) and Parquet.
 
 Each reader turns one file into a stream of `RawRecord`s and `Quarantined` entries, holding at most one
-record (or one Parquet batch) in memory. Damage never stops a file early when the format lets the reader
+record (or one Parquet batch) in memory. No decompression is unbounded (sluice.inflate): a WARC gzip member
+and a response's decoded HTTP payload (Content-Encoding gzip/deflate/br/zstd, chunked transfer) stop at
+`max_record_bytes`, a JSONL line at `max_line_bytes`, a Parquet text cell at `max_record_bytes` (and a row
+group whose page headers declare a larger page is not decompressed at all, sluice.parquet_pages); such a
+record is quarantined as `record_too_large` and reading resumes at the next one. A compressed JSONL stream
+that expands more than `max_expansion_ratio` times its compressed size stops (`expansion_limit`). Damage never stops a file early when the format lets the reader
 find the next good record: a gzip-compressed WARC is read member by member (one record per member, as
 crawlers write it), so a broken member is quarantined and reading resumes at the next gzip header; JSONL
 resumes at the next line. What cannot be read is quarantined with a reason code and the bytes involved;
@@ -11,6 +16,7 @@ points: reading stops at its first broken record.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
@@ -21,10 +27,14 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
+from sluice.inflate import CorruptEncoding, ExpansionGuard, TooLarge, ZstdReader, decode_http_body
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 CHUNK = 1 << 20
 MAX_QUARANTINED_PAYLOAD = 1 << 20  # bytes of a damaged record kept in the quarantine output
+# A compressed JSONL stream may always decompress this much (or max_line_bytes, if larger) before its
+# expansion ratio is checked: a megabyte run of one character in an otherwise normal file is no bomb.
+EXPANSION_FLOOR_BYTES = 1 << 30
 
 
 @dataclass
@@ -51,7 +61,7 @@ def supported_format(name: str, fmt: str) -> bool:
     if fmt == "warc":
         return lower.endswith((".warc.gz", ".warc"))
     if fmt == "jsonl":
-        return lower.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson"))
+        return lower.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".json.gz", ".ndjson"))
     if fmt == "parquet":
         return lower.endswith(".parquet")
     return False
@@ -168,8 +178,34 @@ class _BadWarcRecord(Exception):
         self.offset = offset
 
 
-def _warc_records(stream: Any, max_record_bytes: int) -> Iterator[tuple[int, Any, bytes | None]]:
-    """The WARC records of an uncompressed stream: (offset, record, HTTP payload or None when too large).
+@dataclass
+class _Unreadable:
+    """Why a WARC record's payload is not returned: a reason code and a detail."""
+
+    reason: str
+    detail: str
+
+
+def _http_payload(record: Any, max_record_bytes: int) -> bytes | _Unreadable:
+    """A response record's HTTP payload, de-chunked and decoded (Content-Encoding), at most
+    `max_record_bytes` after decoding: a small compressed body cannot inflate past the limit."""
+    body = record.raw_stream.read(max_record_bytes + 1)
+    if record.http_headers is None:
+        return body
+    headers = record.http_headers
+    try:
+        return decode_http_body(body, headers.get_header("Transfer-Encoding"), headers.get_header("Content-Encoding"), max_record_bytes)
+    except TooLarge:
+        return _Unreadable(
+            "record_too_large", f"the HTTP payload decodes ({headers.get_header('Content-Encoding')}) to more than {max_record_bytes} bytes"
+        )
+    except CorruptEncoding as error:
+        return _Unreadable("corrupt_content_encoding", str(error))
+
+
+def _warc_records(stream: Any, max_record_bytes: int) -> Iterator[tuple[int, Any, bytes | _Unreadable]]:
+    """The WARC records of an uncompressed stream: (offset, record, HTTP payload of a response record, or
+    why it cannot be read; b"" for other record types).
 
     Only the WARC format is accepted (warcio would take other text for ARC records), the Content-Length
     must be a number and the record must hold that many bytes; otherwise `_BadWarcRecord` is raised.
@@ -182,7 +218,13 @@ def _warc_records(stream: Any, max_record_bytes: int) -> Iterator[tuple[int, Any
             declared = record.rec_headers.get_header("Content-Length")
             if declared is None or not declared.strip().isdigit():
                 raise ValueError(f"the record has no valid Content-Length (got {declared!r})")
-            payload = None if int(declared) > max_record_bytes else record.content_stream().read()
+            payload: bytes | _Unreadable
+            if int(declared) > max_record_bytes:
+                payload = _Unreadable("record_too_large", f"a record is longer than {max_record_bytes} bytes")
+            elif record.rec_type == "response":
+                payload = _http_payload(record, max_record_bytes)
+            else:
+                payload = b""
             while record.raw_stream.read(CHUNK):
                 pass
             if getattr(record.raw_stream, "limit", 0) > 0:
@@ -204,9 +246,11 @@ def _content_type_and_charset(value: str | None) -> tuple[str, str | None]:
     return main.lower(), charset
 
 
-def _warc_item(ordinal: int, location: str, record: Any, payload: bytes | None, options: WarcOptions, counters: dict[str, int]) -> RawRecord | Quarantined | None:
-    if payload is None:
-        return Quarantined(location, "record_too_large", f"a record is longer than {options.max_record_bytes} bytes")
+def _warc_item(
+    ordinal: int, location: str, record: Any, payload: bytes | _Unreadable, options: WarcOptions, counters: dict[str, int]
+) -> RawRecord | Quarantined | None:
+    if isinstance(payload, _Unreadable):
+        return Quarantined(location, payload.reason, payload.detail)
     if record.rec_type != "response":
         counters["skipped_non_response"] = counters.get("skipped_non_response", 0) + 1
         return None
@@ -301,57 +345,20 @@ def read_warc(stream: BinaryIO, options: WarcOptions, counters: dict[str, int]) 
 # ---------------------------------------------------------------------------------------------- JSONL
 
 
-class _ZstdReader(io.RawIOBase):
-    """One or more zstd frames, decompressed as a raw stream. zstandard's own stream_reader ends quietly
-    when the input stops inside a frame; this one raises EOFError there, so truncation is reported."""
-
-    FEED = 1024  # compressed bytes per step: zstd expands a byte at most ~32,000-fold, so output stays bounded
-
-    def __init__(self, stream: Any) -> None:
-        import zstandard
-
-        self._decompressor = zstandard.ZstdDecompressor()
-        self._stream = stream
-        self._frame: Any = None
-        self._input = b""
-        self._input_position = 0
-        self._output = b""
-        self._output_position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while self._output_position >= len(self._output):
-            if self._input_position >= len(self._input):
-                self._input, self._input_position = self._stream.read(CHUNK), 0
-                if not self._input:
-                    if self._frame is not None:
-                        raise EOFError("the file ends inside a zstd frame")
-                    return 0
-            if self._frame is None:
-                self._frame = self._decompressor.decompressobj()
-            piece = self._input[self._input_position : self._input_position + self.FEED]
-            self._input_position += len(piece)
-            self._output, self._output_position = self._frame.decompress(piece), 0
-            if self._frame.eof:
-                self._input = self._frame.unused_data + self._input[self._input_position :]
-                self._input_position = 0
-                self._frame = None
-        size = min(len(buffer), len(self._output) - self._output_position)
-        buffer[:size] = self._output[self._output_position : self._output_position + size]
-        self._output_position += size
-        return size
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".bz2")
 
 
 def _decompressed(stream: BinaryIO, name: str) -> BinaryIO:
     """A buffered, line-readable view of the decompressed stream. Lines before damage stay readable:
-    the gzip and zstd readers hand out what they decompressed before they raise."""
+    the gzip, bzip2 and zstd readers hand out what they decompressed before they raise. Each decodes a
+    bounded amount per read (gzip and bz2 ask their decompressor for at most the requested size)."""
     lower = name.lower()
     if lower.endswith(".gz"):
         return gzip.GzipFile(fileobj=stream)  # type: ignore[return-value]
+    if lower.endswith(".bz2"):
+        return bz2.BZ2File(stream)  # type: ignore[return-value]
     if lower.endswith(".zst"):
-        return io.BufferedReader(_ZstdReader(stream), buffer_size=CHUNK)  # type: ignore[return-value]
+        return io.BufferedReader(ZstdReader(stream), buffer_size=CHUNK)  # type: ignore[return-value]
     return io.BufferedReader(stream, buffer_size=CHUNK)  # type: ignore[arg-type]
 
 
@@ -369,8 +376,13 @@ def _text_record(ordinal: int, item: dict[str, Any], options: JsonlOptions | Par
     source_id = item.get(options.id_field) if options.id_field else None
     url = str(url) if url is not None else None
     source_id = str(source_id) if source_id is not None else None
+    limit = options.max_line_bytes if isinstance(options, JsonlOptions) else options.max_record_bytes
+    if len(text) > limit:  # characters: at most one byte short of the UTF-8 length check below
+        return Quarantined(location, "record_too_large", f"the text is longer than {limit} bytes", text[:MAX_QUARANTINED_PAYLOAD].encode("utf-8", "backslashreplace"))
     try:
         content = text.encode("utf-8")
+        if len(content) > limit:
+            return Quarantined(location, "record_too_large", f"the text is longer than {limit} bytes", content[:MAX_QUARANTINED_PAYLOAD])
         for value in (url, source_id):
             if value is not None:
                 value.encode("utf-8")
@@ -393,9 +405,24 @@ def _text_record(ordinal: int, item: dict[str, Any], options: JsonlOptions | Par
 
 
 def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
-    reader = _decompressed(stream, name)
-    truncated = "truncated_zstd" if name.lower().endswith(".zst") else "truncated_gzip"
+    compressed = name.lower().endswith(COMPRESSED_SUFFIXES)
+    guard = ExpansionGuard(stream)
+    reader = _decompressed(guard if compressed else stream, name)  # type: ignore[arg-type]
+    lower = name.lower()
+    truncated = "truncated_zstd" if lower.endswith(".zst") else "truncated_bz2" if lower.endswith(".bz2") else "truncated_gzip"
     line_number = 0
+    decompressed = 0
+
+    def expanded_too_far() -> Quarantined | None:
+        if compressed and guard.exceeded(decompressed, options.max_expansion_ratio, max(EXPANSION_FLOOR_BYTES, options.max_line_bytes)):
+            return Quarantined(
+                f"after line {line_number}",
+                "expansion_limit",
+                f"{decompressed} bytes decompressed from {guard.bytes_read}: more than max_expansion_ratio "
+                f"{options.max_expansion_ratio:g}; the rest of the file is not read",
+            )
+        return None
+
     while True:
         try:
             line = reader.readline(options.max_line_bytes + 1)
@@ -408,6 +435,7 @@ def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dic
         if not line:
             return
         line_number += 1
+        decompressed += len(line)
         if len(line) > options.max_line_bytes and not line.endswith(b"\n"):
             # Skip the rest of an over-long line without holding it in memory.
             head = line[:MAX_QUARANTINED_PAYLOAD]
@@ -416,8 +444,16 @@ def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dic
                     line = reader.readline(CHUNK)
                 except Exception:
                     break
-            yield Quarantined(f"line {line_number}", "line_too_long", f"longer than {options.max_line_bytes} bytes", head)
+                decompressed += len(line)
+                if (stop := expanded_too_far()) is not None:
+                    yield Quarantined(f"line {line_number}", "record_too_large", f"longer than {options.max_line_bytes} bytes", head)
+                    yield stop
+                    return
+            yield Quarantined(f"line {line_number}", "record_too_large", f"longer than {options.max_line_bytes} bytes", head)
             continue
+        if (stop := expanded_too_far()) is not None:
+            yield stop
+            return
         stripped = line.strip()
         if not stripped:
             continue
@@ -468,6 +504,33 @@ def _parquet_rows(batch: Any) -> Iterator[dict[str, Any] | UnicodeDecodeError]:
         yield item
 
 
+def _oversized_page(path_or_stream: str | BinaryIO, parquet: Any, group: int, columns: list[str], limit: int) -> str | None:
+    """Why a row group is not read: one of its pages would decompress past `limit` (a Parquet bomb: Arrow
+    allocates a whole page at once), from the page headers alone (sluice.parquet_pages). None when fine."""
+    from sluice.parquet_pages import largest_page
+
+    row_group = parquet.metadata.row_group(group)
+    names = [row_group.column(i).path_in_schema for i in range(row_group.num_columns)]
+    stream = open(path_or_stream, "rb") if isinstance(path_or_stream, str) else path_or_stream  # noqa: SIM115
+    try:
+        for name in columns:
+            if name not in names:
+                continue
+            chunk = row_group.column(names.index(name))
+            if chunk.total_uncompressed_size <= limit:
+                continue  # no page can be larger than its whole column chunk
+            size = largest_page(stream, chunk)
+            if size is not None and size > limit:
+                return (
+                    f"column {name!r} has a page that decompresses to {size} bytes, more than max_record_bytes {limit}; "
+                    f"its {row_group.num_rows} rows are not read"
+                )
+    finally:
+        if isinstance(path_or_stream, str):
+            stream.close()
+    return None
+
+
 def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
     import pyarrow.parquet as pq
 
@@ -485,6 +548,11 @@ def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counte
     start = 0
     for group in range(parquet.num_row_groups):
         ordinal = start
+        oversized = _oversized_page(path_or_stream, parquet, group, wanted, options.max_record_bytes)
+        if oversized is not None:
+            yield Quarantined(f"row group {group}", "record_too_large", oversized)
+            start += parquet.metadata.row_group(group).num_rows
+            continue
         try:
             for batch in parquet.iter_batches(batch_size=options.batch_rows, row_groups=[group], columns=wanted):
                 for item in _parquet_rows(batch):

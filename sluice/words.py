@@ -40,8 +40,11 @@ MARKS = "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670
 
 # A word: letters/digits of a spaced script, combining marks inside it, apostrophes and dots inside it
 # (`don't`, `l'homme`, `example.com`, `2.6.32`: one token each, as spaCy's tokenizer keeps them).
-# Written as an unrolled loop so the common case (no marks) runs as one character-class scan.
-_RUN = rf"[^\W{NO_SPACE}]+(?:[{MARKS}]+[^\W{NO_SPACE}]*)*"
+# Written as an unrolled loop so the common case (no marks) runs as one character-class scan. Each turn of
+# the loop starts with one mark that is not a word character (the lookahead keeps \\W to MARKS): word
+# characters inside MARKS (Devanagari letters) belong to the class scans only, so a string splits into
+# turns in exactly one way and a failing match cannot retry exponentially many splits.
+_RUN = rf"[^\W{NO_SPACE}]+(?:(?=[{MARKS}])\W[^\W{NO_SPACE}]*)*"
 MULTILINGUAL_TOKEN = re.compile(rf"[{NO_SPACE}]|{_RUN}(?:[.'’]{_RUN})*|\.\.\.|[^\w\s{MARKS}]")
 NO_SPACE_CHAR = re.compile(f"[{NO_SPACE}]")
 
@@ -86,19 +89,39 @@ STOP_WORDS: dict[str, frozenset[str]] = {
 # `2.6.32`) is one token.
 _PREFIX = "([{\"'“‘«¡¿<*$#§="
 _SUFFIX = ")]}\"'”’»,;:!?%>*。，、！？；：」』）"
-_CHUNK = re.compile(
-    rf"([{re.escape(_PREFIX)}]*)(.*?)((?:n't|n’t|'s|’s|'ll|'re|'ve|'d|'m)?(?:\.\.\.|…|[{re.escape(_SUFFIX)}.])*)",
-    re.DOTALL,
-)
+_PREFIX_CHARS = frozenset(_PREFIX)
+_SUFFIX_CHARS = frozenset(_SUFFIX + ".…")  # `...` is three of these; _SUFFIX_TOKEN groups them
+_CONTRACTIONS = ("n't", "n’t", "'s", "’s", "'ll", "'re", "'ve", "'d", "'m")
 _SUFFIX_TOKEN = re.compile(r"n['’]t|['’](?:s|ll|re|ve|d|m)|\.\.\.|.", re.DOTALL)
 _INFIX = re.compile(r"(?<=[^\W\d_])(-)(?=[^\W\d_])|(?<=[^\W_])([:<>=/])(?=[^\W\d_])")
 _INFIX_CHARS = frozenset("-:<>=/")
 
 
+def split_affixes(chunk: str) -> tuple[str, str, str]:
+    """(prefix, core, suffix) of a chunk, in one pass from each end (linear in its length).
+
+    prefix: the longest run of opening characters at the start; suffix: the longest tail made of an
+    optional English contraction followed by closing characters (`.` and `…` included) that leaves the
+    prefix alone; core: what lies between. This is what the pattern
+    `([PREFIX]*)(.*?)((?:n't|'s|...)?[SUFFIX.…]*)` yields under `fullmatch` (tests compare the two), without
+    the backtracking that made such a pattern exponential in a run of dots followed by other punctuation.
+    """
+    end = len(chunk)
+    start = 0
+    while start < end and chunk[start] in _PREFIX_CHARS:
+        start += 1
+    tail = end
+    while tail > start and chunk[tail - 1] in _SUFFIX_CHARS:
+        tail -= 1
+    for contraction in _CONTRACTIONS:
+        if tail - len(contraction) >= start and chunk.endswith(contraction, 0, tail):
+            tail -= len(contraction)
+            break
+    return chunk[:start], chunk[start:tail], chunk[tail:]
+
+
 def _split_chunk(chunk: str, out: list[str], spaceless: bool) -> None:
-    match = _CHUNK.fullmatch(chunk)
-    assert match is not None  # every string matches (all three groups may be empty)
-    prefix, core, suffix = match.groups()
+    prefix, core, suffix = split_affixes(chunk)
     out.extend(prefix)
     if core:
         if spaceless and NO_SPACE_CHAR.search(core):

@@ -50,7 +50,9 @@ def test_every_asset_and_check_for_every_partition(local_run):
     failed = [check for check in report["checks"] if not check[2]]
     assert failed == []
     checked_assets = {asset for asset, _, _ in report["checks"]}
-    assert checked_assets == {"raw_documents", "quality_model", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset"}
+    assert checked_assets == {
+        "raw_documents", "quality_model", "perplexity_model", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset",
+    }
 
 
 def cleaned_frame(folder, source: str, snapshot: str, kind: str = "part"):

@@ -24,8 +24,9 @@ def test_pair_without_data_materializes_empty_and_tokenizer_json_is_accepted(tmp
         {"name": "reference", "location": str(reference), "format": "jsonl"},
     ]
     mixes = {"default": {"weights": {"web": 1.0}, "token_budget": 20_000, "sequence_length": 128, "seed": 3}}
-    # No reference documents at all, so no quality model can be trained (its positives).
-    config = make_config(sources=sources, mixes=mixes, quality_model={"positive_source": None})
+    # No reference documents at all, so neither the quality model (its positives) nor the perplexity model
+    # (its training text) can be trained: the optional assets are skipped.
+    config = make_config(sources=sources, mixes=mixes, quality_model={"positive_source": None}, perplexity_model={"reference_source": None})
     resources = build_resources(config)
     (tmp_path / "home").mkdir()
     with DagsterInstance.local_temp(tempdir=str(tmp_path / "home")) as instance:

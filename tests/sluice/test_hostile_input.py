@@ -293,7 +293,7 @@ def test_50mb_line_and_50mb_warc_record_are_quarantined_and_neighbours_survive(t
     data = b"\n".join([good[0], good[1], huge, good[2], good[3]]) + b"\n"
     rows, quarantined = ingest_bytes(tmp_path / "jsonl", "big.jsonl", data, "jsonl", {"max_line_bytes": 1 << 20})
     assert [r["source_id"] for r in rows] == ["0", "1", "2", "3"]
-    assert [(q["location"], q["reason"]) for q in quarantined] == [("line 3", "line_too_long")]
+    assert [(q["location"], q["reason"]) for q in quarantined] == [("line 3", "record_too_large")]
     assert len(quarantined[0]["payload"]) <= 1 << 20
     del data, huge
 

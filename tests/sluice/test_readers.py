@@ -359,7 +359,7 @@ def test_over_long_line_is_quarantined_and_the_following_lines_kept():
     records, quarantined = read_jsonl_bytes(data, "docs.jsonl", max_line_bytes=1024)
 
     assert [r.source_id for r in records] == ["a", "b", "fits", "c"]
-    assert [(q.location, q.reason) for q in quarantined] == [("line 2", "line_too_long"), ("line 5", "line_too_long")]
+    assert [(q.location, q.reason) for q in quarantined] == [("line 2", "record_too_large"), ("line 5", "record_too_large")]
     assert quarantined[0].payload.startswith(b'{"id": "huge"') and len(quarantined[0].payload) == 1025
 
 

@@ -129,6 +129,7 @@ def test_nul_characters_fall_back_exactly(trained_json):
     assert encoder.fallback_documents == len(texts)
 
 
+@pytest.mark.may_skip  # depends on the two engines' Unicode tables, not on the machine
 def test_characters_classed_differently_by_the_two_regex_engines_fall_back(trained_json):
     encoder = WordCachedEncoder(trained_json)
     # Letters of Unicode versions newer than tokenizers' Oniguruma tables (the `regex` module knows them as

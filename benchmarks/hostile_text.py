@@ -1,0 +1,190 @@
+"""Hostile text: is every per-document text function linear in its input? Checked by input doubling.
+
+    python benchmarks/hostile_text.py [--sizes 262144,524288,1048576] [--only tokenize]
+
+Each adversarial family (`sluice.hostile.FAMILIES`: long runs of every punctuation class, dotted
+table-of-contents leaders, nested brackets, one-token megabytes, mixed scripts with combining marks,
+newline and whitespace runs, PII- and URL-like repetitions) is built at each size (characters) and fed to
+every function that sees document text (`sluice.hostile.text_functions`): the word tokenizer in both
+modes, each quality filter, PII search and redaction, the URL filter, the hash and MinHash normalizers,
+shingling, decontamination n-grams, language ID, charset detection, and the byte-level pre-tokenizer of
+the tokenization fast path. Time per call is the best of `--repeats` (CPU seconds of this process).
+
+It also measures what the per-document CPU budget costs: clean_part on real corpus pages
+(../shared/corpus) with the budget (the chain in a supervised worker process, a heartbeat before every
+step) against without it: CPU seconds of all the processes involved (this one, the worker, the extraction
+helpers), best of --repeats; wall time printed too.
+
+Figures: worst seconds per MB over all (family, function) pairs at the largest size, and the worst growth
+per doubling of the input, (t_largest / t_smallest) ** (1 / doublings): a linear function gives ~2, a
+quadratic one ~4, an exponential one never finishes (each call is stopped after --limit-s and reported as
+such). The ratio over the whole range is less disturbed by other jobs on a shared machine than one taken
+between neighbouring sizes. Pairs faster than 50 ms at the largest size are left out of the ratio (on a
+shared machine their times are mostly noise; a superlinear pair is far slower than that at a megabyte),
+not out of seconds per MB; the ratio starts at the smallest size taking at least 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.peers import figure  # noqa: E402
+from sluice.hostile import FAMILIES, text_functions  # noqa: E402
+
+NOISE_FLOOR_S = 0.050
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _alarm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise _Stopped
+
+
+def timed(function, text: str, repeats: int, limit_s: float) -> float | None:
+    """Best CPU seconds of `repeats` calls, or None when one call ran past `limit_s` (interrupted: Python
+    code and the `re` engine check signals)."""
+    best = float("inf")
+    signal.signal(signal.SIGALRM, _alarm)
+    for _ in range(repeats):
+        signal.setitimer(signal.ITIMER_REAL, limit_s)
+        started = time.process_time()
+        try:
+            function(text)
+        except _Stopped:
+            return None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def growth(sizes: list[int], times: list[float]) -> float:
+    """Time growth per doubling of the input, from the smallest size whose time is measurable to the largest
+    (0 when even the largest is below the noise floor)."""
+    if times[-1] < NOISE_FLOOR_S:
+        return 0.0
+    for size, seconds in zip(sizes[:-1], times[:-1], strict=True):
+        if seconds >= NOISE_FLOOR_S / 5:
+            return (times[-1] / seconds) ** (1 / math.log2(sizes[-1] / size))
+    return 0.0
+
+
+def budget_overhead(pages: int, repeats: int) -> None:
+    """Wall time of clean_part on real corpus pages with the per-document budget (the chain in a supervised
+    worker, heartbeat before every step) and without it (the chain in this process), best of `repeats`."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from warcio.archiveiterator import ArchiveIterator
+
+    from benchmarks.peers import SHARED
+    from sluice.clean import CleanTask, clean_part
+    from sluice.config import CleaningSettings
+    from sluice.ingest import RAW_SCHEMA
+
+    rows = []
+    for path in sorted((SHARED / "corpus" / "web" / "2026-01").glob("*.warc.gz")):
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type == "response" and len(rows) < pages:
+                    rows.append({
+                        "doc_id": str(len(rows)), "source": "web", "snapshot": "s", "url": record.rec_headers.get_header("WARC-Target-URI"),
+                        "fetch_date": None, "content_type": "text/html", "content": record.content_stream().read(), "charset": None,
+                        "content_hash": "", "file": path.name, "ordinal": len(rows), "source_id": None,
+                    })
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    with tempfile.TemporaryDirectory() as folder:
+        pq.write_table(pa.Table.from_pylist(rows, schema=RAW_SCHEMA), f"{folder}/part-00000.parquet")
+        wall: dict[float | None, float] = {}
+        cpu: dict[float | None, float] = {}
+        for _ in range(repeats):
+            for budget in (None, 10.0):
+                task = CleanTask(folder, "part-00000.parquet", f"{folder}/out-{budget}", 0, CleaningSettings(step_cpu_budget_s=budget))
+                started, own, children = time.perf_counter(), time.process_time(), children_cpu()
+                result = clean_part(task)
+                spent = time.process_time() - own + children_cpu() - children + (result.get("worker_cpu_s") or 0.0)
+                wall[budget] = min(wall.get(budget, float("inf")), time.perf_counter() - started)
+                cpu[budget] = min(cpu.get(budget, float("inf")), spent)
+    print(
+        f"clean_part on {len(rows)} corpus pages, best of {repeats}: unbudgeted {cpu[None]:.2f} CPU s ({wall[None]:.2f} s wall), "
+        f"budgeted {cpu[10.0]:.2f} CPU s ({wall[10.0]:.2f} s wall; worker and task process together)"
+    )
+    per_document_ms = (cpu[10.0] - cpu[None]) / len(rows) * 1000
+    figure(f"budget overhead (clean_part CPU, {len(rows)} pages of corpus web/2026-01, best of {repeats})", cpu[10.0] / cpu[None], "<= 1.05")
+    figure("budget overhead per document (ms CPU)", per_document_ms, "tiny next to a document's cleaning")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="262144,524288,1048576,2097152", help="characters per input, doubling")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--limit-s", type=float, default=20.0, help="a call running longer is stopped")
+    parser.add_argument("--only", default="", help="comma-separated function names to run (default: all)")
+    parser.add_argument("--families", default="", help="comma-separated family names to run (default: all)")
+    parser.add_argument("--budget-pages", type=int, default=1000, help="corpus pages for the budget overhead (0: skip)")
+    args = parser.parse_args()
+    if args.budget_pages:
+        budget_overhead(args.budget_pages, args.repeats)
+    sizes = [int(size) for size in args.sizes.split(",")]
+    functions = text_functions()
+    if args.only:
+        functions = {name: fn for name, fn in functions.items() if name in args.only.split(",")}
+    families = FAMILIES if not args.families else {k: v for k, v in FAMILIES.items() if k in args.families.split(",")}
+    if not families:
+        return 0
+    print(f"{len(families)} families x {len(functions)} functions, sizes {sizes} characters, best of {args.repeats}")
+
+    worst_per_mb = (0.0, "", "")
+    worst_ratio = (0.0, "", "")
+    stopped: list[str] = []
+    per_function: dict[str, tuple[float, float]] = {}
+    for function_name, function in functions.items():
+        function_worst = (0.0, 0.0)
+        for family_name, build in families.items():
+            times: list[float | None] = []
+            for size in sizes:
+                seconds = timed(function, build(size), args.repeats, args.limit_s)
+                times.append(seconds)
+                if seconds is None:
+                    break
+            if times[-1] is None:
+                stopped.append(f"{function_name} on {family_name} (size {sizes[len(times) - 1]})")
+                print(f"  {function_name:24} {family_name:28} STOPPED after {args.limit_s} s at {sizes[len(times) - 1]} characters")
+                continue
+            per_mb = times[-1] / (sizes[-1] / 1e6)
+            ratio = growth(sizes, times)
+            worst_per_mb = max(worst_per_mb, (per_mb, function_name, family_name))
+            worst_ratio = max(worst_ratio, (ratio, function_name, family_name))
+            function_worst = (max(function_worst[0], per_mb), max(function_worst[1], ratio))
+            if ratio > 2.2 or per_mb > 0.5:
+                print(f"  {function_name:24} {family_name:28} {per_mb:8.4f} s/MB  doubling x{ratio:.2f}")
+        per_function[function_name] = function_worst
+        print(f"{function_name:26} worst {function_worst[0]:8.4f} s/MB, worst doubling x{function_worst[1]:.2f}", flush=True)
+
+    print(f"worst seconds per MB: {worst_per_mb[1]} on {worst_per_mb[2]}; worst doubling: {worst_ratio[1]} on {worst_ratio[2]}")
+    if stopped:
+        print("stopped (superlinear): " + "; ".join(stopped))
+    config = f"{len(families)} families x {len(functions)} functions, {sizes[0]}..{sizes[-1]} chars, best of {args.repeats}"
+    figure(f"hostile text worst seconds per MB ({config})", worst_per_mb[0] if not stopped else float("inf"), "< 1 s/MB, far inside the per-step budget")
+    figure("hostile text worst doubling ratio", worst_ratio[0] if not stopped else float("inf"), "<= 2.2 (linear)")
+    figure("hostile text calls stopped", len(stopped), "0")
+    return 0 if not stopped and worst_ratio[0] <= 2.2 else 1
+
+
+if __name__ == "__main__":  # (the guard matters: the budget's worker processes import this module)
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""A CPU-time budget per document and step: per-document work runs in a child process that is killed when
+one step of one document overruns, and a fresh child resumes after that document.
+
+Why a process: the loops that run away on hostile pages are in C (a regular expression backtracking, an
+HTML parser on a 40,000-deep tree), where no Python signal handler or thread can stop them; only the
+operating system can. Why CPU time: on a shared machine wall time depends on the neighbours, CPU time on the
+document (and it does not count time spent waiting on a helper process with its own budget).
+
+Protocol. The parent calls `supervise(work, args, budget_s, on_chunk)`. The child runs
+`work(args, start, skips, heartbeat, send)`: it processes items (documents) from index `start` in order,
+calls `heartbeat.item(i)` before item i and `heartbeat.stage(k)` before stage (step) k of it, and sends
+`("chunk", next_item, payload)` now and then and `("done", payload)` at the end; an item listed in `skips`
+(index -> `Skip`) must not be processed but reported as skipped (the work function knows how). The parent
+waits for messages and every `poll_s` reads the heartbeat: when the sequence number has not moved while the
+child spent more than `budget_s` of CPU time (from /proc; wall time where there is none), it kills the
+child (and the child's own helper processes), adds the item to `skips` and starts a new child at the first
+item not yet delivered in a chunk. Items between that point and the killed one are processed again, so
+what `on_chunk` receives is the same, in the same order, as from a run without the kill. A child that dies
+by itself (a crash in C code, the kernel's OOM killer) is handled the same way (`Skip.kind == "crashed"`);
+an exception in `work` is sent back and raised here, as it would have been in-process.
+
+The heartbeat is three 64-bit integers in shared memory (sequence, item, stage): a few hundred nanoseconds
+per step, so the fast path stays fast; the child is forked from a forkserver that has the modules imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+CHILD_START_TIMEOUT_S = 300.0  # a child that never beats (imports, model loading) fails the task after this
+EXIT_TIMEOUT_S = 10.0  # a child that has sent "done" gets this long to exit before it is killed
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Imported once by the forkserver, before it forks workers. "__main__" too: otherwise multiprocessing runs the
+# main script again in every worker it starts (seconds, when that script imports Dagster).
+_PRELOAD = ["__main__", "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet"]
+
+
+@dataclass(frozen=True)
+class Skip:
+    """An item the child must not process again: it overran its budget, or its child died on it."""
+
+    kind: str  # "timeout" | "crashed"
+    stage: int  # the stage it was in
+    detail: str
+
+
+class Heartbeat:
+    """What the child is doing: (sequence number, item, stage) in shared memory."""
+
+    def __init__(self, shared: Any = None) -> None:
+        self.shared = shared if shared is not None else multiprocessing.RawArray("q", 3)
+
+    def item(self, index: int) -> None:
+        self.shared[1] = index
+
+    def stage(self, index: int) -> None:
+        shared = self.shared
+        shared[2] = index
+        shared[0] += 1
+
+    def read(self) -> tuple[int, int, int]:
+        shared = self.shared
+        return shared[0], shared[1], shared[2]
+
+
+class NoHeartbeat:
+    """The heartbeat of in-process runs (no budget): does nothing."""
+
+    def item(self, index: int) -> None:
+        pass
+
+    def stage(self, index: int) -> None:
+        pass
+
+
+class ChildError(RuntimeError):
+    """The work function raised in the child (the message holds its traceback)."""
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float | None:
+    """CPU time (user + system) of a process so far, from /proc, with `children` also that of its children
+    it has waited for; None where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            fields = stream.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    # utime, stime, cutime, cstime: fields 14 to 17 of stat (11 to 14 after the command name)
+    return sum(int(value) for value in fields[11 : 15 if children else 13]) / _TICKS
+
+
+def _children(pid: int) -> list[int]:
+    """Direct child processes of `pid` (Linux /proc; empty elsewhere)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stream:
+                fields = stream.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+START_METHOD: str | None = None  # None: forkserver where there is one, else spawn ("fork" lets tests patch steps)
+
+
+def _context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    if START_METHOD is not None:
+        return multiprocessing.get_context(START_METHOD)
+    # The forkserver listens on a Unix socket in multiprocessing's temporary folder (under $TMPDIR), and a
+    # socket path has at most 107 bytes: with a deeper $TMPDIR the workers are spawned instead (slower start).
+    from multiprocessing import util
+
+    if "forkserver" in methods and len(os.fsencode(util.get_temp_dir())) + len("/listener-xxxxxxxx") < 100:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(_PRELOAD)
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def _child_main(work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip], shared: Any, connection: Any) -> None:
+    heartbeat = Heartbeat(shared)
+    try:
+        work(args, start, skips, heartbeat, connection.send)
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        with contextlib.suppress(OSError):
+            connection.send(("error", traceback.format_exc()))
+        sys.exit(1)
+    finally:
+        with contextlib.suppress(OSError):
+            connection.close()
+
+
+class _Child:
+    def __init__(self, context: Any, work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip]) -> None:
+        self.heartbeat = Heartbeat(context.RawArray("q", 3))
+        self.heartbeat.shared[0] = 0
+        self.heartbeat.shared[1] = start
+        self.heartbeat.shared[2] = -1
+        receive, send = context.Pipe(duplex=False)
+        self.process = context.Process(
+            target=_child_main, args=(work, args, start, dict(skips), self.heartbeat.shared, send), daemon=True
+        )
+        self.process.start()
+        send.close()
+        self.connection = receive
+        self.started = time.monotonic()
+        self.cpu_at_kill: float | None = None
+
+    def kill(self) -> None:
+        """Kill the child and its helper processes, and wait for it."""
+        pid = self.process.pid
+        helpers = _children(pid) if pid else []
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        for helper in helpers:
+            with contextlib.suppress(OSError):
+                os.kill(helper, signal.SIGKILL)
+        self.process.join()
+
+    def close(self) -> None:
+        self.process.join(timeout=EXIT_TIMEOUT_S)  # a child that is done exits by itself
+        if self.process.is_alive():
+            self.kill()
+        with contextlib.suppress(OSError):
+            self.connection.close()
+
+
+@dataclass
+class Supervised:
+    """The outcome of `supervise`: the work's final payload, the items it skipped, and the CPU seconds its
+    workers spent (with their helper processes; None where there is no /proc)."""
+
+    payload: Any
+    skips: dict[int, Skip]
+    worker_cpu_s: float | None
+
+
+def supervise(
+    work: Callable[..., None],
+    args: Any,
+    budget_s: float,
+    on_chunk: Callable[[Any], None],
+    stage_name: Callable[[int], str] = str,
+) -> Supervised:
+    """Run `work` under the budget (see the module docstring)."""
+    context = _context()
+    poll_s = min(0.25, max(0.01, budget_s / 4))
+    skips: dict[int, Skip] = {}
+    delivered = 0  # items before this index were delivered in chunks
+    cpu: float | None = 0.0
+    while True:
+        child = _Child(context, work, args, delivered, skips)
+        try:
+            outcome = _watch(child, budget_s, poll_s, on_chunk, stage_name)
+        finally:
+            spent = child.cpu_at_kill if child.cpu_at_kill is not None else cpu_seconds(child.process.pid, children=True)
+            child.close()
+        cpu = cpu + spent if cpu is not None and spent is not None else None
+        kind, value, next_item = outcome
+        if kind == "done":
+            return Supervised(value, skips, cpu)
+        delivered = next_item
+        skips[value[0]] = value[1]
+
+
+def _watch(child: _Child, budget_s: float, poll_s: float, on_chunk: Callable[[Any], None], stage_name: Callable[[int], str]):
+    """Until the child is done or stuck: ("done", payload, _) or ("skip", (item, Skip), next item to run)."""
+    delivered = child.heartbeat.shared[1]
+    seen_sequence, cpu_at_sequence, wall_at_sequence = -1, 0.0, time.monotonic()
+    while True:
+        try:
+            if child.connection.poll(poll_s):
+                message = child.connection.recv()
+                if message[0] == "chunk":
+                    _, delivered, payload = message
+                    on_chunk(payload)
+                    continue
+                if message[0] == "done":
+                    return "done", message[1], delivered
+                raise ChildError(message[1])
+        except (EOFError, OSError):
+            pass  # the child is gone: decided below
+        sequence, item, stage = child.heartbeat.read()
+        if not child.process.is_alive():
+            child.process.join()
+            if sequence == 0:
+                raise ChildError(f"the budgeted worker process exited ({child.process.exitcode}) before starting its work")
+            code = child.process.exitcode
+            return "skip", (item, Skip("crashed", stage, f"the worker process died (exit code {code}) in step {stage_name(stage)}")), delivered
+        now = time.monotonic()
+        if sequence == 0:
+            if now - child.started > CHILD_START_TIMEOUT_S:
+                raise ChildError(f"the budgeted worker process did not start its work within {CHILD_START_TIMEOUT_S} s")
+            continue
+        cpu = cpu_seconds(child.process.pid)
+        if sequence != seen_sequence:
+            seen_sequence, cpu_at_sequence, wall_at_sequence = sequence, cpu if cpu is not None else 0.0, now
+            continue
+        spent = (cpu - cpu_at_sequence) if cpu is not None else now - wall_at_sequence
+        if spent > budget_s:
+            child.cpu_at_kill = cpu_seconds(child.process.pid, children=True)
+            child.kill()
+            # Chunks the child finished sending before it was killed still count.
+            with contextlib.suppress(EOFError, OSError):
+                while child.connection.poll(0):
+                    message = child.connection.recv()
+                    if message[0] != "chunk":
+                        break
+                    _, delivered, payload = message
+                    on_chunk(payload)
+            measure = "CPU" if cpu is not None else "wall-clock"
+            detail = f"step {stage_name(stage)} spent more than {budget_s:g} s of {measure} time on this document"
+            return "skip", (item, Skip("timeout", stage, detail)), delivered

@@ -1,0 +1,195 @@
+"""The per-document budget of the cleaning chain (sluice.budget): a step that overruns on one document gets it
+dropped as `step_timeout:<step>` (counted, kept in the dropped output), a worker that dies on one gets it
+dropped as `step_crashed:<step>`, and every other document comes out exactly as in an unbudgeted run.
+
+No timing is asserted: the slow steps never finish by themselves (a C-level loop in resiliparse on a
+20,000-deep page, a test step that spins forever), so the only way past them is the budget.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sluice.budget
+import sluice.clean
+from sluice.budget import ChildError
+from sluice.clean import CleanTask, clean_part
+from sluice.config import CleaningSettings, ExtractionSettings
+from sluice.ingest import RAW_SCHEMA
+from sluice.steps import Drop, Step
+from tests.data_assets.test_cleaned import SENTENCES
+
+PAGE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{paragraphs}</article></body></html>"
+
+
+def page(index: int) -> bytes:
+    rotated = SENTENCES[index % len(SENTENCES) :] + SENTENCES[: index % len(SENTENCES)]
+    paragraphs = "".join(f"<p>{sentence}</p>" for sentence in rotated)
+    paragraphs += f"<p>This is page number {index} of the story, kept for the test of the budget.</p>"
+    return PAGE.format(title=f"Page {index} about the mill", paragraphs=paragraphs).encode()
+
+
+def deep_page(depth: int = 20_000) -> bytes:
+    return (b"<html><body>" + b"<div>" * depth + b"deep text " * 50 + b"</div>" * depth + b"</body></html>")
+
+
+def raw_part(folder, contents: list[tuple[str, bytes]]) -> str:
+    """A raw part file (RAW_SCHEMA) with these (doc_id, html) documents; returns its folder."""
+    rows = [
+        {
+            "doc_id": doc_id, "source": "web", "snapshot": "s", "url": f"https://example.org/{doc_id}", "fetch_date": None,
+            "content_type": "text/html", "content": html, "charset": "utf-8", "content_hash": str(index),
+            "file": "f.warc.gz", "ordinal": index, "source_id": None,
+        }
+        for index, (doc_id, html) in enumerate(contents)
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=RAW_SCHEMA), folder / "part-00000.parquet")
+    return str(folder)
+
+
+def clean(tmp_path, name: str, contents, **settings) -> tuple[dict, list[dict], list[dict]]:
+    """clean_part on these documents: (result, kept rows, dropped rows)."""
+    input_url = raw_part(tmp_path / name / "in", contents)
+    output = tmp_path / name / "out"
+    task = CleanTask(input_url, "part-00000.parquet", str(output), 0, CleaningSettings(**settings))
+    result = clean_part(task)
+    return result, pq.read_table(output / "part-00000.parquet").to_pylist(), pq.read_table(output / "dropped-00000.parquet").to_pylist()
+
+
+def without(rows: list[dict], doc_ids: set[str]) -> list[dict]:
+    return [row for row in rows if row["doc_id"] not in doc_ids]
+
+
+def test_extraction_looping_in_c_is_dropped_and_the_part_goes_on(tmp_path):
+    """resiliparse on a 20,000-deep tree (quadratic, ~25 s) run in-process: only the budget can stop it."""
+    normal = [(f"d{i}", page(i)) for i in range(6)]
+    contents = normal[:3] + [("deep", deep_page())] + normal[3:]
+    settings = {"extraction": ExtractionSettings(isolate="never"), "step_cpu_budget_s": 0.5}
+
+    result, kept, dropped = clean(tmp_path, "budgeted", contents, **settings)
+    _, reference_kept, reference_dropped = clean(tmp_path, "reference", normal, **{**settings, "step_cpu_budget_s": None})
+
+    [timed_out] = [row for row in dropped if row["doc_id"] == "deep"]
+    assert (timed_out["step"], timed_out["reason"]) == ("extract", "step_timeout:extract")
+    assert "0.5 s of CPU time" in timed_out["detail"]
+    assert kept == reference_kept and len(kept) == 6
+    assert without(dropped, {"deep"}) == reference_dropped
+    stats = result["stats"]
+    assert stats["drops"]["step_timeout:extract"] == 1
+    assert stats["drops_by_step"]["extract"] == 1
+    assert stats["documents_in"] == 7 and stats["documents_out"] == 6
+    assert stats["reached"]["extract"] == 7 and stats["reached"]["length"] == 6
+    assert result["budget_skips"] == 1
+
+
+class Misbehaving(Step):
+    """A test step: spins forever on the document `stuck` (a C-level loop of the `re` engine that cannot
+    finish: exponential backtracking), ends its process on `crash`, raises on `broken`."""
+
+    name = "misbehaving"
+    PATTERN = re.compile(r"(a|a)*b")
+
+    def apply(self, doc) -> Drop | None:
+        if doc.doc_id == "stuck":
+            while True:
+                self.PATTERN.fullmatch("a" * 64)
+        if doc.doc_id == "crash":
+            os._exit(3)
+        if doc.doc_id == "broken":
+            raise ValueError("a bug in a step")
+        return None
+
+
+@pytest.fixture
+def misbehaving_chain(monkeypatch):
+    """build_steps with the test step right after extraction, in forked workers (they inherit the patch)."""
+    original = sluice.clean.build_steps
+
+    def build_steps(settings, *args, **kwargs):
+        steps = original(settings, *args, **kwargs)
+        at = next(i for i, step in enumerate(steps) if step.name == "extract") + 1
+        return steps[:at] + [Misbehaving()] + steps[at:]
+
+    monkeypatch.setattr(sluice.clean, "build_steps", build_steps)
+    monkeypatch.setattr(sluice.budget, "START_METHOD", "fork")
+
+
+def test_a_step_that_never_returns_or_kills_its_process_costs_one_document(tmp_path, misbehaving_chain):
+    normal = [(f"d{i}", page(i)) for i in range(80)]  # more than one chunk of 64: a restart redoes the rest
+    contents = normal[:10] + [("stuck", page(100))] + normal[10:70] + [("crash", page(101))] + normal[70:]
+
+    result, kept, dropped = clean(tmp_path, "budgeted", contents, step_cpu_budget_s=0.3)
+    _, reference_kept, reference_dropped = clean(tmp_path, "reference", normal, step_cpu_budget_s=None)
+
+    reasons = {row["doc_id"]: (row["step"], row["reason"]) for row in dropped}
+    assert reasons["stuck"] == ("misbehaving", "step_timeout:misbehaving")
+    assert reasons["crash"] == ("misbehaving", "step_crashed:misbehaving")
+    assert kept == reference_kept and len(kept) == 80
+    assert without(dropped, {"stuck", "crash"}) == reference_dropped
+    assert result["stats"]["drops"]["step_timeout:misbehaving"] == 1
+    assert result["stats"]["drops"]["step_crashed:misbehaving"] == 1
+    assert result["stats"]["documents_in"] == 82
+
+
+def test_an_exception_in_a_step_still_fails_the_task(tmp_path, misbehaving_chain):
+    with pytest.raises(ChildError, match="ValueError: a bug in a step"):
+        clean(tmp_path, "broken", [("d0", page(0)), ("broken", page(1))], step_cpu_budget_s=5)
+
+
+def test_budgeted_and_unbudgeted_outputs_are_byte_identical(tmp_path):
+    contents = [(f"d{i}", page(i)) for i in range(20)] + [("short", b"<p>too short</p>")]
+    budgeted, _, _ = clean(tmp_path, "a", contents, step_cpu_budget_s=10)
+    unbudgeted, _, _ = clean(tmp_path, "b", contents, step_cpu_budget_s=None)
+    for name in ("part-00000.parquet", "dropped-00000.parquet"):
+        assert (tmp_path / "a" / "out" / name).read_bytes() == (tmp_path / "b" / "out" / name).read_bytes()
+    assert budgeted["stats"] == unbudgeted["stats"]
+    if os.path.isdir("/proc"):
+        assert budgeted["worker_cpu_s"] > 0 and unbudgeted["worker_cpu_s"] is None  # the worker's CPU time is counted
+
+
+def test_cpu_seconds_reads_this_process():
+    before = sluice.budget.cpu_seconds(os.getpid())
+    if before is None:
+        pytest.skip("no /proc here: the budget falls back to wall-clock time")
+    sum(i * i for i in range(3_000_000))
+    assert sluice.budget.cpu_seconds(os.getpid()) > before
+
+
+LONG_TMPDIR_PROBE = """
+import os, sys, tempfile
+from pathlib import Path
+deep = Path(sys.argv[1])
+os.environ["TMPDIR"] = str(deep)
+tempfile.tempdir = None
+from tests.sluice.test_budget import page, raw_part
+from sluice.budget import _context
+from sluice.clean import CleanTask, clean_part
+from sluice.config import CleaningSettings
+url = raw_part(deep / "in", [(f"d{i}", page(i)) for i in range(3)])
+result = clean_part(CleanTask(url, "part-00000.parquet", str(deep / "out"), 0, CleaningSettings()))
+print(_context().get_start_method(), result["stats"]["documents_out"])
+"""
+
+
+def test_a_temporary_folder_too_deep_for_a_unix_socket_still_cleans(tmp_path):
+    """The forkserver's socket lives under $TMPDIR and a socket path has at most 107 bytes: workers are
+    then spawned instead (the crash tests run with such a TMPDIR)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_ROOT
+
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    deep.mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, "-c", LONG_TMPDIR_PROBE, str(deep)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["spawn", "3"]
