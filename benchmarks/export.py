@@ -63,7 +63,7 @@ import numpy as np
 from streaming import MDSWriter
 
 rows_path, out, seq, size_limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-data = np.load(rows_path)
+data = dict(np.load(rows_path))  # an NpzFile would re-read an array on every access
 doc_ids = json.loads(open(rows_path + ".doc_ids.json").read())
 cu, offsets = data["cu_values"], data["cu_offsets"]
 columns = {"cu_seqlens": "ndarray:int32", "doc_ids": "json", "input_ids": f"ndarray:int32:{seq}", "labels": f"ndarray:int32:{seq}", "sample_id": "int64"}
