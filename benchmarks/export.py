@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -77,10 +76,13 @@ print(json.dumps({"seconds": time.perf_counter() - start, "samples": len(rows)})
 """
 
 
-def rss_bytes() -> int:
-    """This process's resident set now (VmRSS)."""
+def rss_bytes(field: str = "VmRSS") -> int:
+    """This process's resident set now (VmRSS) or its peak (VmHWM).
+
+    Not getrusage's ru_maxrss: Linux carries it across exec, so a child started by a large parent reports
+    the parent's size at fork time as its own peak."""
     with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith("VmRSS:"))
+        line = next(line for line in status if line.startswith(f"{field}:"))
     return int(line.split()[1]) * 1024
 
 
@@ -90,7 +92,7 @@ def child(fmt: str, root: str, out: str) -> None:
     start = time.perf_counter()
     manifest = export_split(open_store(root), "bench", "train", fmt, open_store(out), shard_bytes=SHARD_BYTES)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = rss_bytes("VmHWM")
     print(json.dumps({"seconds": seconds, "tokens": manifest["tokens"], "files": len(manifest["files"]), "baseline_rss": baseline, "peak_rss": peak}))
 
 
