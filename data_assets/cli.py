@@ -7,11 +7,12 @@
                         times, a summary and what failed and why; exit code 1 if anything failed
     sluice demo         the same on the configured crawl (the bundled sample by default), then one
                         decoded training batch
-    sluice export     write a built mix as Parquet token sequences (--mix, --split, --out)
-    sluice cleanup    remove what crashed runs left behind (temp files, scratch folders, stale
-                      multipart uploads); never anything a reader can see
-    sluice trace      which documents a training batch held, where they came from, why they were kept
-                      (data_assets/trace_cli.py; `sluice trace --help`)
+    sluice export       write a built mix's split as Parquet, WebDataset or MDS shards (--mix, --split,
+                        --format, --out, --seed)
+    sluice cleanup      remove what crashed runs left behind (temp files, scratch folders, stale
+                        multipart uploads); never anything a reader can see
+    sluice trace        which documents a training batch held, where they came from, why they were kept
+                        (data_assets/trace_cli.py; `sluice trace --help`)
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage), so `dagster dev` shows them afterwards.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -259,31 +259,23 @@ def print_batch(resources: dict[str, Any], mix: str, out: Callable[[str], None] 
     out("  " + repr(text[:400]))
 
 
-def export_mix(mix: str | None, split: str, out: str | None) -> int:
-    """Write a built mix's split as Parquet rows of sequence_length token ids (HF `datasets` reads it)."""
+def export_mix(mix: str | None, split: str, out: str | None, fmt: str = "parquet", seed: int | None = None) -> int:
+    """Write a built mix's split as Parquet, WebDataset or MDS shards (see data_assets/export.py)."""
+    from data_assets.export import export_from_config
     from data_assets.settings import CONFIG_PATH
-    from sluice.config import load_config
-    from sluice.mix import MixError, export_sequences
-    from sluice.storage import local_temp_dir, open_store
+    from sluice.config import ConfigError, load_config
+    from sluice.export import ExportError
 
-    config = load_config(CONFIG_PATH)
-    mix = mix or sorted(config.mixes)[0]
-    if mix not in config.mixes:
-        print(f"--mix {mix!r} is not in {CONFIG_PATH}; mixes are {sorted(config.mixes)}", file=sys.stderr)
-        return 2
-    store = open_store(config.storage.root, config.s3)
-    out = out or store.uri(f"exports/{mix}/{split}.parquet")
-    folder, _, name = out.rpartition("/")
-    destination = open_store(folder or ".", config.s3)
-    scratch = local_temp_dir()
     try:
-        result = export_sequences(store, mix, split, destination, name, lambda key: store.fetch(key, scratch))
-    except MixError as error:
+        config = load_config(CONFIG_PATH)
+        manifest = export_from_config(config, mix or sorted(config.mixes)[0], split, fmt, out, seed, log=print)
+    except (ConfigError, ExportError) as error:
         print(error, file=sys.stderr)
         return 2
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print(f"Exported mix {mix!r} ({split}): {result['rows']} rows of {result['sequence_length']} tokens -> {result['uri']}")
+    print(
+        f"Exported mix {manifest['mix']!r} ({split}) as {fmt}: {manifest['samples']} samples of {manifest['sequence_length']} tokens "
+        f"in {len(manifest['files'])} files -> {manifest['uri']}"
+    )
     return 0
 
 
@@ -322,11 +314,13 @@ def _main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
     parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
-    parser.add_argument("--out", default=None, help="export: output Parquet file, local path or s3://bucket/key")
+    parser.add_argument("--out", default=None, help="export: destination folder, local or s3://bucket/prefix (the split goes to OUT/<split>/)")
+    parser.add_argument("--format", default="parquet", choices=["parquet", "webdataset", "mds"], help="export: file format")
+    parser.add_argument("--seed", type=int, default=None, help="export: row order = the training loader's with this seed (default: the mix's)")
     parser.add_argument("--debug", action="store_true", help="print the Python traceback of an error")
     args = parser.parse_args(argv)
     if args.command == "export":
-        return export_mix(args.mix, args.split, args.out)
+        return export_mix(args.mix, args.split, args.out, args.format, args.seed)
     home = ensure_dagster_home()
     # Stage progress: a bar on a terminal, else the progress lines on stderr (logs, pipes).
     os.environ.setdefault("SLUICE_PROGRESS", "bar" if sys.stderr.isatty() else "lines")

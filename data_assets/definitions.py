@@ -18,6 +18,7 @@ from data_assets.deduped import (
     dedup_signatures,
     deduped_documents,
 )
+from data_assets.export import export_job
 from data_assets.jobs import ingest_job, stage_jobs
 from data_assets.mixed import mixed_dataset
 from data_assets.perplexity_model import perplexity_model
@@ -42,8 +43,8 @@ ASSETS = [
     raw_documents, quality_model, perplexity_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents,
     decontamination, blocklist, blocklist_matches, tokenizer, tokenized_shards, mixed_dataset,
 ]
-# The purpose jobs (sensor, schedule, tracing) and one job per stage (what `sluice materialize` launches).
-JOBS = [ingest_job, trace_batch_job, *stage_jobs(key.to_user_string() for asset in ASSETS for key in asset.keys)]
+# The purpose jobs (sensor, schedule, tracing, export) and one job per stage (what `sluice materialize` launches).
+JOBS = [ingest_job, trace_batch_job, export_job, *stage_jobs(key.to_user_string() for asset in ASSETS for key in asset.keys)]
 
 # Optional assets, with why a config cannot feed them (None when it can): `sluice materialize` skips them
 # with that reason instead of failing (a config that needs them and cannot feed them fails at load).

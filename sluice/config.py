@@ -607,6 +607,16 @@ class CheckSettings(_Model):
     tokenized_sample_documents: int = Field(16, ge=1)
 
 
+class ExportSettings(_Model):
+    """`sluice export` and `export_job`: a mix split as Parquet, WebDataset or MDS shards (`sluice.export`)."""
+
+    root: str | None = None  # default destination (local or s3://); None = <storage.root>/mixed_export
+    # Uncompressed sample bytes per shard file (Parquet files are smaller after zstd); MDS offsets are 32-bit
+    shard_bytes: int = Field(1 << 27, ge=1 << 12, lt=1 << 32)
+    mask_document_boundaries: bool = False  # labels = -100 where the next token starts another document (the loader's option)
+    seed: int | None = None  # order of the rows: the loader's with this seed; None = the mix's seed
+
+
 LANGUAGE_PATTERN = re.compile(r"^[a-z]{2,3}(_[a-z]+)?$")
 
 
@@ -672,6 +682,7 @@ class SluiceConfig(_Model):
     compute: ComputeSettings = ComputeSettings()
     dedup: DedupSettings = DedupSettings()
     checks: CheckSettings = CheckSettings()
+    export: ExportSettings = ExportSettings()
     quality_model: QualityModelSettings = QualityModelSettings()
     perplexity_model: PerplexityModelSettings = PerplexityModelSettings()
     blocklist: BlocklistSettings = BlocklistSettings()

@@ -271,7 +271,7 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert location["__typename"] == "RepositoryLocation", location.get("message", location)
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
-    assert {"ingest_job", "tokenizer_job", "mix_job", "trace_batch_job"} <= {job["name"] for job in repository["jobs"]}
+    assert {"ingest_job", "tokenizer_job", "mix_job", "trace_batch_job", "export_job"} <= {job["name"] for job in repository["jobs"]}
     assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 

@@ -27,9 +27,9 @@ boundaries inside a sample are its document boundaries.
 """
 
 from sluice.mix.build import BLOCKED, CONTAMINATED, INDEX, MIXED, build_mix, index_prefix, mix_prefix
-from sluice.mix.export import export_sequences, iter_split_tokens, split_index
 from sluice.mix.plan import MixError, targets, validation_mask
 from sluice.mix.scan import read_docs_table
+from sluice.mix.stream import iter_split_tokens, split_index
 
 __all__ = [
     "BLOCKED",
@@ -38,7 +38,6 @@ __all__ = [
     "MIXED",
     "MixError",
     "build_mix",
-    "export_sequences",
     "index_prefix",
     "iter_split_tokens",
     "mix_prefix",
