@@ -238,7 +238,6 @@ def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, 
             else markdown_table(["kept copy in", "removed"], []),
             "cluster_sizes": markdown_table(["cluster size", "clusters"], sorted(result.cluster_sizes.items())),
             "output_bytes": sum(entry["bytes"] for entry in result.files),
-            **({f"signature_{k}": v for k, v in result.signature_tasks.metadata().items()} if result.signature_tasks else {}),
         },
         check_results=[no_duplicates, share],
     )

@@ -261,7 +261,7 @@ def test_a_store_with_per_partition_band_files_is_compacted_on_first_use(tmp_pat
     assert signed == [8]  # the new partition only
     assert sorted(DedupIndex(legacy, settings).manifest()["partitions"]) == sorted(ref.key for ref, _ in partitions)
     expected = read_parquet_file(reference, f"{partition_prefix('deduped_removed', partitions[5][0])}/removed.parquet")
-    assert result.removed.num_rows > 0 and result.removed.equals(expected)
+    assert result.removed.num_rows > 0 and result.removed.drop_columns(["source", "snapshot"]).equals(expected)  # the file: no Hive columns
 
 
 @pytest.mark.parametrize("crash_at", ["_publish", "_sweep"])
