@@ -187,19 +187,21 @@ class GraphRunner:
             if problem is None:
                 continue
             mapping = self.graph.get_partition_mapping(asset, parent.asset_key)
-            if isinstance(mapping, AllPartitionMapping) and not self.strict and parent.asset_key != asset and not self._earlier(parent.partition_key, partition):
+            if isinstance(mapping, AllPartitionMapping) and not self.strict and parent.asset_key != asset and not self._earlier(asset, parent, partition):
                 tolerated.append(problem)
             else:
                 blocking.append(problem)
         return blocking, tolerated
 
-    def _earlier(self, parent_partition: Any, partition: Any) -> bool:
+    def _earlier(self, asset: AssetKey, parent: Any, partition: Any) -> bool:
         """A partitioned asset that reads every partition of its parent (global dedup: each partition against
         all earlier ones) depends on the parent partitions ordered before its own: a failed one blocks it,
         as its result would differ once that partition is repaired. Later ones do not change it."""
-        if self.order is None or partition is None or parent_partition is None:
+        if self.order is None or partition is None or parent.partition_key is None:
             return False
-        return self.order(parent_partition) <= self.order(partition)
+        if self.graph.get(asset).partitions_def != self.graph.get(parent.asset_key).partitions_def:
+            return False  # e.g. a mix (partitioned by mix name) over source x snapshot partitions
+        return self.order(parent.partition_key) <= self.order(partition)
 
     def _run_one(self, asset: AssetKey, partition: Any) -> Outcome:
         name = asset.to_user_string()

@@ -117,8 +117,8 @@ PARTITION = "source=web/snapshot=2026-02"
 # stage -> (the folders it writes, its records folder, the result fields naming a task's output files, its
 # metadata's counter prefix)
 STAGES = {
-    "raw_documents": (("raw_documents",), "raw_documents_tasks", ("part", "quarantine_part"), "tasks"),
-    "cleaned_documents": (("cleaned_documents",), "cleaned_documents_tasks", ("part", "dropped"), "tasks"),
+    "raw_documents": (("raw_documents", "raw_quarantine"), "raw_documents_tasks", ("part", "quarantine_part"), "tasks"),
+    "cleaned_documents": (("cleaned_documents", "cleaned_dropped"), "cleaned_documents_tasks", ("part", "dropped"), "tasks"),
     # dedup: the signing tasks are the per-part work (signatures and shingle sets of each cleaned part)
     "dedup_signatures": (("dedup_signatures", "dedup_shingles"), "dedup_signatures_tasks", ("signatures", "shingles"), "tasks"),
     "tokenized_shards": (("tokenized_shards",), "tokenized_shards_tasks", ("files",), "tasks"),  # none for an empty part

@@ -51,7 +51,12 @@ def graph(tmp_path_factory):
 
 
 def frame(folder: Path, asset: str, pattern: str = "part-*.parquet") -> pl.DataFrame:
-    return pl.concat([pl.read_parquet(path) for path in sorted((folder / "data" / asset).glob(f"source=*/snapshot=*/{pattern}"))], how="diagonal_relaxed")
+    """Every file of the dataset, with its source and snapshot (Hive folders, not columns of the files)."""
+    paths = sorted((folder / "data" / asset).glob(f"source=*/snapshot=*/{pattern}"))
+    return pl.concat(
+        [pl.read_parquet(path).with_columns(source=pl.lit(path.parent.parent.name.split("=", 1)[1]), snapshot=pl.lit(path.parent.name.split("=", 1)[1])) for path in paths],
+        how="diagonal_relaxed",
+    )
 
 
 @pytest.fixture(scope="module")
