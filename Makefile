@@ -45,7 +45,7 @@ ui: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 # Every benchmark, then the README's results table rewritten from their figure: lines (peers install on first use).
-BENCHMARKS ?= cleaning curation_steps perplexity_auc tokenization minhash_throughput dedup_quality dedup_scaling loader loader_scale provenance trace_lookup mix_scale end_to_end
+BENCHMARKS ?= hostile_text cleaning curation_steps perplexity_auc tokenization minhash_throughput dedup_quality dedup_scaling loader loader_scale provenance trace_lookup mix_scale end_to_end
 BENCH_SCALES ?= 1 4 16
 BENCH_RESULTS := .bench_data/results
 
