@@ -12,6 +12,7 @@ import json
 from dagster import (
     AssetDep,
     AssetExecutionContext,
+    AutomationCondition,
     DataVersion,
     MaterializeResult,
     MetadataValue,
@@ -96,6 +97,7 @@ def blocklist(context: AssetExecutionContext, settings: SluiceSettings, storage:
     name=MATCHES,
     partitions_def=source_snapshot_partitions,
     deps=[AssetDep("deduped_documents"), AssetDep(ASSET)],
+    automation_condition=AutomationCondition.eager(),  # after its deduped partition (dedup_automation), as decontamination
     code_version=code_version(),
     group_name="training",
     kinds={"python", "parquet"},

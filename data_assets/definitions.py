@@ -58,10 +58,10 @@ OPTIONAL_ASSETS: dict[str, Callable[[SluiceConfig], str | None]] = {
 # Dagster sees the gates open.
 dedup_automation = AutomationConditionSensorDefinition(
     "dedup_automation",
-    target=AssetSelection.assets(CLUSTERS_ASSET, "deduped_documents", "decontamination", "tokenized_shards"),
+    target=AssetSelection.assets(CLUSTERS_ASSET, "deduped_documents", "decontamination", "blocklist_matches", "tokenized_shards"),
     default_status=DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=int(os.environ.get("SLUICE_AUTOMATION_INTERVAL_S", "30")),
-    description="Declarative automation of dedup_clusters, deduped_documents, decontamination and tokenized_shards (see data_assets/deduped.py).",
+    description="Declarative automation of dedup_clusters, deduped_documents, decontamination, blocklist_matches and tokenized_shards (see data_assets/deduped.py).",
 )
 
 
