@@ -23,7 +23,7 @@ from data_assets.partitions import partition_check, partition_ref, source_snapsh
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
-from sluice.layout import partition_prefix, read_manifest, side_prefix, write_manifest
+from sluice.layout import partition_prefix, read_manifest, required_manifest, side_prefix, write_manifest
 from sluice.tasks import (
     RecordedTask,
     TaskCounts,
@@ -76,9 +76,7 @@ def cleaned_documents(
     cleaning = config.cleaning.for_source(ref.source)
     store = storage.store()
     raw_prefix = partition_prefix("raw_documents", ref)
-    raw_manifest = read_manifest(store, raw_prefix)
-    if raw_manifest is None:
-        raise FileNotFoundError(f"{store.uri(raw_prefix)} has no manifest: materialize raw_documents for {ref.key} first")
+    raw_manifest = required_manifest(store, "raw_documents", ref)
     prefix = partition_prefix(ASSET, ref)
     quality_url, quality_sha, quality_max_chars = None, None, 4000
     if cleaning.quality_threshold is not None:

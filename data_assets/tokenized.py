@@ -15,7 +15,7 @@ from dagster import (
 from data_assets.metadata import markdown_table, stage_progress
 from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
-from sluice.layout import partition_prefix, read_manifest, write_manifest
+from sluice.layout import partition_prefix, required_manifest, write_manifest
 from sluice.tasks import (
     RecordedTask,
     TaskCounts,
@@ -63,9 +63,7 @@ def tokenized_shards(
     ref = partition_ref(context)
     store = storage.store()
     deduped_prefix = partition_prefix("deduped_documents", ref)
-    deduped = read_manifest(store, deduped_prefix)
-    if deduped is None:
-        raise FileNotFoundError(f"{store.uri(deduped_prefix)} has no manifest: materialize deduped_documents for {ref.key} first")
+    deduped = required_manifest(store, "deduped_documents", ref)
     tok_manifest = tokenizer_resource.manifest()
     tokenizer_json = tokenizer_resource.tokenizer_json()
     prefix = partition_prefix(ASSET, ref)

@@ -172,6 +172,16 @@ def read_manifest(store: Store, prefix: str) -> dict[str, Any] | None:
     return json.loads(store.read_bytes(key))
 
 
+def required_manifest(store: Store, asset: str, ref: PartitionRef) -> dict[str, Any]:
+    """The published manifest of `asset`'s partition `ref`, the input of a later stage: a missing one is a
+    FileNotFoundError naming what to materialize first."""
+    prefix = partition_prefix(asset, ref)
+    manifest = read_manifest(store, prefix)
+    if manifest is None:
+        raise FileNotFoundError(f"{store.uri(prefix)} has no manifest: materialize {asset} for {ref.key} first")
+    return manifest
+
+
 @contextmanager
 def local_copy(store: Store, key: str, scratch: str | None = None) -> Iterator[str]:
     """A local path holding `key`: the file itself on a local store, else a download into `scratch` (a

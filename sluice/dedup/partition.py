@@ -57,6 +57,7 @@ from sluice.layout import (
     partition_prefix,
     read_manifest,
     read_parquet_file,
+    required_manifest,
     side_prefix,
     write_manifest,
     write_parquet,
@@ -283,9 +284,7 @@ def dedup_partition(store: Store, ref: PartitionRef, settings: DedupSettings | N
         raise FileNotFoundError(f"{store.uri(clusters_prefix)}: no clusters with these dedup settings: materialize dedup_clusters for {ref.key} first")
     clusters = pl.from_arrow(read_parquet_file(store, f"{clusters_prefix}/{manifest['files'][0]['key']}"))
     cleaned_prefix = partition_prefix(CLEANED, ref)
-    cleaned = read_manifest(store, cleaned_prefix)
-    if cleaned is None:
-        raise FileNotFoundError(f"{store.uri(cleaned_prefix)} has no manifest: materialize cleaned_documents for {ref.key} first")
+    cleaned = required_manifest(store, CLEANED, ref)
     removed_docs = np.sort(clusters.filter(pl.col("kind").is_not_null())["doc"].to_numpy())  # type: ignore[union-attr]
     files, kept_hashes, hashes = [], [], []
     output_prefix = partition_prefix(DEDUPED, ref)

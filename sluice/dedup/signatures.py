@@ -38,6 +38,7 @@ from sluice.layout import (
     partition_prefix,
     read_manifest,
     read_parquet_file,
+    required_manifest,
     side_prefix,
     write_manifest,
     write_parquet,
@@ -156,9 +157,7 @@ def sign_partition(
     from sluice.dedup.legacy import adopt_legacy_signatures
 
     executor = executor or Executor()
-    cleaned = read_manifest(store, partition_prefix(CLEANED, ref))
-    if cleaned is None:
-        raise FileNotFoundError(f"{store.uri(partition_prefix(CLEANED, ref))} has no manifest: materialize cleaned_documents for {ref.key} first")
+    cleaned = required_manifest(store, CLEANED, ref)
     parts = [entry["key"] for entry in cleaned["files"]]
     if len(parts) >= 1 << PART_BITS:
         raise ValueError(f"{ref.key} has {len(parts)} cleaned parts; at most {(1 << PART_BITS) - 1} are supported")
