@@ -140,6 +140,10 @@ def _child_main(work: Callable[..., None], args: Any, start: int, skips: dict[in
     heartbeat = Heartbeat(shared)
     try:
         work(args, start, skips, heartbeat, connection.send)
+        # Its own CPU time, sent after "done": a forkserver's child is reaped by the forkserver as soon as it
+        # exits, so the parent cannot count on reading /proc/<pid>/stat afterwards.
+        times = os.times()
+        connection.send(("cpu", times.user + times.system + times.children_user + times.children_system))
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         with contextlib.suppress(OSError):
             connection.send(("error", traceback.format_exc()))
@@ -164,6 +168,7 @@ class _Child:
         self.connection = receive
         self.started = time.monotonic()
         self.cpu_at_kill: float | None = None
+        self.cpu_reported: float | None = None
 
     def kill(self) -> None:
         """Kill the child and its helper processes, and wait for it."""
@@ -187,7 +192,7 @@ class _Child:
 @dataclass
 class Supervised:
     """The outcome of `supervise`: the work's final payload, the items it skipped, and the CPU seconds its
-    workers spent (with their helper processes; None where there is no /proc)."""
+    workers spent (with their helper processes; None where it could not be read)."""
 
     payload: Any
     skips: dict[int, Skip]
@@ -212,7 +217,12 @@ def supervise(
         try:
             outcome = _watch(child, budget_s, poll_s, on_chunk, stage_name)
         finally:
-            spent = child.cpu_at_kill if child.cpu_at_kill is not None else cpu_seconds(child.process.pid, children=True)
+            spent = next(
+                (value for value in (child.cpu_at_kill, child.cpu_reported) if value is not None),
+                None,
+            )
+            if spent is None:
+                spent = cpu_seconds(child.process.pid, children=True)
             child.close()
         cpu = cpu + spent if cpu is not None and spent is not None else None
         kind, value, next_item = outcome
@@ -220,6 +230,15 @@ def supervise(
             return Supervised(value, skips, cpu)
         delivered = next_item
         skips[value[0]] = value[1]
+
+
+def _receive_cpu(child: _Child) -> None:
+    """The CPU seconds a finished child reports after "done" (None if it exits without)."""
+    with contextlib.suppress(EOFError, OSError):
+        if child.connection.poll(EXIT_TIMEOUT_S):
+            message = child.connection.recv()
+            if message[0] == "cpu":
+                child.cpu_reported = message[1]
 
 
 def _watch(child: _Child, budget_s: float, poll_s: float, on_chunk: Callable[[Any], None], stage_name: Callable[[int], str]):
@@ -235,6 +254,7 @@ def _watch(child: _Child, budget_s: float, poll_s: float, on_chunk: Callable[[An
                     on_chunk(payload)
                     continue
                 if message[0] == "done":
+                    _receive_cpu(child)
                     return "done", message[1], delivered
                 raise ChildError(message[1])
         except (EOFError, OSError):
