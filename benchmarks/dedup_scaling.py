@@ -6,7 +6,9 @@ of the original), cut into cleaned partitions of `--partition-docs` documents: t
 stays fixed and a larger input means more partitions, as more snapshots would. Every partition is
 deduplicated in order with `sluice.dedup.deduplicate_partition` (every step: signing, the global index,
 clusters against all earlier partitions, outputs), single process. Each scale runs in a fresh process
-(generation in another one), which reports its CPU time and peak resident memory (ru_maxrss); each scale
+(generation in another one), which reports its CPU time and peak resident memory (VmHWM of that process,
+from /proc/self/status: not ru_maxrss, which Linux carries across exec, so a child would report its
+parent's peak if that were larger) and its resident memory after imports; each scale
 runs `--repeat` times on the same generated input and the run with the least CPU time counts.
 
 Goals (issue 4): time ~linear in the input; peak memory flat (<= 1.2x from 1x to 16x).
@@ -25,7 +27,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,7 @@ def run(folder: str, verify: float | None) -> dict:
 
     store = open_store(folder)
     refs = list_partitions(store, "cleaned_documents")
+    baseline = status_kb("VmRSS")
     cpu, wall = time.process_time(), time.perf_counter()
     documents = removed_exact = removed_fuzzy = 0
     last = 0.0
@@ -99,8 +101,15 @@ def run(folder: str, verify: float | None) -> dict:
         "cpu_s": time.process_time() - cpu,
         "wall_s": time.perf_counter() - wall,
         "last_partition_cpu_s": last,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": status_kb("VmHWM") / 1024,
+        "baseline_rss_mb": baseline / 1024,
     }
+
+
+def status_kb(field: str) -> int:
+    """VmRSS (now) or VmHWM (peak) of this process, in kB."""
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith(f"{field}:")).split()[1])
 
 
 def verify_setting(value: str) -> float | None:
@@ -145,7 +154,7 @@ def main() -> None:
         print(
             f"  {scale:>2}x: {r['documents']:>6} documents in {r['partitions']:>3} partitions, removed {r['removed_exact']} exact + "
             f"{r['removed_fuzzy']} near; {r['cpu_s']:.1f} s CPU ({r['wall_s']:.1f} s wall, last partition {r['last_partition_cpu_s']:.2f} s), "
-            f"peak RSS {r['peak_rss_mb']:.0f} MB",
+            f"peak RSS {r['peak_rss_mb']:.0f} MB (VmHWM; {r['baseline_rss_mb']:.0f} MB after imports)",
             flush=True,
         )
     base, top = results[SCALES[0]], results[SCALES[-1]]

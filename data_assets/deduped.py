@@ -120,8 +120,8 @@ def dedup_signatures(context: AssetExecutionContext, settings: SluiceSettings, s
     pool=INDEX_POOL,
     kinds={"python", "parquet"},
     description=(
-        "This partition's exact hashes and LSH band keys in the global dedup index (dedup_index/: hash-range-sharded "
-        "sorted runs, compacted LSM-style). Writes run one at a time under the concurrency pool dedup_index."
+        "This partition's exact hashes and LSH band keys in the global dedup index (dedup_index/: sorted runs in "
+        "levels, each index_fanout times the one below, merged LSM-style). Writes run one at a time under the concurrency pool dedup_index."
     ),
     **COMMON,
 )
@@ -141,7 +141,8 @@ def dedup_index(context: AssetExecutionContext, settings: SluiceSettings, storag
             "dagster/row_count": outcome["documents"],
             "dagster/uri": MetadataValue.path(outcome["index"]),
             "changed": outcome["changed"],  # False: already indexed from the same signatures
-            "compacted": outcome["compacted"],  # the base was rebuilt (every index_max_deltas partitions)
+            "compacted": outcome["compacted"],  # a leveled run was rewritten (every index_max_deltas partitions)
+            "rewritten_rows": outcome["rewritten_rows"],  # index rows written by this insert (delta and merged runs)
             "delta_runs": outcome["deltas"],
             "migrated_partitions": MetadataValue.json(outcome["migrated"]),
             "pool_limit": limit if limit is not None else -1,

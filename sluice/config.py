@@ -574,9 +574,12 @@ class DedupSettings(_Model):
     # an anchor are linked through it.
     verify_anchors: int = Field(4, ge=1, le=1024)
     # The global index (sluice/dedup/index.py): keys are split into this many hash ranges (a power of two;
-    # a probe reads only the ranges its keys fall in, a base compaction runs one task per range), and the
-    # partitions beyond the base stay separate delta runs until there are this many, then merge into the base.
+    # a probe reads only the row groups of the ranges its keys fall in, a merge holds one range in memory).
+    # The newest partitions stay separate delta runs until there are `index_max_deltas`; the others form
+    # leveled runs, each level `index_fanout` times the one below (a partition's rows are rewritten at most
+    # fanout - 1 times per level; a probe reads one file per level and delta).
     index_shards: int = Field(16, ge=1, le=4096)
+    index_fanout: int = Field(8, ge=2, le=1024)
     index_max_deltas: int = Field(8, ge=1, le=1024)
 
     @field_validator("index_shards")

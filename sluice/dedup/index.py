@@ -1,40 +1,53 @@
 """The global dedup index: the exact hash and the LSH band keys of every indexed document, kept or removed.
 
-Layout under `dedup_index/minhash=<digest of the MinHash settings>/` (other settings, another index):
+Layout under `dedup_index/minhash=<digest of the MinHash settings and shard count>/`:
 
-- `_manifest.json`: `partitions` (key -> digest of its signatures, documents), `base` (its member
-  partitions and, per table, one file per shard), `deltas` (key -> its file per table), `shards`,
+- `_manifest.json`: `partitions` (key -> digest of its signatures, documents), `runs` (each: `level`,
+  `members`, `digest`, per table one file), `deltas` (key -> its file per table), `shards`, `fanout`,
   `max_deltas`, `format`.
 - `table=exact/`: `key` uint64 (high 64 bits of the 128-bit text hash), `lo` uint64 (low 64 bits),
   `part` uint64 (the partition: `partition_id` of its key), `doc` int64, `doc_id`; sorted by (key, lo, part, doc).
 - `table=bands/`: `key` uint64 (LSH band hash), `band` uint8, `part`, `doc`; sorted by (key, band, part, doc).
   Fixed-width columns only (but doc_id): reading, sorting and writing runs never touches a string per row.
-  - `base-<digest>-<shard>.parquet`: the base partitions' rows whose key falls in the shard (the key's top
-    log2(shards) bits: hash-range sharding);
-  - `delta-<digest>.parquet`: one partition's rows, all shards.
+  - `run-<digest>.parquet`: the rows of a run's member partitions. The key space is cut into `shards` hash
+    ranges (the key's top log2(shards) bits); a run's row groups never straddle two ranges, so a probe
+    reads only the row groups of the ranges its keys hit, and a merge holds one range in memory at a time.
+  - `delta-<digest>.parquet`: one partition's rows.
+  - `<run or delta>.keys`: the file's `key` column as raw little-endian uint64, in row order (a local probe
+    binary-searches it memory-mapped instead of reading the key column).
 
-**Canonical two-level layout.** With the N indexed partitions in the global order and T = max_deltas, the
-base holds the first N - N mod T of them and each of the others is a delta. The layout is a function of the
-set of indexed partitions (and their signatures) alone, not of the order in which they were inserted, so
-runs launched concurrently leave the same bytes as sequential ones. The base is rebuilt every T insertions
-(one executor task per table and shard: a shard's base file and the joining partitions' rows in it, sorted).
+**Canonical leveled layout.** With the N indexed partitions in the global order, T = max_deltas and F =
+fanout: the last N mod T partitions are deltas; the others form b = N div T batches of T, and with b = sum
+d_i F^i (base-F digits), level i is one run of d_i F^i batches (highest level first, on the earliest
+partitions). The layout is a function of the set of indexed partitions (and their signatures) alone, not of
+the order of insertion, so runs launched concurrently leave the same bytes as sequential ones.
 
-**Probes** read the manifest, then per table the base files of the shards their keys fall in and the deltas
-of partitions ordered before the probing one (row groups whose key range holds no probe key are skipped;
-on S3 a file is one GET): at most 1 + 2 x (shards + T) storage requests, whatever the number of partitions.
-Rows of partitions ordered at or after the probing partition are ignored, so a partition's probe result
-never depends on what was indexed later or concurrently.
+**Cost per new partition.** A run is rewritten only when its digit changes: a partition's rows are
+rewritten at most F - 1 times per level, and there are log_F(N / T) levels, so the amortized merge work per
+new partition grows as log(history), not as history (a two-level base + deltas layout rewrites the whole
+base every T partitions: O(N / T) per partition). A merge is one executor task per changed run and table.
+
+**Probes** read the manifest, then per table every run and the deltas of partitions ordered before the
+probing one: at most 1 + 2 x (levels + T) files, levels = log_F(N / T) (3 at N = 1,000 with F = T = 8; 5 at
+N = 100,000). In each file only the row groups whose key range holds a probe key are read (on S3 a file is
+one GET). Rows of partitions ordered at or after the probing partition are ignored, so a partition's probe
+result never depends on what was indexed later or concurrently. A partition indexed out of order (before
+already indexed ones) shifts the runs after it: they are rebuilt.
 
 **Writes** must not run concurrently (two writers would each publish a manifest without the other's
 partition): the `dedup_index` asset runs them under a Dagster concurrency pool of limit 1. A writer
 publishes by writing the manifest (one PUT / rename) and then deletes the files it no longer references; a
-reader that finds a referenced file gone re-reads the manifest and retries.
+reader that finds a referenced file gone re-reads the manifest and retries. An index of format 1 (a base
+cut into shard files + deltas) is re-laid out by the first insert.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +55,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import xxhash
 
 from sluice.compute import Executor
@@ -55,10 +70,10 @@ from sluice.dedup.schemas import (
     order_of,
     parquet_file,
 )
-from sluice.layout import MANIFEST, PartitionRef, write_parquet
-from sluice.storage import StorageError, Store, StoreSpec
+from sluice.layout import MANIFEST, PARQUET_OPTIONS, PartitionRef, sha256_file
+from sluice.storage import StorageError, Store, StoreSpec, local_temp_dir
 
-FORMAT = 1
+FORMAT = 2
 TABLES = ("exact", "bands")
 SCHEMAS = {
     "exact": pa.schema(
@@ -81,12 +96,11 @@ SCHEMAS = {
 }
 SORT = {"exact": ["key", "lo", "part", "doc"], "bands": ["key", "band", "part", "doc"]}
 MATCH = {"exact": ["key", "lo"], "bands": ["key", "band"]}
-# Run files: row groups of ROW_GROUP rows (a probe reads the key column of the row groups its keys can hit,
-# and whole row groups only where a key matches: small groups keep those reads small); dictionary encoding
-# for the partition id only (keys are random hashes, document ids unique).
-ROW_GROUP = 1 << 14
+# Run files: row groups of at most ROW_GROUP rows (a probe reads whole row groups only where a key matches:
+# small groups keep those reads small, more groups a larger footer); dictionary encoding for the partition
+# id only (keys are random hashes, document ids unique).
+ROW_GROUP = 1 << 12
 WRITE = {
-    "row_group_size": ROW_GROUP,
     "use_dictionary": ["part"],
     # Hashes do not compress; stored raw, a probe's read of the key column is a copy (5x faster than zstd).
     "compression": {"key": "none", "lo": "none", "band": "zstd", "part": "zstd", "doc": "zstd", "doc_id": "zstd"},
@@ -148,40 +162,62 @@ def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
     return (np.asarray(keys, np.uint64) >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(keys), np.int64)
 
 
-def read_run(store: Store, key: str, probe_keys: np.ndarray | None = None) -> pl.DataFrame:
-    """A run file's rows: all of them, or (with `probe_keys`,
-    sorted uint64) exactly those whose key is a probe key. A probe reads the `key` column of the row groups
-    whose key range holds a probe key, finds the matches by binary search, and reads the other columns of
-    the row groups holding matches only. On a local store only those row groups are read; on S3 the file is
-    one GET."""
+def read_run(store: Store, key: str, probe_keys: np.ndarray | None = None, keys_file: str | None = None) -> pl.DataFrame:
+    """A run file's rows: all of them, or (with `probe_keys`, sorted uint64) exactly those whose key is a
+    probe key, reading the other columns of the row groups holding matches only. The matches are found by
+    binary search in the run's key file (`keys_file`, memory-mapped: a probe touches O(probe keys x log
+    rows) pages, not the whole key column) on a local store; elsewhere (S3: the file is one GET) in the
+    `key` column of the row groups whose key range holds a probe key."""
     with parquet_file(store, key) as parquet:
-        groups, sizes = [], []
-        for group in range(parquet.num_row_groups):
-            metadata = parquet.metadata.row_group(group)
-            stats = metadata.column(0).statistics
-            low, high = (int(stats.min), int(stats.max)) if stats is not None and stats.has_min_max else (0, (1 << 64) - 1)
-            if probe_keys is not None:
-                at = int(np.searchsorted(probe_keys, np.uint64(low)))
-                if at >= len(probe_keys) or int(probe_keys[at]) > high:
-                    continue
-            groups.append(group)
-            sizes.append(metadata.num_rows)
-        if probe_keys is None or not groups:
-            return pl.from_arrow(parquet.read_row_groups(groups) if groups else parquet.schema_arrow.empty_table())  # type: ignore[return-value]
-        keys = parquet.read_row_groups(groups, columns=["key"]).column("key").to_numpy()
-        first, last = np.searchsorted(keys, probe_keys, "left"), np.searchsorted(keys, probe_keys, "right")
-        counts = last - first
-        rows = np.repeat(first, counts) + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        sizes = np.array([parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)], dtype=np.int64)
+        if probe_keys is None:
+            return pl.from_arrow(parquet.read())  # type: ignore[return-value]
+        local = store.local_path(keys_file) if keys_file is not None else None
+        rows = _rows_by_key_file(local, probe_keys) if local is not None else _rows_by_key_column(parquet, probe_keys, sizes)
         if not len(rows):
             return pl.from_arrow(parquet.schema_arrow.empty_table())  # type: ignore[return-value]
         ends = np.cumsum(sizes)
-        which = np.searchsorted(ends, rows, side="right")  # index into `groups` of each matching row
+        which = np.searchsorted(ends, rows, side="right")  # the row group of each matching row
         needed = np.unique(which)
-        table = parquet.read_row_groups([groups[i] for i in needed])
-    offsets = np.zeros(len(groups), dtype=np.int64)  # first row of each needed group in `table`
-    offsets[needed] = np.concatenate([[0], np.cumsum(np.asarray(sizes)[needed])[:-1]])
-    positions = offsets[which] + rows - (ends[which] - np.asarray(sizes)[which])
+        table = parquet.read_row_groups(needed.tolist())
+    starts = np.zeros(len(sizes), dtype=np.int64)  # first row of each needed group in `table`
+    starts[needed] = np.concatenate([[0], np.cumsum(sizes[needed])[:-1]])
+    positions = starts[which] + rows - (ends[which] - sizes[which])
     return pl.from_arrow(table.take(pa.array(positions)))  # type: ignore[return-value]
+
+
+def _matches(keys: np.ndarray, probe_keys: np.ndarray) -> np.ndarray:
+    """Positions in sorted `keys` of every element equal to a probe key."""
+    first, last = np.searchsorted(keys, probe_keys, "left"), np.searchsorted(keys, probe_keys, "right")
+    counts = last - first
+    return np.repeat(first, counts) + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _rows_by_key_file(path: str, probe_keys: np.ndarray) -> np.ndarray:
+    keys = np.memmap(path, dtype="<u8", mode="r")
+    try:
+        return _matches(keys, probe_keys)
+    finally:
+        del keys
+
+
+def _rows_by_key_column(parquet: pq.ParquetFile, probe_keys: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Matching row numbers, from the key column of the row groups whose key range holds a probe key."""
+    groups = []
+    for group in range(parquet.num_row_groups):
+        stats = parquet.metadata.row_group(group).column(0).statistics
+        low, high = (int(stats.min), int(stats.max)) if stats is not None and stats.has_min_max else (0, (1 << 64) - 1)
+        at = int(np.searchsorted(probe_keys, np.uint64(low)))
+        if at < len(probe_keys) and int(probe_keys[at]) <= high:
+            groups.append(group)
+    if not groups:
+        return np.empty(0, np.int64)
+    keys = parquet.read_row_groups(groups, columns=["key"]).column("key").to_numpy()
+    local = _matches(keys, probe_keys)  # row numbers within the selected groups
+    selected = np.asarray(sizes)[groups]
+    group_of = np.searchsorted(np.cumsum(selected), local, side="right")
+    first_row = (np.cumsum(sizes) - sizes)[groups]
+    return first_row[group_of] + local - (np.cumsum(selected) - selected)[group_of]
 
 
 def _digest(value: Any) -> str:
@@ -189,35 +225,87 @@ def _digest(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class CompactTask:
-    """Build one table's base file for one shard (`compact_shard`)."""
+class Source:
+    """Rows of a run or delta file (relative to the index folder): all, or those of some partitions."""
+
+    key: str
+    parts: tuple[int, ...] | None  # partition ids to keep (None: every row)
+
+
+@dataclass(frozen=True)
+class BuildTask:
+    """Write one table's run (or delta) file from sources (`build_run`)."""
 
     root_url: str
     prefix: str  # the index folder
     table: str
-    shard: int
-    old_base: str | None  # the previous base file of this shard (relative to prefix)
-    keep: tuple[str, ...] | None  # partitions of the old base to keep (None: all of them)
-    joining: pa.Table  # the rows of the partitions joining the base that fall in this shard
+    shards: int
+    sources: tuple[Source, ...]
+    joining: pa.Table  # rows of partitions indexed now (in memory already)
     output: str  # relative to prefix
     s3: S3Settings = field(default_factory=S3Settings)
 
 
-def compact_shard(task: CompactTask) -> dict[str, Any] | None:
-    """Merge the kept rows of a shard's old base file with the joining rows; publish the sorted result
-    (None when the shard is empty)."""
-    store = StoreSpec(task.root_url, task.s3).open()
-    frames = [empty(task.table), pl.from_arrow(task.joining)]
-    if task.old_base is not None:
-        rows = read_run(store, f"{task.prefix}/{task.old_base}")
-        if task.keep is not None:
-            rows = rows.filter(pl.col("part").is_in([partition_id(key) for key in task.keep]))
-        frames.append(rows)
-    rows = pl.concat(frames).sort(SORT[task.table])  # type: ignore[arg-type]
-    if rows.height == 0:
+def shard_bounds(shard: int, shards: int) -> tuple[int, int]:
+    """The smallest and largest key of a hash range."""
+    bits = shards.bit_length() - 1
+    width = 1 << (64 - bits)
+    return shard * width, (shard + 1) * width - 1
+
+
+def _range_rows(parquet: pq.ParquetFile, low: int, high: int) -> pa.Table | None:
+    """The rows of a sorted run whose key is in [low, high] (row groups outside the range not read)."""
+    groups = []
+    for group in range(parquet.num_row_groups):
+        stats = parquet.metadata.row_group(group).column(0).statistics
+        if stats is None or not stats.has_min_max or (int(stats.max) >= low and int(stats.min) <= high):
+            groups.append(group)
+    if not groups:
         return None
-    entry = write_parquet(store, f"{task.prefix}/{task.output}", rows.to_arrow().cast(SCHEMAS[task.table]), **WRITE)
-    return {**entry, "key": task.output, "shard": task.shard}
+    table = parquet.read_row_groups(groups)
+    keys = table.column("key")
+    return table.filter(pc.and_(pc.greater_equal(keys, pa.scalar(low, pa.uint64())), pc.less_equal(keys, pa.scalar(high, pa.uint64()))))
+
+
+def build_run(task: BuildTask) -> dict[str, Any] | None:
+    """Merge the sources and joining rows into one sorted file, one hash range at a time (memory: one
+    range's rows); None when there is no row."""
+    store = StoreSpec(task.root_url, task.s3).open()
+    joining = pl.from_arrow(task.joining)
+    shard = pl.Series(shard_of(joining["key"].to_numpy(), task.shards)) if joining.height else pl.Series([], dtype=pl.Int64)  # type: ignore[index]
+    options = {**PARQUET_OPTIONS, **WRITE}
+    rows = 0
+    with contextlib.ExitStack() as stack:
+        sources = [(stack.enter_context(parquet_file(store, f"{task.prefix}/{source.key}")), source.parts) for source in task.sources]
+        scratch = local_temp_dir()
+        stack.callback(shutil.rmtree, scratch, True)
+        path = os.path.join(scratch, "run.parquet")
+        writer = stack.enter_context(pq.ParquetWriter(path, SCHEMAS[task.table], **options))
+        keys_path = os.path.join(scratch, "run.keys")
+        keys_out = stack.enter_context(open(keys_path, "wb"))
+        for number in range(task.shards):
+            low, high = shard_bounds(number, task.shards)
+            frames = [empty(task.table), joining.filter(shard == number)]  # type: ignore[arg-type]
+            for parquet, parts in sources:
+                table = _range_rows(parquet, low, high)
+                if table is not None:
+                    frame = pl.from_arrow(table)
+                    frames.append(frame if parts is None else frame.filter(pl.col("part").is_in(parts)))  # type: ignore[union-attr]
+            merged = pl.concat(frames).sort(SORT[task.table])  # type: ignore[arg-type]
+            if merged.height:
+                writer.write_table(merged.to_arrow().cast(SCHEMAS[task.table]), row_group_size=ROW_GROUP)
+                keys_out.write(merged["key"].to_numpy().astype("<u8").tobytes())
+                rows += merged.height
+        writer.close()
+        keys_out.close()
+        if not rows:
+            return None
+        keys_key = task.output.removesuffix(".parquet") + ".keys"
+        keys = {"key": keys_key, "bytes": os.path.getsize(keys_path), "sha256": sha256_file(keys_path)}
+        entry = {"key": task.output, "rows": rows, "bytes": os.path.getsize(path), "sha256": sha256_file(path), "keys": keys}
+        store.put_file(keys_path, f"{task.prefix}/{keys_key}")
+        store.put_file(path, f"{task.prefix}/{task.output}")
+    return entry
 
 
 @dataclass(frozen=True)
@@ -248,10 +336,10 @@ class DedupIndex:
             return json.loads(self.store.read_bytes(key))
         except (FileNotFoundError, StorageError) as error:
             absent(self.store, key, error)
-        return {
-            "format": FORMAT, "minhash": minhash_identity(self.settings), "shards": self.settings.index_shards,
-            "max_deltas": self.settings.index_max_deltas, "partitions": {}, "base": {"members": [], "files": {t: [] for t in TABLES}}, "deltas": {},
-        }
+        return {"format": FORMAT, "minhash": minhash_identity(self.settings), **self._shape(), "partitions": {}, "runs": [], "deltas": {}}
+
+    def _shape(self) -> dict[str, int]:
+        return {"shards": self.settings.index_shards, "fanout": self.settings.index_fanout, "max_deltas": self.settings.index_max_deltas}
 
     def missing(self, expected: Iterable[PartitionRef], manifest: dict[str, Any] | None = None) -> list[str]:
         """Keys of the `expected` partitions that are not indexed."""
@@ -270,11 +358,11 @@ class DedupIndex:
                     raise
         raise AssertionError("unreachable")
 
-    def runs(self, table: str, keys: np.ndarray, ref: PartitionRef, manifest: dict[str, Any]) -> list[str]:
-        """The files (relative to the index folder) a probe of these keys (uint64) by `ref` must read."""
-        shards = set(shard_of(keys, manifest["shards"]).tolist())
-        runs = [entry["key"] for entry in manifest["base"]["files"][table] if entry["shard"] in shards]
+    def runs(self, table: str, keys: np.ndarray, ref: PartitionRef, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """The file entries (`key` relative to the index folder, `keys` its key file) a probe of these keys
+        (uint64) by `ref` must read."""
         mine = ref.sort_key()
+        runs = [files[table] for files, members in _runs_of(manifest) if files.get(table) and order_of(members[0]) < mine]
         for key, delta in sorted(manifest["deltas"].items(), key=lambda item: order_of(item[0])):
             if order_of(key) < mine and delta["files"].get(table) is not None:
                 runs.append(delta["files"][table]["key"])
@@ -288,7 +376,10 @@ class DedupIndex:
         if not runs or not len(probe_keys) or not names.height:
             return empty(table).join(names, on="part")
         parts = tuple(names["part"].to_list())
-        tasks = [ProbeTask(self.store.uri(), f"{self.prefix}/{run}", table, keys.to_arrow(), parts, self.s3) for run in runs]
+        tasks = [
+            ProbeTask(self.store.uri(), f"{self.prefix}/{run['key']}", table, keys.to_arrow(), parts, self.s3, f"{self.prefix}/{run['keys']['key']}" if "keys" in run else None)
+            for run in runs
+        ]
         big = executor is not None and len(probe_keys) >= PROBE_INLINE_BELOW_KEYS
         results = executor.map(probe_run, tasks) if big and executor is not None else [probe_run(task, self.store) for task in tasks]
         rows = pl.concat([empty(table), *(pl.from_arrow(result) for result in results)])  # type: ignore[misc]
@@ -313,111 +404,90 @@ class DedupIndex:
         return self.insert_many([IndexEntry(ref, digest, rows, documents)], executor, manifest)
 
     def insert_many(self, entries: list[IndexEntry], executor: Executor | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Index several partitions at once (at most one base rebuild). `manifest`: the current one, if read."""
+        """Index several partitions at once (one layout change). `manifest`: the current one, if read."""
         executor = executor or Executor()
         old = manifest if manifest is not None else self.manifest()
         entries = [e for e in entries if old["partitions"].get(e.ref.key, {}).get("digest") != e.digest]
-        if not entries and old["max_deltas"] == self.settings.index_max_deltas:
+        same_shape = old.get("format") == FORMAT and all(old.get(k) == v for k, v in self._shape().items())
+        if not entries and same_shape:
             self._sweep(old)  # what a writer killed after publishing left behind
-            return {"changed": False, "compacted": False, "deltas": len(old["deltas"])}
-        new_rows = {e.ref.key: e for e in entries}
+            return {"changed": False, "compacted": False, "deltas": len(old["deltas"]), "rewritten_rows": 0}
         partitions = {**old["partitions"], **{e.ref.key: {"digest": e.digest, "documents": e.documents} for e in entries}}
         new = self._layout(partitions)
-        old_base = set(old["base"]["members"]) - set(new_rows)  # rows still valid in the old base files
-
-        def delta_files(key: str) -> dict[str, Any]:
-            """A delta file of `key`: reused, or written from the new rows or from the old base."""
-            delta = old["deltas"].get(key)
-            if key not in new_rows and delta is not None and delta["digest"] == partitions[key]["digest"]:
-                return delta["files"]
-            rows = new_rows[key].rows() if key in new_rows else self._extract(old, key)
-            return self._write_delta(key, partitions[key]["digest"], rows)
-
-        for key in new["deltas"]:
-            new["deltas"][key]["files"] = delta_files(key)
-        compacted = new["base"]["digest"] != old["base"].get("digest")
-        if compacted:
-            # The rows of the partitions joining the base: from their delta files where they have one, else
-            # from the new entries or the old base.
-            joining = []
-            for key in new["base"]["members"]:
-                if key in old_base:
-                    continue
-                delta = old["deltas"].get(key)
-                if key not in new_rows and delta is not None and delta["digest"] == partitions[key]["digest"]:
-                    joining.append({t: read_run(self.store, f"{self.prefix}/{f['key']}") if f else empty(t) for t, f in delta["files"].items()})
-                else:
-                    joining.append(new_rows[key].rows() if key in new_rows else self._extract(old, key))
-            rows = {table: pl.concat([empty(table), *(j[table] for j in joining)]) for table in TABLES}
-            kept = old_base & set(new["base"]["members"])
-            new["base"]["files"] = self._compact(old, new, None if kept == set(old["base"]["members"]) else kept, rows, executor)
-        else:
-            new["base"]["files"] = old["base"]["files"]
+        reusable = {_digest([run["digest"], "run"]): run["files"] for run in old.get("runs", [])} if old.get("format") == FORMAT else {}
+        reusable.update({_digest([d["digest"], key]): d["files"] for key, d in old["deltas"].items()} if old.get("format") == FORMAT else {})
+        builds: list[tuple[dict[str, Any], list[str]]] = []  # (the run or delta to fill, its members) to write
+        for run in new["runs"]:
+            run["files"] = reusable.get(_digest([run["digest"], "run"]))
+            builds += [] if run["files"] is not None else [(run, run["members"])]
+        for key, delta in new["deltas"].items():
+            delta["files"] = reusable.get(_digest([delta["digest"], key])) if key not in {e.ref.key for e in entries} else None
+            builds += [] if delta["files"] is not None else [(delta, [key])]
+        tasks = self._build_tasks(old, entries, builds)
+        results = executor.map(build_run, [task for _, task in tasks]) if tasks else []
+        for target, _ in builds:
+            target["files"] = {}
+        for (target, task), result in zip(tasks, results, strict=True):
+            target["files"][task.table] = result
         self._publish(new)
-        return {"changed": True, "compacted": compacted, "deltas": len(new["deltas"])}
+        rewritten = sum(result["rows"] for result in results if result is not None)
+        return {"changed": True, "compacted": any("level" in target for target, _ in builds), "deltas": len(new["deltas"]), "rewritten_rows": rewritten}
 
     def _layout(self, partitions: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """The canonical layout of these partitions (file entries filled in by `insert`)."""
-        shards, limit = self.settings.index_shards, self.settings.index_max_deltas
+        """The canonical leveled layout of these partitions (files filled in by `insert_many`)."""
+        shards, fanout, limit = self.settings.index_shards, self.settings.index_fanout, self.settings.index_max_deltas
         ordered = sorted(partitions, key=order_of)
-        cut = len(ordered) - len(ordered) % limit
-        members = ordered[:cut]
-        base_digest = _digest([shards, [(key, partitions[key]["digest"]) for key in members]]) if members else None
+        batches = len(ordered) // limit
+        digits = []
+        while batches:
+            digits.append(batches % fanout)
+            batches //= fanout
+        runs, start = [], 0
+        for level in reversed(range(len(digits))):
+            size = digits[level] * fanout**level * limit
+            if size:
+                members = ordered[start : start + size]
+                digest = _digest([shards, [(key, partitions[key]["digest"]) for key in members]])
+                runs.append({"level": level, "members": members, "digest": digest, "files": None})
+                start += size
         return {
             "format": FORMAT,
             "minhash": minhash_identity(self.settings),
-            "shards": shards,
-            "max_deltas": limit,
+            **self._shape(),
             "partitions": dict(sorted(partitions.items())),
-            "base": {"members": members, "digest": base_digest, "files": {t: [] for t in TABLES}},
-            "deltas": {key: {"digest": partitions[key]["digest"], "files": {}} for key in ordered[cut:]},
+            "runs": runs,
+            "deltas": {key: {"digest": partitions[key]["digest"], "files": None} for key in ordered[start:]},
         }
 
-    def _write_delta(self, key: str, digest: str, rows: dict[str, pl.DataFrame]) -> dict[str, Any]:
-        name = _digest([key, digest])[:24]
-        files: dict[str, Any] = {}
-        for table in TABLES:
-            frame = rows[table]
-            if frame.height == 0:
-                files[table] = None
-                continue
-            relative = f"table={table}/delta-{name}.parquet"
-            entry = write_parquet(self.store, f"{self.prefix}/{relative}", frame.to_arrow().cast(SCHEMAS[table]), **WRITE)
-            files[table] = {**entry, "key": relative}
-        return files
-
-    def _extract(self, manifest: dict[str, Any], key: str) -> dict[str, pl.DataFrame]:
-        """One partition's rows out of the base files of `manifest` (it was a base member)."""
-        part = partition_id(key)
-        out = {}
-        for table in TABLES:
-            frames = [empty(table)]
-            for entry in manifest["base"]["files"][table]:
-                rows = read_run(self.store, f"{self.prefix}/{entry['key']}")
-                frames.append(rows.filter(pl.col("part") == part))
-            out[table] = pl.concat(frames).sort(SORT[table])
-        return out
-
-    def _compact(
-        self, old: dict[str, Any], new: dict[str, Any], keep: set[str] | None, joining: dict[str, pl.DataFrame], executor: Executor
-    ) -> dict[str, list[dict[str, Any]]]:
-        """The new base files: per table and shard, the old base file's rows (of `keep`; None: all) plus the
-        joining rows in the shard (one executor task each)."""
+    def _build_tasks(self, old: dict[str, Any], entries: list[IndexEntry], builds: list[tuple[dict[str, Any], list[str]]]) -> list[tuple[dict[str, Any], BuildTask]]:
+        """One task per table and run (or delta) to write: its members' rows from the new entries, or from
+        the files of `old` that hold them (whole files where every partition of the file is wanted)."""
+        new_rows = {e.ref.key: e for e in entries}
+        cache: dict[str, dict[str, pl.DataFrame]] = {}
         tasks = []
-        for table in TABLES:
-            old_files = {entry["shard"]: entry["key"] for entry in old["base"]["files"][table]}
-            rows = joining[table].with_columns(shard=pl.Series(shard_of(joining[table]["key"].to_numpy(), new["shards"])))
-            by_shard = {shard: group.drop("shard") for (shard,), group in rows.partition_by("shard", as_dict=True).items()}
-            for shard in range(new["shards"]):
-                output = f"table={table}/base-{new['base']['digest'][:24]}-{shard:04d}.parquet"
-                part = by_shard.get(shard, empty(table)).to_arrow().cast(SCHEMAS[table])
-                old_base = old_files.get(shard) if keep is None or keep else None
-                tasks.append(CompactTask(self.store.uri(), self.prefix, table, shard, old_base, None if keep is None else tuple(sorted(keep)), part, output, self.s3))
-        files: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
-        for task, entry in zip(tasks, executor.map(compact_shard, tasks), strict=True):
-            if entry is not None:
-                files[task.table].append(entry)
-        return files
+        for target, members in builds:
+            name = f"run-{target['digest'][:24]}" if "level" in target else f"delta-{_digest([members[0], target['digest']])[:24]}"
+            for table in TABLES:
+                wanted: dict[str, set[str]] = {}
+                holders: dict[str, list[str]] = {}
+                for key in members:
+                    if key in new_rows:
+                        continue
+                    for file_key, holding in _locations(old, table).get(key, []):
+                        wanted.setdefault(file_key, set()).add(key)
+                        holders[file_key] = holding
+                sources = tuple(
+                    Source(file_key, None if set(holders[file_key]) == keys else tuple(sorted(partition_id(key) for key in keys)))
+                    for file_key, keys in sorted(wanted.items())
+                )
+                for key in members:
+                    if key in new_rows and key not in cache:
+                        cache[key] = new_rows[key].rows()
+                joining = pl.concat([empty(table), *(cache[key][table] for key in members if key in new_rows)])
+                output = f"table={table}/{name}.parquet"
+                task = BuildTask(self.store.uri(), self.prefix, table, self.settings.index_shards, sources, joining.to_arrow().cast(SCHEMAS[table]), output, self.s3)
+                tasks.append((target, task))
+        return tasks
 
     def _publish(self, manifest: dict[str, Any]) -> None:
         body = json.dumps(manifest, indent=1, sort_keys=True).encode()
@@ -431,11 +501,34 @@ class DedupIndex:
         writers left)."""
         referenced = {MANIFEST}
         for table in TABLES:
-            referenced.update(entry["key"] for entry in manifest["base"]["files"][table])
-            referenced.update(files[table]["key"] for files in (d["files"] for d in manifest["deltas"].values()) if files.get(table) is not None)
+            referenced.update(files[table]["key"] for files, _ in _runs_of(manifest) if files.get(table))
+            referenced.update(files[table]["keys"]["key"] for files, _ in _runs_of(manifest) if files.get(table) and "keys" in files[table])
         self.store.remove_stale_temp(self.prefix)
         stale = [key for key in self.store.list_files(self.prefix) if key[len(self.prefix) + 1 :] not in referenced]
         self.store.delete(stale)
+
+
+def _runs_of(manifest: dict[str, Any]) -> list[tuple[dict[str, Any], list[str]]]:
+    """(files per table, member partitions) of every run and delta of a manifest, in the global order of
+    their first member (format 1: each base shard file as a run of the base members)."""
+    if manifest.get("format", 1) == 1:
+        members = manifest["base"]["members"]
+        count = max((len(files) for files in manifest["base"]["files"].values()), default=0)
+        runs = [({t: (files[i] if i < len(files) else None) for t, files in manifest["base"]["files"].items()}, members) for i in range(count)]
+    else:
+        runs = [(run["files"], run["members"]) for run in manifest["runs"]]
+    deltas = sorted(((d["files"], [key]) for key, d in manifest["deltas"].items()), key=lambda item: order_of(item[1][0]))
+    return runs + deltas
+
+
+def _locations(manifest: dict[str, Any], table: str) -> dict[str, list[tuple[str, list[str]]]]:
+    """Partition key -> the files of `table` holding its rows, each with every partition that file holds."""
+    out: dict[str, list[tuple[str, list[str]]]] = {}
+    for files, members in _runs_of(manifest):
+        if files.get(table):
+            for key in members:
+                out.setdefault(key, []).append((files[table]["key"], members))
+    return out
 
 
 # Probes with at least this many distinct keys read their runs in executor tasks; smaller ones in process.
@@ -450,11 +543,12 @@ class ProbeTask:
     keys: pa.Table  # MATCH[table] columns, sorted
     parts: tuple[int, ...]  # ids of the partitions whose rows count (those before the probing one)
     s3: S3Settings = field(default_factory=S3Settings)
+    keys_file: str | None = None  # the run's key file (format 1 runs have none)
 
 
 def probe_run(task: ProbeTask, store: Store | None = None) -> pa.Table:
     """The rows of one run file matching the probe keys, of the partitions `task.parts`."""
     store = store or StoreSpec(task.root_url, task.s3).open()
     keys = pl.from_arrow(task.keys)
-    rows = read_run(store, task.key, keys["key"].to_numpy())  # type: ignore[index]
+    rows = read_run(store, task.key, keys["key"].to_numpy(), task.keys_file)  # type: ignore[index]
     return rows.join(keys, on=MATCH[task.table], how="semi").filter(pl.col("part").is_in(task.parts)).to_arrow()  # type: ignore[arg-type]

@@ -302,7 +302,7 @@ def test_process_pool_gives_byte_identical_outputs(planted, tmp_path, monkeypatc
     run_incremental(other, settings, executor=pool)
     assert tree_digest(other.uri()) == inline
     stages = {name for name, _ in pool.stages}
-    assert {"run_recorded", "compact_shard", "forest_task"} <= stages
+    assert {"run_recorded", "build_run", "forest_task"} <= stages
     assert ("verify_pairs" in stages) == (verify is not None)
     assert ("run_recorded", 2) in pool.stages  # one signing task per cleaned part (with its completion record)
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import shutil
 from collections import Counter
 
+import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 import sluice.dedup as dedup
@@ -58,7 +61,7 @@ def index_all(store, partitions, order, settings: DedupSettings) -> None:
         dedup.index_partition(store, partitions[position][0], settings)
 
 
-SMALL = DedupSettings(index_shards=4, index_max_deltas=3)
+SMALL = DedupSettings(index_shards=4, index_max_deltas=3, index_fanout=2)
 
 
 def test_layout_is_the_same_whatever_the_insertion_order(tmp_path):
@@ -72,8 +75,13 @@ def test_layout_is_the_same_whatever_the_insertion_order(tmp_path):
         digests.append(tree_digest(store.uri("dedup_index")))
     assert digests[0] == digests[1] == digests[2]
     manifest = DedupIndex(open_store(str(tmp_path / "t0")), SMALL).manifest()
-    assert len(manifest["base"]["members"]) == 9 and len(manifest["deltas"]) == 2  # 11 = 3 x 3 + 2
-    assert {entry["shard"] for entry in manifest["base"]["files"]["bands"]} == {0, 1, 2, 3}
+    # 11 = 3 batches of 3 + 2 deltas; 3 batches = 0b11: a level-1 run of 2 batches, a level-0 run of 1
+    assert [(run["level"], len(run["members"])) for run in manifest["runs"]] == [(1, 6), (0, 3)] and len(manifest["deltas"]) == 2
+    ordered = sorted((ref.key for ref, _ in partitions), key=lambda key: key.split("/")[::-1])
+    assert manifest["runs"][0]["members"] == ordered[:6] and sorted(manifest["deltas"], key=lambda key: key.split("/")[::-1]) == ordered[9:]
+    run = pq.ParquetFile(open_store(str(tmp_path / "t0")).local_path(f"{DedupIndex(open_store(str(tmp_path / 't0')), SMALL).prefix}/{manifest['runs'][0]['files']['bands']['key']}"))
+    ranges = [run.metadata.row_group(g).column(0).statistics for g in range(run.num_row_groups)]
+    assert all(dedup.index.shard_of(np.array([s.min]), 4)[0] == dedup.index.shard_of(np.array([s.max]), 4)[0] for s in ranges)  # no group straddles two hash ranges
 
 
 def all_rows(store, partitions, table: str) -> pl.DataFrame:
@@ -83,12 +91,17 @@ def all_rows(store, partitions, table: str) -> pl.DataFrame:
     return pl.concat(frames)
 
 
+@pytest.mark.parametrize("via", ["key file", "key column"])
 @pytest.mark.parametrize("row_group", [7, 1 << 14])
 @pytest.mark.parametrize("table", ["bands", "exact"])
-def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_path, monkeypatch, table, row_group):
-    """Against all rows filtered by hand; with row groups of 7 rows the probe reads keys, then only the row
-    groups holding matches."""
-    monkeypatch.setitem(dedup.index.WRITE, "row_group_size", row_group)
+def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_path, monkeypatch, table, row_group, via):
+    """Against all rows filtered by hand; with row groups of 7 rows the probe finds the matching rows (by
+    binary search in the memory-mapped key file, or, where that is not local, in the key column), then reads
+    only the row groups holding matches."""
+    monkeypatch.setattr(dedup.index, "ROW_GROUP", row_group)
+    if via == "key column":
+        real = LocalStore.local_path
+        monkeypatch.setattr(LocalStore, "local_path", lambda store, key: None if key.endswith(".keys") else real(store, key))
     partitions = synthetic(13)
     store = open_store(str(tmp_path / "store"))
     write_all(store, partitions)
@@ -128,10 +141,11 @@ class CountingStore(LocalStore):
 
 
 def test_probe_reads_a_bounded_number_of_files_whatever_the_history(tmp_path):
-    settings = DedupSettings(index_shards=4, index_max_deltas=4)
-    opened = []
-    for count in (9, 41):  # both one past a compaction: the base and one delta
-        partitions = synthetic(count, seed=count)
+    """The files a probe opens: the manifest, one per run and one per delta before the probing partition; the
+    runs are the base-fanout digits of the batches, so their count grows as log(history)."""
+    settings = DedupSettings(index_shards=4, index_max_deltas=2, index_fanout=4)
+    for count, runs in ((9, 1), (41, 2), (129, 1)):  # 4 = 10, 20 = 110, 64 = 1000 batches in base 4
+        partitions = synthetic(count, seed=count, docs=2)
         store = open_store(str(tmp_path / f"n{count}"))
         write_all(store, partitions)
         index_all(store, partitions, list(range(count)), settings)
@@ -140,10 +154,24 @@ def test_probe_reads_a_bounded_number_of_files_whatever_the_history(tmp_path):
         keys = partition_rows(signatures_module.read_signatures(store, ref), ref)["bands"].select("key", "band")
         counting.calls.clear()
         DedupIndex(counting, settings).probe("bands", keys, ref)
-        opened.append(sum(counting.calls.values()))
-    # manifest + 4 base shards (+ no delta before the last one): the same at 9 and 41 partitions
-    assert opened[0] == opened[1] <= 1 + 4 + 4
+        assert len(DedupIndex(store, settings).manifest()["runs"]) == runs
+        assert sum(counting.calls.values()) == 1 + runs  # the last partition is the one delta: not read
 
+
+def test_each_row_is_rewritten_a_logarithmic_number_of_times(tmp_path):
+    """Indexing 64 partitions one by one (2 per batch, fanout 2: 32 batches, 6 levels) writes each row at most
+    once as a delta and once per level; a two-level base + deltas layout would rewrite the base every 2
+    partitions (16 times a row on average)."""
+    settings = DedupSettings(index_shards=2, index_max_deltas=2, index_fanout=2)
+    partitions = synthetic(64, seed=5, docs=2)
+    store = open_store(str(tmp_path / "store"))
+    write_all(store, partitions)
+    written = 0
+    for ref, _ in partitions:
+        dedup.sign_partition(store, ref, settings)
+        written += dedup.index_partition(store, ref, settings)["rewritten_rows"]
+    total = sum(partition_rows(signatures_module.read_signatures(store, ref), ref)[t].height for ref, _ in partitions for t in ("exact", "bands"))
+    assert total < written <= (1 + 6) * total
 
 def test_reindexing_a_changed_partition_replaces_its_rows(tmp_path):
     partitions = synthetic(7)
@@ -198,10 +226,10 @@ def test_insert_many_compacts_once(tmp_path, monkeypatch):
         manifest = dedup.sign_partition(store, ref, SMALL).manifest
         entries.append(IndexEntry(ref, signatures_module.signatures_digest(manifest), lambda ref=ref: partition_rows(signatures_module.read_signatures(store, ref), ref), manifest["documents"]))
     compactions = []
-    real = dedup.index.compact_shard
-    monkeypatch.setattr(dedup.index, "compact_shard", lambda task: compactions.append(task.table) or real(task))
+    real = dedup.index.build_run
+    monkeypatch.setattr(dedup.index, "build_run", lambda task: compactions.append(task.table) or real(task))
     DedupIndex(store, SMALL).insert_many(entries)
-    assert Counter(compactions) == {"exact": 4, "bands": 4}
+    assert Counter(compactions) == {"exact": 3, "bands": 3}  # 10 = 3 batches (2 runs) + 1 delta, each written once
     one_by_one = open_store(str(tmp_path / "one_by_one"))
     write_all(one_by_one, partitions)
     index_all(one_by_one, partitions, list(range(10)), SMALL)
@@ -292,3 +320,26 @@ def test_a_writer_killed_mid_insert_leaves_nothing_a_rerun_does_not_fix(tmp_path
     monkeypatch.setattr(DedupIndex, crash_at, real)
     index_all(store, partitions, [5], SMALL)
     assert tree_digest(store.uri("dedup_index")) == tree_digest(clean.uri("dedup_index"))
+
+
+def test_an_index_of_the_two_level_format_is_re_laid_out_by_the_next_insert(tmp_path):
+    """Format 1 (a base of shard files holding the first partitions, and deltas): the next insert writes the
+    leveled layout a fresh index of the same partitions has, byte for byte."""
+    partitions = synthetic(8)
+    store = open_store(str(tmp_path / "store"))
+    write_all(store, partitions)
+    index_all(store, partitions, list(range(7)), SMALL)
+    index = DedupIndex(store, SMALL)
+    manifest = index.manifest()
+    runs = manifest.pop("runs")
+    manifest.update(format=1, base={"members": [key for run in runs for key in run["members"]], "files": {
+        table: [{**run["files"][table], "shard": shard} for shard, run in enumerate(runs)] for table in ("exact", "bands")
+    }})
+    store.write_bytes(f"{index.prefix}/_manifest.json", json.dumps(manifest).encode())
+    assert index.probe("exact", all_rows(store, partitions[:1], "exact").select("key", "lo"), partitions[7][0]).height > 0  # format 1 still probed
+    index_all(store, partitions, [7], SMALL)
+    fresh = open_store(str(tmp_path / "fresh"))
+    write_all(fresh, partitions)
+    index_all(fresh, partitions, list(range(8)), SMALL)
+    assert index.manifest()["format"] == 2
+    assert tree_digest(store.uri("dedup_index")) == tree_digest(fresh.uri("dedup_index"))
