@@ -363,9 +363,6 @@ class DedupIndex:
         (uint64) by `ref` must read."""
         mine = ref.sort_key()
         runs = [files[table] for files, members in _runs_of(manifest) if files.get(table) and order_of(members[0]) < mine]
-        for key, delta in sorted(manifest["deltas"].items(), key=lambda item: order_of(item[0])):
-            if order_of(key) < mine and delta["files"].get(table) is not None:
-                runs.append(delta["files"][table]["key"])
         return runs
 
     def _probe(self, table: str, keys: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any], executor: Executor | None) -> pl.DataFrame:
