@@ -418,7 +418,7 @@ class DedupIndex:
             run["files"] = reusable.get(_digest([run["digest"], "run"]))
             builds += [] if run["files"] is not None else [(run, run["members"])]
         for key, delta in new["deltas"].items():
-            delta["files"] = reusable.get(_digest([delta["digest"], key])) if key not in {e.ref.key for e in entries} else None
+            delta["files"] = reusable.get(_digest([delta["digest"], key]))
             builds += [] if delta["files"] is not None else [(delta, [key])]
         tasks = self._build_tasks(old, entries, builds)
         results = executor.map(build_run, [task for _, task in tasks]) if tasks else []
@@ -461,6 +461,7 @@ class DedupIndex:
         the files of `old` that hold them (whole files where every partition of the file is wanted)."""
         new_rows = {e.ref.key: e for e in entries}
         cache: dict[str, dict[str, pl.DataFrame]] = {}
+        locations = {table: _locations(old, table) for table in TABLES}
         tasks = []
         for target, members in builds:
             name = f"run-{target['digest'][:24]}" if "level" in target else f"delta-{_digest([members[0], target['digest']])[:24]}"
@@ -470,7 +471,7 @@ class DedupIndex:
                 for key in members:
                     if key in new_rows:
                         continue
-                    for file_key, holding in _locations(old, table).get(key, []):
+                    for file_key, holding in locations[table].get(key, []):
                         wanted.setdefault(file_key, set()).add(key)
                         holders[file_key] = holding
                 sources = tuple(
