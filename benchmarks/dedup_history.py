@@ -15,7 +15,10 @@ steps as the Dagster assets, in this process (executor inline): `sign_partition`
 (under what would be the pool), `cluster_partition` (against every earlier partition, the registered
 list passed as the asset does), `dedup_partition` + `publish_deduped`, and the no_exact_duplicates check
 (`remaining_exact_duplicates`). Each new partition plants `--exact` exact copies (one case-folded) and
-`--near` near copies (2 % word edits) of documents drawn uniformly from all history partitions.
+`--near` near copies (2 % word edits) of documents of `--source-partitions` (8) partitions drawn
+uniformly from all history partitions (a fixed number, so the earlier partitions a new one links to, whose
+clusters and shingle sets it reads, are the same work at every P; with copies drawn from every history
+partition they would number min(20, P): fewer at P = 10 only).
 
 - requests_per_new_partition: storage requests of those steps (writing the partition's cleaned input is
   not counted). S3: every HTTP request botocore sends (event hook), against the SeaweedFS server of the
@@ -209,13 +212,16 @@ class History:
         rng = random.Random(f"planted/{self.corpus.seed}/{index}")
         docs = []
         fresh = self.args.docs - self.args.exact - self.args.near
+        # The copies come from a fixed number of history partitions drawn from all of history: the partitions
+        # a new one links to (whose clusters and shingles it reads) are then the same work at every P.
+        sources = rng.sample(self.history, min(self.args.source_partitions, len(self.history)))
         for row in range(self.args.docs):
             doc_id = f"{ref.key}#{row}"
             if row < fresh:
                 docs.append((doc_id, self.corpus.text(index, row)))
                 self.truth[doc_id] = False
                 continue
-            source = self.corpus.text(rng.choice(self.history), rng.randrange(self.args.docs))
+            source = self.corpus.text(rng.choice(sources), rng.randrange(self.args.docs))
             if row < fresh + self.args.exact:
                 text = source.upper() if row == fresh else source
                 self.truth[doc_id] = True
@@ -378,6 +384,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=8, help="new partitions measured per level (8 = a whole index cycle)")
     parser.add_argument("--exact", type=int, default=10, help="planted exact copies per new partition")
     parser.add_argument("--near", type=int, default=10, help="planted near copies per new partition")
+    parser.add_argument("--source-partitions", type=int, default=8, help="history partitions (drawn from all of history) each new partition copies from")
     parser.add_argument("--history-batch", type=int, default=64, help="history partitions indexed per bulk insert")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

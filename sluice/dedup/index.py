@@ -397,7 +397,8 @@ class DedupIndex:
         manifest: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Index one partition (its rows from `rows()`, identified by `digest`); a partition already indexed
-        with the same digest is left as is. Returns {"changed", "compacted", "deltas"}."""
+        with the same digest is left as is. Returns {"changed", "compacted" (a leveled run was rewritten),
+        "deltas", "rewritten_rows" (index rows written: the delta and merged runs)}."""
         return self.insert_many([IndexEntry(ref, digest, rows, documents)], executor, manifest)
 
     def insert_many(self, entries: list[IndexEntry], executor: Executor | None = None, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
