@@ -29,10 +29,13 @@ base every T partitions: O(N / T) per partition). A merge is one executor task p
 
 **Probes** read the manifest, then per table every run and the deltas of partitions ordered before the
 probing one: at most 1 + 2 x (levels + T) files, levels = log_F(N / T) (3 at N = 1,000 with F = T = 8; 5 at
-N = 100,000). In each file only the row groups whose key range holds a probe key are read (on S3 a file is
-one GET). Rows of partitions ordered at or after the probing partition are ignored, so a partition's probe
-result never depends on what was indexed later or concurrently. A partition indexed out of order (before
-already indexed ones) shifts the runs after it: they are rebuilt.
+N = 100,000). On a local store a probe finds its matches by binary search in each file's memory-mapped key
+file (one more open per file; pages touched grow as probe keys x log rows, not as the index) and reads the
+other columns of the row groups holding matches only; on S3 a file is one GET (bytes grow with the index),
+and the row groups whose key range holds no probe key are skipped. Rows of partitions ordered at or after
+the probing partition are ignored, so a partition's probe result never depends on what was indexed later
+or concurrently. A partition indexed out of order (before already indexed ones) shifts the runs after it:
+they are rebuilt.
 
 **Writes** must not run concurrently (two writers would each publish a manifest without the other's
 partition): the `dedup_index` asset runs them under a Dagster concurrency pool of limit 1. A writer
