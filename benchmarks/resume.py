@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers import figure  # noqa: E402
+from tests.crash_harness import wait_group_gone  # noqa: E402
 
 WORK = ROOT / ".bench_data" / "resume"  # git-ignored
 
@@ -105,6 +106,7 @@ def kill_at(config: str, stage: str, records: Path, count: int) -> int:
     _, err = child.communicate()
     if child.returncode != -signal.SIGKILL:
         raise SystemExit(f"the run ended before it could be killed: {err[-2000:]}")
+    wait_group_gone(child.pid)  # its workers too, so the records counted below are final
     return sum(1 for p in records.iterdir() if p.name.startswith("task-"))
 
 

@@ -25,6 +25,7 @@ from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
+from tests.crash_harness import wait_group_gone
 
 COPIES = 4  # of each of the 3 sample WARC files: 12 input files in one partition
 CHILD_TIMEOUT_S = 300
@@ -75,6 +76,7 @@ def kill_at_half(config: str, stage: str, records: Path, total: int, scratch: Pa
         time.sleep(0.005)
     _, err = child.communicate(timeout=CHILD_TIMEOUT_S)
     assert child.returncode == -signal.SIGKILL, f"the run ended before half its tasks were recorded: {err[-2000:]}"
+    wait_group_gone(child.pid)  # its workers too (one inside an fsync lives until it returns)
 
 
 def file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
