@@ -22,6 +22,7 @@ of the code location, seconds per worker, paid by every executor call of every s
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import multiprocessing
@@ -40,6 +41,7 @@ PRELOAD = [
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 _lock = threading.Lock()
 _pools: dict[int, ProcessPoolExecutor] = {}
+_exit_hook = False
 _started_env: int | None = None  # the environment the running forkserver started with
 
 
@@ -128,6 +130,10 @@ def pool(max_workers: int) -> ProcessPoolExecutor:
         if existing is not None:
             existing.shutdown(wait=False, cancel_futures=True)
         created = ProcessPoolExecutor(max_workers=max_workers, mp_context=context(), initializer=_worker_started)
+        global _exit_hook
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(shutdown)  # at exit, wait for the forkserver too: its CPU time is then reaped
         _pools[max_workers] = created
         return created
 
