@@ -23,11 +23,12 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
 from tests.crash_harness import wait_group_gone
-from tests.ray_cluster import RayCluster, _children, _pids_with
+from tests.ray_cluster import RayCluster, _pids_with
 
 pytestmark = pytest.mark.slow
 COPIES = 6  # of each of the 3 sample WARC files: 18 input files in one partition
 TOTAL = COPIES * 3
+REPEAT = 4
 PARTITION = "source=web/snapshot=2026-02"
 TASK_PROCESS = b"ray::run_recorded"  # a Ray worker's title while it runs a stage task
 WAIT_S = 300
@@ -38,11 +39,13 @@ WRITTEN = {
 
 
 def make_crawl(folder: Path) -> Path:
+    """COPIES x the sample's WARC files, each input file the sample file REPEAT times over (gzip members
+    concatenated: a valid WARC file), so a task runs long enough to be caught running."""
     snapshot = folder / "web" / "2026-02"
     snapshot.mkdir(parents=True)
     for copy in range(COPIES):
         for path in sorted((PROJECT_ROOT / "sample_data/web/2026-02").iterdir()):
-            shutil.copy2(path, snapshot / f"{copy:02d}-{path.name}")
+            (snapshot / f"{copy:02d}-{path.name}").write_bytes(path.read_bytes() * REPEAT)
     return folder / "web"
 
 
@@ -72,11 +75,31 @@ def run_stage(config: str, stage: str) -> dict:
     return {key: getattr(value, "value", value) for key, value in event.event_specific_data.materialization.metadata.items()}
 
 
+_RAYLETS: dict[str, list[int]] = {}
+
+
+def raylets(cluster: RayCluster) -> list[int]:
+    if cluster.address not in _RAYLETS:
+        ports = (cluster.head_ports[0], cluster.worker_ports[0])
+        _RAYLETS[cluster.address] = [pid for port in ports for pid in _pids_with(f"--node_manager_port={port}")]
+    return _RAYLETS[cluster.address]
+
+
+def children(pid: int) -> list[int]:
+    """Child processes of `pid` (its threads' children lists: cheaper than a scan of /proc)."""
+    found = []
+    for thread in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.extend(int(child) for child in (thread / "children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
 def task_workers(cluster: RayCluster) -> list[int]:
     """The cluster's worker processes that are running a stage task now."""
-    raylets = [pid for port in (cluster.head_ports[0], cluster.worker_ports[0]) for pid in _pids_with(f"--node_manager_port={port}")]
     busy = []
-    for pid in (child for raylet in raylets for child in _children(raylet)):
+    for pid in (child for raylet in raylets(cluster) for child in children(raylet)):
         try:
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(TASK_PROCESS):
                 busy.append(pid)
