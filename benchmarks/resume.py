@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.peers import figure  # noqa: E402
 from tests.crash_harness import wait_group_gone  # noqa: E402
 
-WORK = ROOT / ".bench_data" / "resume"  # git-ignored
+WORK = Path(os.environ.get("SLUICE_BENCH_DATA", ROOT / ".bench_data")) / "resume"  # git-ignored
 
 
 def cpu_seconds() -> float:
