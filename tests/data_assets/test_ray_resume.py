@@ -169,7 +169,6 @@ def test_a_killed_ray_worker_costs_only_its_task(cluster, reference, tmp_path, s
         time.sleep(0.002)
     run.join(timeout=WAIT_S)
     assert victim is not None, "no Ray worker was caught running a task of the partition"
-    assert not Path(f"/proc/{victim}").exists() or b"zombie" in Path(f"/proc/{victim}/status").read_bytes().lower()
     metadata = outcome["metadata"]  # the run succeeded (run_stage asserts it)
     after = records(folder)
     assert len(after) == TOTAL
