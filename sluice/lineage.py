@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sluice.config import DedupSettings
 from sluice.layout import PartitionRef, entry_key, partition_prefix, read_manifest
 from sluice.storage import Store, local_temp_dir
 
@@ -236,17 +237,17 @@ def locate_in_mix(reader: RowReader, mix_manifest: dict[str, Any], doc_ids: list
 # -- dedup clusters: one adapter over the layouts ----------------------------------------------------------------------
 
 
-def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) -> dict[str, Any]:
-    """The deduplication cluster of a kept document: {cluster_id, cluster_size, decided_in}.
+def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, settings: DedupSettings | None = None) -> dict[str, Any]:
+    """The deduplication cluster of a kept document: {cluster_id, cluster_size, scope, ...}.
 
     Reads the clusters file of the document's partition, only the row groups of its part (documents are
-    `part << 24 | row` there, sorted). Two layouts: a `dedup_clusters` dataset with `cluster_size` per row
-    (the global dedup index), else the deduplicated partition's side files (`clusters.parquet` naming each
+    `part << 24 | row` there, sorted). Two layouts: a `dedup_clusters` dataset (the global dedup index),
+    else the deduplicated partition's side files of older versions (`clusters.parquet` naming each
     document's kept document, `removed.parquet` with the sizes of clusters that lost a document here).
-    The size counts the documents of the cluster as the document's partition saw them when it was
-    deduplicated (`scope`): copies removed later, by later partitions, are in those partitions' removed
-    lists, which this probe does not read (that would cost a read per later partition); the global dedup
-    index (issue 14) can answer it with a probe once it lands."""
+    With `dedup_clusters` and the dedup settings, the cluster is the global one (`scope` "global"): every
+    indexed document whose decision leads to the same kept document, later partitions' copies included,
+    found by probes of the dedup index (`sluice.dedup.lookup`). Otherwise the size counts the cluster as the
+    document's partition saw it when it was deduplicated (`scope` says so)."""
     low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
     clusters_prefix = partition_prefix(DEDUP_CLUSTERS, ref)
     manifest = reader.manifest(clusters_prefix)
@@ -256,6 +257,9 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) 
         match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
         if match:
             row = match[0]
+            found = _global_cluster(reader.store, settings, ref, row["doc"])
+            if found is not None:
+                return found
             return {"cluster_id": doc_id if row.get("kind") is None else None, "cluster_size": row.get("cluster_size"),
                     "parent": f"{row['parent_partition']}:{row['parent_doc']}", "layout": DEDUP_CLUSTERS, "scope": f"as {ref.key} was deduplicated"}
     deduped_prefix = partition_prefix(DEDUPED, ref)
@@ -278,6 +282,22 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) 
             sizes = [s for s in same.column("cluster_size").to_pylist() if s is not None]
             size = max(sizes) if sizes else 1 + same.num_rows
     return {"cluster_id": cluster_id, "cluster_size": size, "layout": "deduped_documents side files", "scope": f"as {ref.key} was deduplicated"}
+
+
+def _global_cluster(store: Store, settings: DedupSettings | None, ref: PartitionRef, doc: int) -> dict[str, Any] | None:
+    """`dedup_cluster`'s answer from the global dedup index (None: no settings, or the partition is not in it)."""
+    if settings is None:
+        return None
+    from sluice.dedup.lookup import global_cluster
+
+    found = global_cluster(store, settings, ref, doc)
+    if found is None:
+        return None
+    scope = f"global: {found.partitions} partition(s)" + ("" if found.complete else f", search stopped: at least {found.size}")
+    if found.undecided:
+        scope += f", {found.undecided} linked document(s) of partitions not clustered yet"
+    return {"cluster_id": found.cluster_id, "cluster_size": found.size, "cluster_partition": found.cluster_partition,
+            "layout": DEDUP_CLUSTERS, "scope": scope}
 
 
 def absent_reason(reader: RowReader, doc_id: str) -> str:

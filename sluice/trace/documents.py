@@ -111,7 +111,7 @@ class DocumentTracer:
         out["record_id"] = raw.get("source_id")
         out["fetch_date"] = out.get("fetch_date") or raw.get("fetch_date")
         out["url"] = out.get("url") or raw.get("url")
-        cluster = dedup_cluster(self.reader, ref, part, doc_id)
+        cluster = dedup_cluster(self.reader, ref, part, doc_id, None if self.config is None else self.config.dedup)
         out["dedup_cluster"], out["dedup_cluster_size"] = cluster.get("cluster_id"), cluster.get("cluster_size")
         out["dedup_scope"] = cluster.get("scope")
         out["measures"], out["near_thresholds"], out["replay_matches"] = [], [], None
