@@ -6,13 +6,13 @@
 documents, all of one partition. Here each shard becomes a partition of its own (`synthetic/sNNN`, so
 10^7 documents are 39 partitions) with the datasets of the real graph, written by the same writers and in
 the same layouts: `raw_documents` (one input file per partition, its records in ordinal order),
-`deduped_documents` (cleaned schema; the shard's document i is row i), `dedup_signatures`,
+`deduped_documents` (cleaned schema; the shard's document i is its row i), `dedup_signatures`,
 `dedup_clusters` and the global `dedup_index` (built by `DedupIndex.insert_many`, default settings: 16
 hash-range shards, 14 bands), the shards' `.docs.parquet`, and a copy of the mix manifest naming them (the
 token files and the mix index are symlinks). Texts are short English-like lines (seeded); in every odd
-partition each 97th document is an exact copy of the same row of the partition before (a cluster of two
-across partitions, the same at every scale). A structure of the real sizes, not a dedup result: the copies
-stay in the shards.
+partition a copy follows each 97th document, an exact duplicate (text hash and bands) of the same shard row of
+the partition before: `dedup_clusters` removes it, `deduped_documents` and the shard do not hold it (clusters
+of two across partitions, the same at every scale). A structure of the real sizes, not a dedup run.
 """
 
 from __future__ import annotations
@@ -67,29 +67,38 @@ def joined(*parts: pa.Array | str) -> pa.Array:
     return pc.binary_join_element_wise(*parts, "")
 
 
-def partition_columns(index: int, count: int, bands: int) -> dict[str, pa.Array]:
-    """Every column of one partition's documents (seeded by its index); copies of partition index - 1."""
+def layout(index: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shard row each cleaned row belongs to, which rows are copies): in an odd partition a copy follows
+    every COPY_EVERY-th document; the shard holds the other rows, in order."""
+    copies = 1 + (np.arange(count) % COPY_EVERY == 0) if index % 2 else np.ones(count, np.int64)
+    source_row = np.repeat(np.arange(count), copies)
+    return source_row, np.r_[False, source_row[1:] == source_row[:-1]]
+
+
+def draws(index: int, rows: int, bands: int) -> tuple[pa.Array, np.ndarray, np.random.Generator]:
+    """A partition's random text hashes and band keys (seeded by its index)."""
     rng = np.random.default_rng(index)
-    rows = pa.array(np.arange(count, dtype=np.int64))
-    ordinal = pc.cast(rows, pa.string())
+    return hex_strings(rng, rows), rng.integers(0, 1 << 63, size=(rows, bands), dtype=np.int64).view(np.uint64), rng
+
+
+def partition_columns(index: int, count: int, bands: int) -> dict:
+    """Every column of one partition's cleaned documents; a copy has the hash and bands of the same shard row
+    of the partition before (an even one: there, cleaned row = shard row)."""
+    source_row, is_copy = layout(index, count)
+    rows = len(source_row)
+    hashes, band_keys, rng = draws(index, rows, bands)
     key = f"synthetic/s{index:03d}"
-    hashes, band_keys = hex_strings(rng, count), rng.integers(0, 1 << 63, size=(count, bands), dtype=np.int64).view(np.uint64)
-    if index % 2:  # copies: the same hash and bands as the same row of the partition before
-        earlier = partition_columns_core(index - 1, count, bands)
-        copied = np.arange(0, count, COPY_EVERY)
-        hashes = pc.if_else(pa.array(np.isin(np.arange(count), copied)), earlier["text_hash"], hashes)
-        band_keys[copied] = earlier["bands"][copied]
-    text = joined(pa.array(SENTENCES).take(pa.array(rng.integers(0, len(SENTENCES), count))), " Page ", ordinal, " of ", key, ".")
+    if index % 2:
+        earlier_hashes, earlier_bands, _ = draws(index - 1, count, bands)
+        hashes = pc.if_else(pa.array(is_copy), earlier_hashes.take(pa.array(source_row)), hashes)
+        band_keys[is_copy] = earlier_bands[source_row[is_copy]]
+    ordinal = pc.cast(pa.array(np.arange(rows, dtype=np.int64)), pa.string())
+    text = joined(pa.array(SENTENCES).take(pa.array(rng.integers(0, len(SENTENCES), rows))), " Page ", ordinal, " of ", key, ".")
     return {
-        "rows": rows, "doc_id": joined(f"{key}/{ONE_FILE}#", ordinal), "url": joined(f"https://s{index:03d}.example/page/", ordinal),
-        "text": text, "text_hash": hashes, "bands": band_keys, "ordinal": ordinal,
+        "rows": pa.array(np.arange(rows, dtype=np.int64)), "doc_id": joined(f"{key}/{ONE_FILE}#", ordinal),
+        "url": joined(f"https://s{index:03d}.example/page/", ordinal), "text": text, "text_hash": hashes, "bands": band_keys,
+        "ordinal": ordinal, "source_row": source_row, "is_copy": is_copy,
     }
-
-
-def partition_columns_core(index: int, count: int, bands: int) -> dict[str, np.ndarray | pa.Array]:
-    """The hashes and bands of a partition as `partition_columns` draws them (before its own copies)."""
-    rng = np.random.default_rng(index)
-    return {"text_hash": hex_strings(rng, count), "bands": rng.integers(0, 1 << 63, size=(count, bands), dtype=np.int64).view(np.uint64)}
 
 
 def write_json(store: Store, key: str, value: dict) -> None:
@@ -99,6 +108,7 @@ def write_json(store: Store, key: str, value: dict) -> None:
 def write_partition(store: Store, ref: PartitionRef, index: int, count: int, settings: DedupSettings) -> tuple[pa.Table, str]:
     """raw, deduplicated, signatures and clusters of one partition; returns (signatures, their digest)."""
     c = partition_columns(index, count, settings.bands)
+    count = len(c["rows"])
     date = pa.array(np.full(count, int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)), pa.timestamp("ms", tz="UTC"))
     const = lambda value, kind=STRING: repeat(value, count, kind)  # noqa: E731
     raw = pa.Table.from_pydict({
@@ -114,31 +124,29 @@ def write_partition(store: Store, ref: PartitionRef, index: int, count: int, set
         "quality_score": const(0.7, pa.float32()), "code_share": const(0.0, pa.float32()), "toxicity_score": const(0.0, pa.float32()),
         "toxic_terms": const(0, pa.int32()), "perplexity": const(300.0, pa.float32()), "perplexity_bucket": const("middle"),
     }, schema=CLEANED_SCHEMA)
-    entry = write_parquet(store, f"{partition_prefix('deduped_documents', ref)}/part-00000.parquet", cleaned)
+    entry = write_parquet(store, f"{partition_prefix('deduped_documents', ref)}/part-00000.parquet", cleaned.filter(pc.invert(pa.array(c["is_copy"]))))
     write_json(store, f"{partition_prefix('deduped_documents', ref)}/{MANIFEST}", {"asset": "deduped_documents", "files": [entry], "side_files": []})
     schema = signatures_schema(settings.bands)
     bands = pa.FixedSizeListArray.from_arrays(pa.array(c["bands"].reshape(-1)), settings.bands)
     signatures = pa.Table.from_arrays([c["rows"], c["doc_id"], c["text_hash"], bands], schema=schema)
     entry = write_parquet(store, f"{partition_prefix('dedup_signatures', ref)}/part-00000.parquet", signatures)
-    manifest = {"asset": "dedup_signatures", "files": [entry], "minhash": minhash_identity(settings), "documents": count}
+    manifest = {"asset": "dedup_signatures", "files": [entry], "minhash": minhash_identity(settings), "documents": signatures.num_rows}
     write_json(store, f"{partition_prefix('dedup_signatures', ref)}/{MANIFEST}", manifest)
     write_json(store, f"{partition_prefix('dedup_clusters', ref)}/{MANIFEST}", {"asset": "dedup_clusters", "files": [clusters(store, ref, index, c)]})
     return signatures, signatures_digest(manifest)
 
 
 def clusters(store: Store, ref: PartitionRef, index: int, c: dict) -> dict:
-    count = len(c["rows"])
-    copied = np.zeros(count, dtype=bool)
-    if index % 2:
-        copied[::COPY_EVERY] = True
+    """The partition's `dedup_clusters`: the copies are exact duplicates of the partition before."""
+    copied = pa.array(c["is_copy"])
     before = f"synthetic/s{index - 1:03d}"
-    before_ids = joined(f"{before}/{ONE_FILE}#", c["ordinal"])
+    before_ids = joined(f"{before}/{ONE_FILE}#", pc.cast(pa.array(c["source_row"]), pa.string()))
+    none = pa.scalar(None, pa.string())
     table = pa.Table.from_pydict({
-        "doc": c["rows"], "doc_id": c["doc_id"], "kind": pc.if_else(pa.array(copied), "exact", pa.scalar(None, pa.string())),
-        "parent_partition": pc.if_else(pa.array(copied), before, ref.key), "parent_doc": c["rows"],
-        "exact_of_partition": pc.if_else(pa.array(copied), before, pa.scalar(None, pa.string())),
-        "exact_of_id": pc.if_else(pa.array(copied), before_ids, pa.scalar(None, pa.string())),
-        "cluster_size": pa.array(np.where(copied, 2, 1)),
+        "doc": c["rows"], "doc_id": c["doc_id"], "kind": pc.if_else(copied, "exact", none),
+        "parent_partition": pc.if_else(copied, before, ref.key), "parent_doc": pc.if_else(copied, pa.array(c["source_row"]), c["rows"]),
+        "exact_of_partition": pc.if_else(copied, before, none), "exact_of_id": pc.if_else(copied, before_ids, none),
+        "cluster_size": pa.array(np.where(c["is_copy"], 2, 1)),
     }, schema=CLUSTERS_SCHEMA)
     return write_parquet(store, f"{partition_prefix('dedup_clusters', ref)}/clusters.parquet", table)
 
@@ -168,7 +176,8 @@ def build(root: Path, mix_root: Path, settings: DedupSettings | None = None, log
     for number, shard in enumerate(manifest["shards"]):
         ref = PartitionRef("synthetic", f"s{number:03d}")
         signatures, digest = write_partition(store, ref, number, int(shard["documents"]), settings)
-        shards.append(link_shard(root, mix_root, shard, ref, signatures.column("doc_id")))
+        kept = signatures.column("doc_id").filter(pc.invert(pa.array(layout(number, int(shard["documents"]))[1])))
+        shards.append(link_shard(root, mix_root, shard, ref, kept))
         frame = signatures
         entries.append(IndexEntry(ref, digest, lambda frame=frame, ref=ref: partition_rows(_polars(frame), ref), frame.num_rows))
         if len(entries) == settings.index_max_deltas or number == len(manifest["shards"]) - 1:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,9 @@ import pyarrow.parquet as pq
 from sluice.config import DedupSettings
 from sluice.layout import PartitionRef, entry_key, partition_prefix, read_manifest
 from sluice.storage import Store, local_temp_dir
+
+if TYPE_CHECKING:
+    from sluice.dedup.lookup import GlobalCluster
 
 RAW = "raw_documents"
 CLEANED = "cleaned_documents"
@@ -237,31 +240,59 @@ def locate_in_mix(reader: RowReader, mix_manifest: dict[str, Any], doc_ids: list
 # -- dedup clusters: one adapter over the layouts ----------------------------------------------------------------------
 
 
-def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, settings: DedupSettings | None = None) -> dict[str, Any]:
+CLUSTER_COLUMNS = ["doc", "doc_id", "kind", "parent_partition", "parent_doc", "cluster_size"]
+
+
+def cluster_row(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, deduped_row: int | None = None) -> dict[str, Any] | None:
+    """A document's row in its partition's `dedup_clusters` (None: no such dataset, or not in it).
+
+    The clusters file is sorted by `doc = part << 24 | row of the cleaned part`. The deduplicated part is the
+    cleaned part's documents without a decision (`kind` null), in order, so with `deduped_row` the document
+    is found from the part's `doc` and `kind` columns alone (small: `kind` is mostly null); by `doc_id`
+    otherwise, or when that row names another document."""
+    low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
+    prefix = partition_prefix(DEDUP_CLUSTERS, ref)
+    manifest = reader.manifest(prefix)
+    if manifest is None or not manifest.get("files"):
+        return None
+    key = entry_key(prefix, manifest["files"][0])
+    if deduped_row is not None:
+        decided = reader.rows_in_range(key, "doc", low, high, ["doc", "kind"])
+        kept = np.flatnonzero(pc.is_null(decided.column("kind")).to_numpy(zero_copy_only=False))
+        if deduped_row < len(kept):
+            doc = decided.column("doc")[int(kept[deduped_row])].as_py()
+            rows = reader.rows_in_range(key, "doc", doc, doc, CLUSTER_COLUMNS).to_pylist()
+            if rows and rows[0]["doc_id"] == doc_id:
+                return rows[0]
+    rows = reader.rows_in_range(key, "doc", low, high, CLUSTER_COLUMNS)
+    match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
+    return match[0] if match else None
+
+
+def dedup_cluster(
+    reader: RowReader, ref: PartitionRef, part: int, doc_id: str, settings: DedupSettings | None = None, deduped_row: int | None = None,
+    found: GlobalCluster | None = None,
+) -> dict[str, Any]:
     """The deduplication cluster of a kept document: {cluster_id, cluster_size, scope, ...}.
 
-    Reads the clusters file of the document's partition, only the row groups of its part (documents are
-    `part << 24 | row` there, sorted). Two layouts: a `dedup_clusters` dataset (the global dedup index),
-    else the deduplicated partition's side files of older versions (`clusters.parquet` naming each
-    document's kept document, `removed.parquet` with the sizes of clusters that lost a document here).
-    With `dedup_clusters` and the dedup settings, the cluster is the global one (`scope` "global"): every
+    Two layouts: a `dedup_clusters` dataset (the global dedup index, `cluster_row`), else the deduplicated
+    partition's side files of older versions (`clusters.parquet` naming each document's kept document,
+    `removed.parquet` with the sizes of clusters that lost a document here). With `dedup_clusters` and the
+    dedup settings (or `found`, searched already), the cluster is the global one (`scope` "global"): every
     indexed document whose decision leads to the same kept document, later partitions' copies included,
     found by probes of the dedup index (`sluice.dedup.lookup`). Otherwise the size counts the cluster as the
     document's partition saw it when it was deduplicated (`scope` says so)."""
     low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
-    clusters_prefix = partition_prefix(DEDUP_CLUSTERS, ref)
-    manifest = reader.manifest(clusters_prefix)
-    if manifest is not None and manifest.get("files"):
-        key = entry_key(clusters_prefix, manifest["files"][0])
-        rows = reader.rows_in_range(key, "doc", low, high, ["doc", "doc_id", "kind", "parent_partition", "parent_doc", "cluster_size"])
-        match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
-        if match:
-            row = match[0]
-            found = _global_cluster(reader.store, settings, ref, row["doc"])
-            if found is not None:
-                return found
-            return {"cluster_id": doc_id if row.get("kind") is None else None, "cluster_size": row.get("cluster_size"),
-                    "parent": f"{row['parent_partition']}:{row['parent_doc']}", "layout": DEDUP_CLUSTERS, "scope": f"as {ref.key} was deduplicated"}
+    row = cluster_row(reader, ref, part, doc_id, deduped_row)
+    if row is not None:
+        if found is None and settings is not None:
+            from sluice.dedup.lookup import global_cluster
+
+            found = global_cluster(reader.store, settings, ref, row["doc"])
+        if found is not None:
+            return global_fields(found)
+        return {"cluster_id": doc_id if row.get("kind") is None else None, "cluster_size": row.get("cluster_size"),
+                "parent": f"{row['parent_partition']}:{row['parent_doc']}", "layout": DEDUP_CLUSTERS, "scope": f"as {ref.key} was deduplicated"}
     deduped_prefix = partition_prefix(DEDUPED, ref)
     deduped = reader.manifest(deduped_prefix)
     if deduped is None:
@@ -284,15 +315,8 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, 
     return {"cluster_id": cluster_id, "cluster_size": size, "layout": "deduped_documents side files", "scope": f"as {ref.key} was deduplicated"}
 
 
-def _global_cluster(store: Store, settings: DedupSettings | None, ref: PartitionRef, doc: int) -> dict[str, Any] | None:
-    """`dedup_cluster`'s answer from the global dedup index (None: no settings, or the partition is not in it)."""
-    if settings is None:
-        return None
-    from sluice.dedup.lookup import global_cluster
-
-    found = global_cluster(store, settings, ref, doc)
-    if found is None:
-        return None
+def global_fields(found: GlobalCluster) -> dict[str, Any]:
+    """`dedup_cluster`'s answer from a global cluster (`sluice.dedup.lookup`)."""
     scope = f"global: {found.partitions} partition(s)" + ("" if found.complete else f", search stopped: at least {found.size}")
     if found.undecided:
         scope += f", {found.undecided} linked document(s) of partitions not clustered yet"

@@ -23,7 +23,7 @@ import polars as pl
 
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.clusters import resolve_roots
-from sluice.dedup.index import DedupIndex, partition_rows
+from sluice.dedup.index import MATCH, DedupIndex, partition_rows
 from sluice.dedup.schemas import (
     CLUSTERS,
     ROW_BITS,
@@ -76,19 +76,25 @@ def _holds(stats: object, sorted_docs: np.ndarray) -> bool:
     return at < len(sorted_docs) and sorted_docs[at] <= stats.max  # type: ignore[attr-defined]
 
 
+ROOT = ["root_partition", "root_doc"]
+PLACE = {"partition": pl.String, "doc": pl.Int64}
+
+
 def neighbours(index: DedupIndex, manifest: dict, store: Store, members: pl.DataFrame) -> pl.DataFrame:
-    """(partition, doc) of every indexed document sharing an exact or band key with one of `members`
-    (partition, doc), in any partition."""
-    keys = {"exact": [], "bands": []}
+    """(partition, doc, root_partition, root_doc) of every indexed document sharing an exact or band key
+    with one of `members` (partition, doc, root_partition, root_doc), in any partition, with the root of
+    the member it shares the key with. One probe per table for all members."""
+    keys: dict[str, list[pl.DataFrame]] = {"exact": [], "bands": []}
     for (partition,), group in members.group_by(["partition"]):
         rows = partition_rows(signature_rows(store, partition, group["doc"].to_numpy()), ref_of(partition))
         for table, frame in rows.items():
-            keys[table].append(frame)
-    found = [pl.DataFrame(schema={"partition": pl.String, "doc": pl.Int64})]
+            keys[table].append(frame.select(*MATCH[table], "doc").join(group.select("doc", *ROOT), on="doc").drop("doc"))
+    found = [pl.DataFrame(schema={**PLACE, "root_partition": pl.String, "root_doc": pl.Int64})]
     for table, frames in keys.items():
         probe_keys = pl.concat(frames)
         if probe_keys.height and (table == "exact" or index.settings.fuzzy):
-            found.append(index.probe(table, probe_keys, None, manifest).select("partition", "doc"))
+            rows = index.probe(table, probe_keys.select(MATCH[table]), None, manifest)
+            found.append(rows.select(*MATCH[table], "partition", "doc").join(probe_keys, on=MATCH[table]).select(*PLACE, *ROOT))
     return pl.concat(found).unique()
 
 
@@ -97,34 +103,49 @@ def clustered(store: Store, partitions: list[str]) -> set[str]:
     return {p for p in partitions if store.exists(f"{prefix_of(CLUSTERS, p)}/{MANIFEST}")}
 
 
-def global_cluster(store: Store, settings: DedupSettings, ref: PartitionRef, doc: int, limit: int = LIMIT, s3: S3Settings | None = None) -> GlobalCluster | None:
-    """The global cluster of document `doc` (dedup position `part << 24 | row`) of partition `ref`; None
-    when its partition is not indexed or not clustered with these settings."""
+def global_clusters(store: Store, settings: DedupSettings, docs: list[tuple[PartitionRef, int]], limit: int = LIMIT, s3: S3Settings | None = None) -> list[GlobalCluster | None]:
+    """The global cluster of each document (partition, dedup position `part << 24 | row`), searched together
+    (one probe per table and round for all of them); None for a document whose partition is not indexed or
+    not clustered with these settings."""
     index = DedupIndex(store, settings, s3)
     manifest = index.manifest()
-    if ref.key not in manifest["partitions"] or not clustered(store, [ref.key]):
-        return None
-    start = pl.DataFrame({"partition": [ref.key], "doc": [doc]}, schema={"partition": pl.String, "doc": pl.Int64})
-    root = resolve_roots(store, start).row(0, named=True)
-    members, frontier, seen = start, start, start
-    undecided, rounds, complete = 0, 0, True
-    decided: dict[str, bool] = {}
+    known = clustered(store, sorted({ref.key for ref, _ in docs if ref.key in manifest["partitions"]}))
+    starts = pl.DataFrame({"partition": [ref.key for ref, _ in docs], "doc": [doc for _, doc in docs]}, schema=PLACE)
+    roots = resolve_roots(store, starts.filter(pl.col("partition").is_in(sorted(known))).unique())
+    wanted = roots.select(*ROOT).unique()
+    members = seen = frontier = roots.select(*PLACE, *ROOT)
+    decided = dict.fromkeys(known, True)
+    undecided: list[pl.DataFrame] = [pl.DataFrame(schema={**PLACE, "root_partition": pl.String, "root_doc": pl.Int64})]
+    rounds, complete = 0, True
     while frontier.height:
         if seen.height >= limit:
             complete = False
             break
         rounds += 1
-        new = neighbours(index, manifest, store, frontier).join(seen, on=["partition", "doc"], how="anti")
-        seen = pl.concat([seen, new])
+        found = neighbours(index, manifest, store, frontier)
+        new = found.select(*PLACE).unique().join(seen.select(*PLACE), on=list(PLACE), how="anti")
+        seen = pl.concat([seen, new.with_columns(pl.lit(None, pl.String).alias("root_partition"), pl.lit(None, pl.Int64).alias("root_doc"))])
         unknown = [p for p in new["partition"].unique().to_list() if p not in decided]
-        known = clustered(store, unknown)
-        decided.update({p: p in known for p in unknown})
-        ready = new.filter(pl.col("partition").is_in([p for p, done in decided.items() if done]))
-        undecided += new.height - ready.height
-        roots = resolve_roots(store, ready)
-        same = (pl.col("root_partition") == root["root_partition"]) & (pl.col("root_doc") == root["root_doc"])
-        frontier = roots.filter(same).select("partition", "doc")
+        decided.update(dict.fromkeys(unknown, False) | dict.fromkeys(clustered(store, unknown), True))
+        ready = pl.col("partition").is_in([p for p, done in decided.items() if done])
+        undecided.append(found.join(new.filter(~ready), on=list(PLACE)))
+        frontier = resolve_roots(store, new.filter(ready)).select(*PLACE, *ROOT).join(wanted, on=ROOT)
         members = pl.concat([members, frontier])
-    return GlobalCluster(
-        root["root_id"], root["root_partition"], members.height, members["partition"].n_unique(), undecided, complete, rounds
-    )
+    return [_cluster(ref, doc, roots, members, pl.concat(undecided), complete, rounds) for ref, doc in docs]
+
+
+def _cluster(ref: PartitionRef, doc: int, roots: pl.DataFrame, members: pl.DataFrame, undecided: pl.DataFrame, complete: bool, rounds: int) -> GlobalCluster | None:
+    root = roots.filter((pl.col("partition") == ref.key) & (pl.col("doc") == doc))
+    if root.height == 0:
+        return None
+    row = root.row(0, named=True)
+    of_root = (pl.col("root_partition") == row["root_partition"]) & (pl.col("root_doc") == row["root_doc"])
+    mine = members.filter(of_root)
+    pending = undecided.filter(of_root).select(*PLACE).unique().height
+    return GlobalCluster(row["root_id"], row["root_partition"], mine.height, mine["partition"].n_unique(), pending, complete, rounds)
+
+
+def global_cluster(store: Store, settings: DedupSettings, ref: PartitionRef, doc: int, limit: int = LIMIT, s3: S3Settings | None = None) -> GlobalCluster | None:
+    """The global cluster of document `doc` (dedup position `part << 24 | row`) of partition `ref`; None
+    when its partition is not indexed or not clustered with these settings."""
+    return global_clusters(store, settings, [(ref, doc)], limit, s3)[0]

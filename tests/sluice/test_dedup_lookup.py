@@ -16,7 +16,7 @@ import sluice.dedup as dedup
 from sluice.clean import normalize_for_hash
 from sluice.config import DedupSettings
 from sluice.dedup.index import DedupIndex
-from sluice.dedup.lookup import global_cluster
+from sluice.dedup.lookup import global_cluster, global_clusters
 from sluice.dedup.schemas import CLUSTERS
 from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_parquet_file
 from sluice.minhash import shingles
@@ -79,6 +79,16 @@ def test_every_documents_global_cluster_is_its_component_across_all_partitions(p
         found = global_cluster(planted, DedupSettings(), ref, doc)
         assert found is not None and found.complete and found.undecided == 0
         assert (found.cluster_id, found.size) == (components[doc_id][0], len(components[doc_id])), doc_id
+
+
+def test_searched_together_the_clusters_are_the_same(planted):
+    """What a batch trace does: every document's cluster in one search (one probe per table and round)."""
+    components = reference_components(planted)
+    where = positions(planted)
+    found = global_clusters(planted, DedupSettings(), list(where.values()))
+    assert {doc_id: (f.cluster_id, f.size) for doc_id, f in zip(where, found, strict=True)} == {
+        doc_id: (components[doc_id][0], len(components[doc_id])) for doc_id in where
+    }
 
 
 def test_the_planted_copies_are_counted_where_they_were_removed(planted):
