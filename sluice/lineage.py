@@ -74,6 +74,7 @@ class RowReader:
         self._manifests: dict[str, dict[str, Any] | None] = {}
         self._files: dict[str, pq.ParquetFile] = {}
         self._scratch: str | None = None
+        self.memo: dict[Any, Any] = {}  # small derived values of the files read (e.g. a part's kept documents)
 
     def close(self) -> None:
         self._files.clear()
@@ -257,10 +258,12 @@ def cluster_row(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, de
         return None
     key = entry_key(prefix, manifest["files"][0])
     if deduped_row is not None:
-        decided = reader.rows_in_range(key, "doc", low, high, ["doc", "kind"])
-        kept = np.flatnonzero(pc.is_null(decided.column("kind")).to_numpy(zero_copy_only=False))
+        kept = reader.memo.get((key, part))
+        if kept is None:  # the docs without a decision, in order (once per part and RowReader)
+            decided = reader.rows_in_range(key, "doc", low, high, ["doc", "kind"])
+            kept = reader.memo[(key, part)] = decided.column("doc").to_numpy()[pc.is_null(decided.column("kind")).to_numpy(zero_copy_only=False)]
         if deduped_row < len(kept):
-            doc = decided.column("doc")[int(kept[deduped_row])].as_py()
+            doc = int(kept[deduped_row])
             rows = reader.rows_in_range(key, "doc", doc, doc, CLUSTER_COLUMNS).to_pylist()
             if rows and rows[0]["doc_id"] == doc_id:
                 return rows[0]
