@@ -21,6 +21,7 @@ from sluice.lineage import (
     shard_part,
 )
 from sluice.loader.data import MixedTokens
+from sluice.storage import StorageError
 
 CLEANED_COLUMNS = [
     "doc_id", "url", "fetch_date", "language", "language_score", "n_chars", "pii_redactions", "quality_score", "code_share",
@@ -43,6 +44,7 @@ class DocumentTracer:
         self.measures = measures and config is not None
         self.reader = RowReader(data.store)
         self.clusters: dict[tuple[int, int], GlobalCluster | None] = {}  # (shard, document) -> its global dedup cluster
+        self.cluster_error: str | None = None
         self.tokenizer = None
         self.tokenizer_note = None
         if tokenizer_json is not None:
@@ -122,8 +124,10 @@ class DocumentTracer:
         out["record_id"] = raw.get("source_id")
         out["fetch_date"] = out.get("fetch_date") or raw.get("fetch_date")
         out["url"] = out.get("url") or raw.get("url")
-        settings = None if self.config is None else self.config.dedup
+        settings = None if self.config is None or self.cluster_error else self.config.dedup
         cluster = dedup_cluster(self.reader, ref, part, doc_id, settings, first_row + doc, self.clusters.get((shard, doc)))
+        if self.cluster_error:
+            out["problems"].append(self.cluster_error)
         out["dedup_cluster"], out["dedup_cluster_size"] = cluster.get("cluster_id"), cluster.get("cluster_size")
         out["dedup_scope"] = cluster.get("scope")
         out["measures"], out["near_thresholds"], out["replay_matches"] = [], [], None
@@ -159,7 +163,11 @@ class DocumentTracer:
             row = cluster_row(self.reader, ref, part, doc_id, first_row + doc)
             if row is not None:
                 located.append(((shard, doc), ref, int(row["doc"])))
-        found = global_clusters(self.store, self.config.dedup, [(ref, position) for _, ref, position in located])
+        try:
+            found = global_clusters(self.store, self.config.dedup, [(ref, position) for _, ref, position in located])
+        except (FileNotFoundError, ValueError, StorageError) as error:  # e.g. signatures deleted since: the partition's view
+            self.cluster_error = f"global dedup cluster not searched ({error}): the size is the cluster as the document's partition saw it"
+            return
         self.clusters.update({place: cluster for (place, _, _), cluster in zip(located, found, strict=True)})
 
     def _measure(self, raw: dict[str, Any], cleaned: dict[str, Any], source: str) -> dict[str, Any]:
