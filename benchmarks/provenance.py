@@ -1,6 +1,6 @@
 """Batch provenance overhead: training-loader tokens/s with `provenance=True` against the same loader without.
 
-    .venv/bin/python benchmarks/provenance.py [--tokens 16e6] [--seconds 4] [--rounds 5] [--block 8]
+    .venv/bin/python benchmarks/provenance.py [--tokens 16e6] [--seconds 4] [--rounds 5] [--block 64]
 
 Data: benchmarks/loader.py's synthetic tokenized source (random uint16 tokens, documents of log-normal
 length, mean ~650 tokens) mixed by `sluice.mix.build_mix`. Configuration: L = 2048, B = 8, one rank, batches
@@ -53,7 +53,7 @@ def timed_block(iterator: Iterator[dict], batches: int) -> tuple[int, float, flo
     return samples * SEQ, time.thread_time() - cpu, time.perf_counter() - wall
 
 
-def interleaved(data: MixedTokens, seconds: float, block: int = 8) -> Pairs:
+def interleaved(data: MixedTokens, seconds: float, block: int = 64) -> Pairs:
     """Two loaders over the same data, timed in paired blocks of `block` batches (off-on, then on-off, ...)
     for about `seconds` of wall time."""
     off = iter(TrainingLoader(data, BATCH, seed=3, prefetch_batches=0))
@@ -82,13 +82,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=float, default=16e6)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--block", type=int, default=8, help="batches per timed block")
+    parser.add_argument("--block", type=int, default=64, help="batches per timed block (about 10 ms: shorter blocks time scheduler noise)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-provenance-") as work:
         data, _ = prepare(work, int(args.tokens))
         interleaved(data, 1.0, args.block)  # warm the page cache
         rounds = [interleaved(data, args.seconds, args.block) for _ in range(args.rounds)]
-    report(rounds, f"L={SEQ}, B={BATCH}, 1 rank, in the caller, {args.tokens:.0e} tokens, {args.rounds} rounds of {args.seconds:g} s, blocks of {args.block} batches")
+    report(rounds, f"L={SEQ}, B={BATCH}, 1 rank, in the caller, {args.tokens:.3g} tokens, {args.rounds} rounds of {args.seconds:g} s, blocks of {args.block} batches")
 
 
 def report(rounds: list[Pairs], config: str) -> None:
