@@ -136,3 +136,24 @@ def test_the_search_stops_at_the_limit_with_a_lower_bound(planted):
     ref, doc = positions(planted)["w1-11"]
     found = global_cluster(planted, DedupSettings(), ref, doc, limit=1)
     assert not found.complete and found.size == 1
+
+
+def test_the_files_read_are_bounded_by_shards_and_deltas_not_partitions(tmp_path, long_texts, monkeypatch):
+    """Each round probes each table once, reading at most (hash-range shards + max_deltas) run files,
+    however many partitions are indexed: 3 or 11 partitions, the same bound."""
+    import sluice.dedup.index as index_module
+
+    settings = DedupSettings(index_shards=2, index_max_deltas=2)
+    reads: list[str] = []
+    real = index_module.read_run
+    monkeypatch.setattr(index_module, "read_run", lambda store, key, keys=None: reads.append(key) or real(store, key, keys))
+    for count in (3, 11):
+        store = open_store(str(tmp_path / f"p{count}"))
+        refs = [PartitionRef("web", f"2026-{month:02d}") for month in range(1, count + 1)]
+        write_all(store, [(ref, [[(f"{ref.snapshot}-{i}", long_texts[(i + n) % 3]) for i in range(2)]]) for n, ref in enumerate(refs)])
+        dedup.deduplicate_in_order(store, settings=settings)
+        reads.clear()
+        found = global_cluster(store, settings, refs[0], 0)
+        assert found.size == sum(1 for n in range(count) for i in range(2) if (i + n) % 3 == 0)  # the copies of long_texts[0]
+        assert found.size > 1 and found.partitions == found.size
+        assert 0 < len(reads) <= found.rounds * 2 * (settings.index_shards + settings.index_max_deltas), (count, len(reads))
