@@ -74,7 +74,6 @@ class RowReader:
         self._manifests: dict[str, dict[str, Any] | None] = {}
         self._files: dict[str, pq.ParquetFile] = {}
         self._scratch: str | None = None
-        self.memo: dict[Any, Any] = {}  # small derived values of the files read (e.g. a part's kept documents)
 
     def close(self) -> None:
         self._files.clear()
@@ -249,8 +248,8 @@ def cluster_row(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, de
 
     The clusters file is sorted by `doc = part << 24 | row of the cleaned part`. The deduplicated part is the
     cleaned part's documents without a decision (`kind` null), in order, so with `deduped_row` the document
-    is found from the part's `doc` and `kind` columns alone (small: `kind` is mostly null); by `doc_id`
-    otherwise, or when that row names another document."""
+    is found from row-group statistics and one row group (`kept_doc`); by `doc_id` otherwise, or when that
+    row names another document."""
     low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
     prefix = partition_prefix(DEDUP_CLUSTERS, ref)
     manifest = reader.manifest(prefix)
@@ -258,18 +257,38 @@ def cluster_row(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, de
         return None
     key = entry_key(prefix, manifest["files"][0])
     if deduped_row is not None:
-        kept = reader.memo.get((key, part))
-        if kept is None:  # the docs without a decision, in order (once per part and RowReader)
-            decided = reader.rows_in_range(key, "doc", low, high, ["doc", "kind"])
-            kept = reader.memo[(key, part)] = decided.column("doc").to_numpy()[pc.is_null(decided.column("kind")).to_numpy(zero_copy_only=False)]
-        if deduped_row < len(kept):
-            doc = int(kept[deduped_row])
+        doc = kept_doc(reader.parquet(key), low, high, deduped_row)
+        if doc is not None:
             rows = reader.rows_in_range(key, "doc", doc, doc, CLUSTER_COLUMNS).to_pylist()
             if rows and rows[0]["doc_id"] == doc_id:
                 return rows[0]
     rows = reader.rows_in_range(key, "doc", low, high, CLUSTER_COLUMNS)
     match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
     return match[0] if match else None
+
+
+def kept_doc(parquet: pq.ParquetFile, low: int, high: int, kept_row: int) -> int | None:
+    """`doc` of the `kept_row`-th document in [low, high] without a decision (`kind` null) of a clusters file.
+    Row groups' statistics say how many such documents each holds (null count of `kind`), so only the row
+    group holding it is read (and those straddling the range's ends). None: not found, or no statistics."""
+    meta, names = parquet.metadata, parquet.schema_arrow.names
+    at_doc, at_kind = names.index("doc"), names.index("kind")
+    for group in range(meta.num_row_groups):
+        docs, kinds = meta.row_group(group).column(at_doc).statistics, meta.row_group(group).column(at_kind).statistics
+        if docs is None or not docs.has_min_max or kinds is None or not kinds.has_null_count:
+            return None
+        if docs.max < low or docs.min > high:
+            continue
+        if low <= docs.min and docs.max <= high and kinds.null_count <= kept_row:
+            kept_row -= kinds.null_count
+            continue
+        table = parquet.read_row_group(group, columns=["doc", "kind"])
+        values = table.column("doc").to_numpy()
+        kept = values[pc.is_null(table.column("kind")).to_numpy(zero_copy_only=False) & (values >= low) & (values <= high)]
+        if kept_row < len(kept):
+            return int(kept[kept_row])
+        kept_row -= len(kept)
+    return None
 
 
 def dedup_cluster(
