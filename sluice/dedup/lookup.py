@@ -1,11 +1,12 @@
-"""The global cluster of one document, found by probes of the dedup index (what `sluice trace` reports).
+"""The global dedup cluster of a document, found by probes of the dedup index (what `sluice trace` reports).
 
 A document's cluster is every indexed document whose parents (`dedup_clusters`) lead to the same kept
 document, in whichever partition it was decided, later ones included. Every link deduplication makes joins
 two documents that share an index key (the 128-bit text hash, or an LSH band hash), so the cluster is
 reached from the document by key: probe the index with the keys of the members found so far (their
 `dedup_signatures` rows), resolve the roots of the documents the probe returns (`resolve_roots`), keep
-those with the document's root, repeat with the new members until none is added.
+those with the document's root, repeat with the new members until none is added. The documents of a batch
+are searched together (`global_clusters`): one probe per table and round for all of them.
 
 Cost: per round one index probe (at most 1 + 2 x (shards + T) files, row groups without a probe key
 skipped, `DedupIndex.probe`), and per document found one row group of its signatures and clusters files.
