@@ -39,7 +39,7 @@ PRELOAD = [
     "sluice.langid", "sluice.tokenize", "pyarrow.parquet",
 ]
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered when context() starts over inside pool()
 _pools: dict[int, ProcessPoolExecutor] = {}
 _exit_hook = False
 _started_env: int | None = None  # the environment the running forkserver started with
