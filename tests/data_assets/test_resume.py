@@ -41,13 +41,10 @@ def make_crawl(folder: Path) -> Path:
 
 
 def make_config(folder: Path, crawl: Path) -> str:
-    """web reads the crawl (one snapshot); the other sources an empty folder, so web/2026-02 is the first
-    partition in dedup's global order and dedups without the sample's other partitions."""
     raw = base_config(str(folder / "data"))
-    empty = folder / "no_snapshots"
-    empty.mkdir(exist_ok=True)
     for source in raw["sources"]:
-        source["location"] = str(crawl if source["name"] == "web" else empty)
+        if source["name"] == "web":
+            source["location"] = str(crawl)
     raw["compute"] = {"backend": "local", "max_workers": 2}
     return write_config(folder / "sluice.yaml", raw)
 
