@@ -22,12 +22,22 @@ def run_graph(tmp_path_factory, name: str, **overrides):
     with DagsterInstance.local_temp(tempdir=str(folder / "home")) as instance:
         register_snapshots(instance, resources)
         report = materialize_all(instance, resources, log=lambda _: None)
+        report["check_partitions"] = check_partitions(instance)
         rerun = None
         if name == "local":
             before = tree_digest(str(folder / "data"))
             rerun = materialize_all(instance, resources, log=lambda _: None)
             rerun = (before, tree_digest(str(folder / "data")), rerun)
     return folder, report, rerun
+
+
+def check_partitions(instance) -> list[tuple[str, str, object]]:
+    """(asset, check, partition key) of every check evaluation the instance recorded."""
+    from dagster import DagsterEventType, EventRecordsFilter
+
+    records = instance.get_event_records(EventRecordsFilter(event_type=DagsterEventType.ASSET_CHECK_EVALUATION))
+    evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
+    return [(e.asset_key.to_user_string(), e.check_name, e.partition) for e in evaluations]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +63,21 @@ def test_every_asset_and_check_for_every_partition(local_run):
     assert checked_assets == {
         "raw_documents", "quality_model", "perplexity_model", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset",
     }
+
+
+def test_check_results_of_partitioned_assets_name_their_partition(local_run):
+    """Every evaluation of a check on a source x snapshot asset belongs to its partition (the UI's checks tab
+    links it), for each of the four partitions; unpartitioned assets' and the mix's checks name none."""
+    from dagster import MultiPartitionKey
+
+    _, report, _ = local_run
+    by_asset: dict[str, set] = {}
+    for asset, _, partition in report["check_partitions"]:
+        by_asset.setdefault(asset, set()).add(partition)
+    partitions = {MultiPartitionKey({"source": source, "snapshot": snapshot}) for source, snapshot in report["partitions"]}
+    for asset in ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"):
+        assert by_asset[asset] == partitions, asset
+    assert by_asset["quality_model"] == {None}
 
 
 def cleaned_frame(folder, source: str, snapshot: str, kind: str = "part"):
