@@ -11,6 +11,7 @@ from sluice.config import SluiceConfig
 from sluice.layout import PartitionRef
 from sluice.lineage import DEDUPED, DocId, RowReader, dedup_cluster, part_key, raw_record, shard_part
 from sluice.loader.data import MixedTokens
+from sluice.shards import binary_folder
 
 CLEANED_COLUMNS = [
     "doc_id", "url", "fetch_date", "language", "language_score", "n_chars", "pii_redactions", "quality_score", "code_share",
@@ -56,7 +57,7 @@ class DocumentTracer:
         return out.astype(np.int64)
 
     def _doc_bounds(self, info: dict[str, Any], doc: int) -> tuple[int, int]:
-        key = f"{info['prefix']}/{info['name']}.idx"
+        key = f"{binary_folder(info, info['prefix'])}/{info['name']}.idx"
         path = self.store.local_path(key)
         if path is None:
             with self.reader_local(key) as local:

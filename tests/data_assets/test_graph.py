@@ -326,8 +326,10 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
     for manifest_path in sorted(glob.glob(str(data / "tokenized_shards/*/*/_manifest.json"))):
         manifest = json.loads(Path(manifest_path).read_text())
         shard_folder = manifest_path.rsplit("/", 1)[0]
+        binary = data / manifest["binary_prefix"]  # the .bin / .idx files: the side folder tokenized_binary/
+        assert binary.parent.parent.name == "tokenized_binary" and not list(Path(shard_folder).glob("*.bin"))
         for shard in manifest["shards"]:
-            view = ShardView.open(f"{shard_folder}/{shard['name']}.bin", f"{shard_folder}/{shard['name']}.idx", manifest["dtype"])
+            view = ShardView.open(str(binary / f"{shard['name']}.bin"), str(binary / f"{shard['name']}.idx"), manifest["dtype"])
             doc_ids = pl.read_parquet(f"{shard_folder}/{shard['name']}.docs.parquet")["doc_id"].to_list()
             for index, doc_id in enumerate(doc_ids):
                 expected = tokenizer.encode(by_id[doc_id], add_special_tokens=False).ids + [manifest["eos_id"]]
@@ -341,13 +343,18 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
     "dataset",
     [
         "raw_documents", "raw_quarantine", "cleaned_documents", "cleaned_dropped", "decontamination",
-        "dedup_signatures", "dedup_clusters", "deduped_documents", "deduped_removed",
+        "dedup_signatures", "dedup_clusters", "deduped_documents", "deduped_removed", "tokenized_shards", "mixed_dataset",
+        "mixed_contaminated", "mixed_blocked",
     ],
 )
-def test_every_output_folder_reads_as_one_dataset(local_run, dataset):
-    """After the whole graph, polars, pyarrow.dataset and DuckDB read the folder as one Hive-partitioned
-    dataset and count the rows the files' footers hold."""
+def test_every_output_folder_reads_as_one_dataset(local_run, dataset, tmp_path):
+    """After the whole graph, polars, pyarrow.dataset, DuckDB and HF datasets read the folder as one
+    Hive-partitioned dataset and count the rows the files' footers hold."""
     from tests.data_assets.test_datasets import read_every_dataset
 
     folder, _, _ = local_run
-    read_every_dataset(folder / "data", (dataset,))
+    frames = read_every_dataset(folder / "data", (dataset,), hf_cache=tmp_path / "hf")
+    assert frames[dataset].height > 0 or dataset in ("raw_quarantine", "mixed_contaminated", "mixed_blocked"), dataset
+    if dataset == "mixed_dataset":  # train and validation ranges: one schema, a split column, a mix folder
+        assert set(frames[dataset]["split"].cast(str).unique()) == {"train", "validation"}
+        assert set(frames[dataset]["mix"].unique()) == {"default"}
