@@ -21,6 +21,7 @@ from sluice.lineage import (
     shard_part,
 )
 from sluice.loader.data import MixedTokens
+from sluice.shards import binary_folder
 from sluice.storage import StorageError
 
 CLEANED_COLUMNS = [
@@ -69,7 +70,7 @@ class DocumentTracer:
         return out.astype(np.int64)
 
     def _doc_bounds(self, info: dict[str, Any], doc: int) -> tuple[int, int]:
-        key = f"{info['prefix']}/{info['name']}.idx"
+        key = f"{binary_folder(info, info['prefix'])}/{info['name']}.idx"
         path = self.store.local_path(key)
         if path is None:
             with self.reader_local(key) as local:

@@ -123,7 +123,8 @@ STAGES = {
     "cleaned_documents": (("cleaned_documents", "cleaned_dropped"), "cleaned_documents_tasks", ("part", "dropped"), "tasks"),
     # dedup: the signing tasks are the per-part work (signatures and shingle sets of each cleaned part)
     "dedup_signatures": (("dedup_signatures", "dedup_shingles"), "dedup_signatures_tasks", ("signatures", "shingles"), "tasks"),
-    "tokenized_shards": (("tokenized_shards",), "tokenized_shards_tasks", ("files",), "tasks"),  # none for an empty part
+    # .docs.parquet files in tokenized_shards, .bin / .idx / .urls in tokenized_binary; none for an empty part
+    "tokenized_shards": (("tokenized_shards", "tokenized_binary"), "tokenized_shards_tasks", ("files", "binary_files"), "tasks"),
 }
 
 

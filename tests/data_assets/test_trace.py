@@ -271,7 +271,7 @@ def test_a_blocklisted_mix_holds_none_of_the_blocked_and_keeps_the_rest_in_order
     assert metadata["blocklist_sha256"] == version
     tokenized = {}
     for shard in data.manifest["shards"]:
-        offsets = np.fromfile(folder / "data" / shard["prefix"] / f"{shard['name']}.idx", "<u8")
+        offsets = np.fromfile(folder / "data" / shard["binary_prefix"] / f"{shard['name']}.idx", "<u8")
         for doc_id, length in zip(shard_docs[shard["id"]], np.diff(offsets).tolist(), strict=True):
             tokenized[doc_id] = length
     removed = blocked & set(tokenized)
