@@ -1,20 +1,22 @@
 """Resume inside a partition (issue 20): what a re-run costs after the run was SIGKILLed part-way.
 
 Configuration: one source x snapshot partition of `--files` crawl files (copies of the WARC files in
-`--crawl`, each copy its own input file), stage `--stage` (cleaned_documents by default: raw_documents is
-materialized first, uninterrupted), local process pool with 2 workers. For each kill point p (50 %, 90 %):
+`--crawl`, each copy its own input file), each of `--stages` (raw_documents, then cleaned_documents on the
+uninterrupted raw output), local process pool with 2 workers. For each stage and kill point p (50 %, 90 %):
 
 1. the stage runs in a child process, which is SIGKILLed (with its workers) once p of the partition's tasks
    have completion records;
 2. the stage runs again, in this process, and its CPU time (this process + its waited-for workers) is
-   measured, as is an uninterrupted run's on a fresh storage root.
+   measured, as is an uninterrupted run's on a fresh storage root. Each measured run starts its worker
+   processes cold (sluice.workers' forkserver and pool stopped before) and ends by stopping them, so
+   their CPU time, start-up included, is reaped into this process's RUSAGE_CHILDREN.
 
 Figures: `rerun_work_share` = re-run CPU / uninterrupted run CPU (goal <= 0.55 at 50 %, <= 0.15 at 90 %),
 and `outputs_identical` = 1 when the re-run's published files (and completion records) are byte-identical
 to the uninterrupted run's. Both runs include Dagster's per-run overhead and the re-run's verification of
 the reused outputs (SHA-256 of each); imports are done before measuring.
 
-    .venv/bin/python benchmarks/resume.py [--files 204] [--stage cleaned_documents]
+    .venv/bin/python benchmarks/resume.py [--files 204] [--stages raw_documents cleaned_documents] [--crawl DIR]
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.peers import figure  # noqa: E402
+from tests.crash_harness import wait_group_gone  # noqa: E402
 
-WORK = ROOT / ".bench_data" / "resume"  # git-ignored
+WORK = Path(os.environ.get("SLUICE_BENCH_DATA", ROOT / ".bench_data")) / "resume"  # git-ignored
 
 
 def cpu_seconds() -> float:
@@ -74,15 +77,18 @@ def run_stage(config: str, stage: str) -> tuple[float, dict]:
     from data_assets.cli import register_snapshots
     from data_assets.definitions import ASSETS, build_resources
     from data_assets.partitions import multi_key
+    from sluice import workers
 
     resources = build_resources(config)
     with DagsterInstance.ephemeral() as instance:
         register_snapshots(instance, resources)
+        workers.shutdown()  # each measured run starts its worker processes cold, as a fresh run process does
         started = cpu_seconds()
         result = materialize(
             ASSETS, selection=[stage], partition_key=multi_key("web", "2026-02"), instance=instance, resources=resources,
             run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         )
+        workers.shutdown()  # waits for the workers and their forkserver: their CPU time is in RUSAGE_CHILDREN
         spent = cpu_seconds() - started
     if not result.success:
         raise SystemExit(f"{stage} failed")
@@ -105,6 +111,7 @@ def kill_at(config: str, stage: str, records: Path, count: int) -> int:
     _, err = child.communicate()
     if child.returncode != -signal.SIGKILL:
         raise SystemExit(f"the run ended before it could be killed: {err[-2000:]}")
+    wait_group_gone(child.pid)  # its workers too, so the records counted below are final
     return sum(1 for p in records.iterdir() if p.name.startswith("task-"))
 
 
@@ -121,41 +128,62 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=204, help="input files in the partition (>= 200 for the figures)")
     parser.add_argument("--crawl", type=Path, default=ROOT / "sample_data" / "web" / "2026-02", help="WARC files to copy")
-    parser.add_argument("--stage", default="cleaned_documents", choices=["raw_documents", "cleaned_documents"])
+    parser.add_argument("--stages", nargs="+", default=["raw_documents", "cleaned_documents"], choices=["raw_documents", "cleaned_documents"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--kill-at", type=float, nargs="+", default=[0.5, 0.9])
     args = parser.parse_args()
 
     crawl = make_crawl(args.crawl, args.files, WORK / f"crawl-{hashlib.sha256(str(args.crawl.resolve()).encode()).hexdigest()[:8]}")
-    written = (args.stage, f"{args.stage}_tasks")
-    records_of = lambda root: root / f"{args.stage}_tasks" / "source=web" / "snapshot=2026-02"  # noqa: E731
-
     base = WORK / "base"
     shutil.rmtree(base, ignore_errors=True)
     config = make_config(base, crawl, args.workers)
-    if args.stage != "raw_documents":
-        run_stage(config, "raw_documents")
-    full_cpu, _ = run_stage(config, args.stage)
-    reference = tree(base / "data", written)
-    print(f"{args.stage}: {args.files} input files ({args.crawl}), {args.workers} workers: uninterrupted run {full_cpu:.1f} CPU s")
+    size = sum(p.stat().st_size for p in crawl.rglob("*.warc.gz")) / args.files / 2**10
+    for stage in ORDER[: ORDER.index(max(args.stages, key=ORDER.index)) + 1]:
+        full_cpu, _ = run_stage(config, stage)
+        if stage in args.stages:
+            name = f"{stage}, {args.files} WARC files of {size:.0f} KiB on average ({args.crawl.name}), {args.workers} workers"
+            measure_stage(args, stage, crawl, full_cpu, name)
 
+
+ORDER = ["raw_documents", "cleaned_documents"]
+
+
+def measure_stage(args: argparse.Namespace, stage: str, crawl: Path, full_cpu: float, name: str) -> None:
+    """Kill runs of `stage` at each point on copies of the base root (upstream stages done), re-run them."""
+    base = WORK / "base"
+    written = WRITTEN[stage]
+    reference = tree(base / "data", written)
+    print(f"{name}: uninterrupted run {full_cpu:.1f} CPU s")
     goals = {0.5: "<= 0.55", 0.9: "<= 0.15"}
     for share in args.kill_at:
         folder = WORK / f"killed-{int(share * 100)}"
         shutil.rmtree(folder, ignore_errors=True)
         config = make_config(folder, crawl, args.workers)
-        shutil.copytree(base / "data", folder / "data", ignore=lambda d, names: [n for n in names if Path(d) == base / "data" and n in written])
-        done = kill_at(config, args.stage, records_of(folder / "data"), int(share * args.files))
-        rerun_cpu, metadata = run_stage(config, args.stage)
+        copy_upstream(base / "data", folder / "data", stage)
+        records = folder / "data" / f"{stage}_tasks" / "source=web" / "snapshot=2026-02"
+        done = kill_at(config, stage, records, int(share * args.files))
+        rerun_cpu, metadata = run_stage(config, stage)
         identical = tree(folder / "data", written) == reference
         print(
             f"  killed at {share:.0%} ({done} of {args.files} tasks recorded): re-run ran {metadata['tasks_run']} tasks, "
             f"reused {metadata['tasks_reused']}, {rerun_cpu:.1f} CPU s"
         )
-        config_name = f"{args.stage}, {args.files} WARC files, {args.workers} workers, killed at {share:.0%}"
+        config_name = f"{name}, killed at {share:.0%}"
         figure(f"rerun_work_share ({config_name})", rerun_cpu / full_cpu, goals.get(share, "< 1"))
         figure(f"outputs_identical ({config_name})", int(identical), "1")
 
+
+def copy_upstream(source: Path, target: Path, stage: str) -> None:
+    """Copy a storage root without what `stage` and the stages after it write."""
+    downstream = {name for later in ORDER[ORDER.index(stage) :] for name in WRITTEN[later]}
+    shutil.copytree(source, target, ignore=lambda folder, names: [n for n in names if Path(folder) == source and n in downstream])
+
+
+# What each stage writes: its dataset, side dataset and completion records (compared byte for byte).
+WRITTEN = {
+    "raw_documents": ("raw_documents", "raw_quarantine", "raw_documents_tasks"),
+    "cleaned_documents": ("cleaned_documents", "cleaned_dropped", "cleaned_documents_tasks"),
+}
 
 if __name__ == "__main__":
     main()

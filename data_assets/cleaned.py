@@ -182,6 +182,12 @@ def cleaned_documents(
             "documents": documents_out,
             "drops": dict(drops),
             "routed": dict(routed),
+            # what the quality report draws (sluice.report), as measured while writing
+            "stats": {
+                "documents_in": documents_in,
+                "funnel": [[name, reached[name], drops_by_step.get(name, 0)] for name in step_order],
+                "languages": dict(sorted(languages.items())),
+            },
             "task_records": record_listing(ASSET, ref, (task.part for task in tasks)),
         },
     )

@@ -122,7 +122,7 @@ def materialize_all(
     outcomes = runner.run(stages)
 
     report: dict[str, Any] = {
-        "partitions": {}, "quality_model": {}, "tokenizer": {}, "mixes": {}, "checks": [],
+        "partitions": {}, "quality_model": {}, "tokenizer": {}, "quality_report": {}, "mixes": {}, "checks": [],
         "outcomes": outcomes, "failed": runner.failed, "stage_seconds": runner.stage_seconds, "invocation": runner.invocation,
     }
     for stage in stages:
@@ -139,7 +139,7 @@ def materialize_all(
             report["partitions"][(dims["source"], dims["snapshot"])][outcome.asset] = outcome.metadata
         elif outcome.asset == "mixed_dataset":
             report["mixes"][str(outcome.partition)] = outcome.metadata
-        elif outcome.asset in ("quality_model", "tokenizer"):
+        elif outcome.asset in ("quality_model", "tokenizer", "quality_report"):
             report[outcome.asset] = outcome.metadata
     if raise_on_failure and runner.failed:
         raise GraphFailed("; ".join(f"{o.label}: {o.status} ({o.reason})" for o in runner.failed))
@@ -243,6 +243,9 @@ def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) ->
             f"  validation: {meta.get('validation_documents')} held-out documents, {meta.get('validation_tokens')} tokens; "
             f"decontamination removed {meta.get('contaminated_documents')} documents"
         )
+    quality_report = report.get("quality_report") or {}
+    if quality_report:
+        out(f"Quality report ({quality_report.get('partitions')} partitions; PNG and HTML): {quality_report.get('html')}")
     failed = [c for c in report["checks"] if not c[2]]
     out(f"Asset checks: {len(report['checks']) - len(failed)} passed, {len(failed)} failed" + (f": {failed}" if failed else ""))
 

@@ -21,7 +21,6 @@ from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
     AssetSelection,
@@ -32,7 +31,7 @@ from dagster import (
 )
 
 from data_assets.metadata import counts_table, markdown_table
-from data_assets.partitions import SNAPSHOTS, partition_ref, source_snapshot_partitions
+from data_assets.partitions import SNAPSHOTS, partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.dedup import (
     cluster_partition,
@@ -193,8 +192,8 @@ def dedup_clusters(context: AssetExecutionContext, settings: SluiceSettings, sto
         "each cluster is kept; removed ones in deduped_removed with kind, the kept document and the cluster size."
     ),
     check_specs=[
-        AssetCheckSpec(NO_DUPLICATES_CHECK, asset=ASSET, blocking=True, description="No normalized-text hash occurs twice among the kept documents, nor in the index for an earlier partition."),
-        AssetCheckSpec(SHARE_CHECK, asset=ASSET, description="The share of documents removed (exact + near duplicates) lies inside dedup.min/max_removed_share (warns)."),
+        partition_check(NO_DUPLICATES_CHECK, ASSET, blocking=True, description="No normalized-text hash occurs twice among the kept documents, nor in the index for an earlier partition."),
+        partition_check(SHARE_CHECK, ASSET, description="The share of documents removed (exact + near duplicates) lies inside dedup.min/max_removed_share (warns)."),
     ],
     **COMMON,
 )

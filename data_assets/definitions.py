@@ -24,6 +24,7 @@ from data_assets.mixed import mixed_dataset
 from data_assets.perplexity_model import perplexity_model
 from data_assets.quality_model import quality_model
 from data_assets.raw import raw_documents
+from data_assets.report import quality_report, source_views
 from data_assets.schedules import daily_mix_rebuild
 from data_assets.sensors import new_snapshot_sensor
 from data_assets.settings import CONFIG_PATH
@@ -41,7 +42,7 @@ from sluice.config import SluiceConfig
 
 ASSETS = [
     raw_documents, quality_model, perplexity_model, cleaned_documents, dedup_signatures, dedup_index, dedup_clusters, deduped_documents,
-    decontamination, blocklist, blocklist_matches, tokenizer, tokenized_shards, mixed_dataset,
+    decontamination, blocklist, blocklist_matches, tokenizer, tokenized_shards, mixed_dataset, quality_report,
 ]
 # The purpose jobs (sensor, schedule, tracing, export) and one job per stage (what `sluice materialize` launches).
 JOBS = [ingest_job, trace_batch_job, export_job, *stage_jobs(key.to_user_string() for asset in ASSETS for key in asset.keys)]
@@ -78,7 +79,7 @@ def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict
 
 
 defs = Definitions(
-    assets=ASSETS,
+    assets=[*ASSETS, *source_views],  # the per-source views: external assets the quality report observes
     jobs=JOBS,
     sensors=[new_snapshot_sensor, dedup_automation],
     schedules=[daily_mix_rebuild],

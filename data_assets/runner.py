@@ -137,7 +137,7 @@ class GraphRunner:
         self.order = order  # the partitions' global order (sluice: (snapshot, source)), as in plan()
         self.graph = defs.resolve_asset_graph()
         self.assets = list(defs.assets or [])
-        names = [key.to_user_string() for asset in self.assets for key in asset.keys]
+        names = [key.to_user_string() for key in self.graph.toposorted_asset_keys if self.graph.get(key).is_materializable]
         # The same assets with the caller's resources, and one named job per stage.
         self.jobs = Definitions(assets=self.assets, jobs=stage_jobs(names), resources=resources)
         self.instance = instance

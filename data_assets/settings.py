@@ -8,9 +8,12 @@ resource, which points at the same file unless a run overrides it.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from sluice.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_NAME, SluiceConfig, load_config
+from sluice.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_NAME, ConfigError, SluiceConfig, load_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,5 +25,34 @@ def config_path() -> str:
     return str(local if local.is_file() else PROJECT_ROOT / DEFAULT_CONFIG_NAME)
 
 
+DEBUG_ENV_VAR = "SLUICE_DEBUG"
+
+
+def config_error_hook(previous: Callable[..., Any]) -> Callable[..., Any]:
+    """A `sys.excepthook` that prints an uncaught ConfigError as its message alone (it names the file, each
+    key and what is allowed), with no traceback; every other exception goes to `previous`."""
+
+    def hook(kind: type[BaseException], error: BaseException, traceback: Any) -> None:
+        if isinstance(error, ConfigError):
+            print(f"sluice: {error}\n(the config of the sluice code location; {DEBUG_ENV_VAR}=1 shows the traceback)", file=sys.stderr)
+        else:
+            previous(kind, error, traceback)
+
+    return hook
+
+
+def load_location_config(path: str) -> SluiceConfig:
+    """The config the code location is built from. When it is invalid, the ConfigError propagates (the load
+    fails) and, unless $SLUICE_DEBUG is set, a process that dies of it (`dagster asset materialize -m
+    data_assets.definitions`, `dagster definitions validate`) prints the message without Dagster's loader
+    traceback."""
+    try:
+        return load_config(path)
+    except ConfigError:
+        if not os.environ.get(DEBUG_ENV_VAR):
+            sys.excepthook = config_error_hook(sys.excepthook)
+        raise
+
+
 CONFIG_PATH = config_path()
-CONFIG: SluiceConfig = load_config(CONFIG_PATH)
+CONFIG: SluiceConfig = load_location_config(CONFIG_PATH)

@@ -15,7 +15,8 @@ from dagster import (
 from data_assets.metadata import markdown_table, stage_progress
 from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
-from sluice.layout import partition_prefix, required_manifest, write_manifest
+from sluice.layout import partition_prefix, required_manifest, side_prefix, write_manifest
+from sluice.shards import BINARY_DATASET
 from sluice.tasks import (
     RecordedTask,
     TaskCounts,
@@ -67,12 +68,14 @@ def tokenized_shards(
     tok_manifest = tokenizer_resource.manifest()
     tokenizer_json = tokenizer_resource.tokenizer_json()
     prefix = partition_prefix(ASSET, ref)
+    binary_prefix = side_prefix(BINARY_DATASET, ref)  # the .bin / .idx / .urls files: a side folder
     # The round-trip sample is spread over the parts: each task decodes its share from what it wrote.
     per_part = -(-config.checks.tokenized_sample_documents // max(1, len(deduped["files"])))
     tasks = [
         TokenizeTask(
             store.uri(deduped_prefix), entry["key"], store.uri(prefix), index, tokenizer_json, tok_manifest["eos_token"],
             max_shard_tokens=config.tokenizer.max_shard_tokens, s3=config.s3, sample_documents=per_part,
+            binary_url=store.uri(binary_prefix),
         )
         for index, entry in enumerate(deduped["files"])
     ]
@@ -82,7 +85,7 @@ def tokenized_shards(
     jobs = [
         RecordedTask(
             tokenize_part, task, f"{ref.key}/{entry['key']}", task_digest(ASSET, task, [entry["sha256"]]),
-            records_url, record_key(task.part), (("files", task.output_url),), config.s3,
+            records_url, record_key(task.part), (("files", task.output_url), ("binary_files", task.binary_url)), config.s3,
         )
         for task, entry in zip(tasks, deduped["files"], strict=True)
     ]
@@ -91,7 +94,7 @@ def tokenized_shards(
     results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r.get("documents", 0), r.get("text_bytes", 0)))
     counts = TaskCounts.of(results)
     context.log.info(counts.line(f"{ASSET} {ref.key}"))
-    manifest = shard_manifest(results, tok_manifest["sha256"], tok_manifest["vocab_size"], tok_manifest["eos_id"])
+    manifest = shard_manifest(results, tok_manifest["sha256"], tok_manifest["vocab_size"], tok_manifest["eos_id"], binary_prefix)
     manifest.update({"asset": ASSET, "partition": {"source": ref.source, "snapshot": ref.snapshot}})
     manifest["task_records"] = record_listing(ASSET, ref, (task.part for task in tasks))
     write_manifest(store, prefix, manifest)
@@ -118,7 +121,7 @@ def tokenized_shards(
             "encoder": f"encode_batch_fast ({unsupported})" if unsupported else "word cache fast path",
             "encoder_fallback_documents": sum(r["fallback_documents"] for r in results),
             "tokenizer_sha256": manifest["tokenizer_sha256"],
-            "output_bytes": sum(entry["bytes"] for entry in manifest["files"]),
+            "output_bytes": sum(entry["bytes"] for group in ("files", "side_files") for entry in manifest.get(group, [])),
             **counts.metadata(),
             "token_length_histogram": markdown_table(["tokens per document", "documents"], zip(LENGTH_LABELS, [int(x) for x in histogram], strict=True)),
         },
@@ -139,7 +142,7 @@ def tokenized_shards(
                 check_name=CHECKSUM_CHECK,
                 passed=not problems,
                 severity=AssetCheckSeverity.ERROR,
-                metadata={"files": len(manifest["files"]), "problems": MetadataValue.json(problems[:20])},
+                metadata={"files": len(manifest["files"]) + len(manifest.get("side_files", [])), "problems": MetadataValue.json(problems[:20])},
             ),
         ],
     )

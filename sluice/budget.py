@@ -39,9 +39,9 @@ from typing import Any
 CHILD_START_TIMEOUT_S = 300.0  # a child that never beats (imports, model loading) fails the task after this
 EXIT_TIMEOUT_S = 10.0  # a child that has sent "done" gets this long to exit before it is killed
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# Imported once by the forkserver, before it forks workers. "__main__" too: otherwise multiprocessing runs the
-# main script again in every worker it starts (seconds, when that script imports Dagster).
-_PRELOAD = ["__main__", "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet"]
+# Imported once by the forkserver, before it forks workers (the process's forkserver is shared with
+# sluice.workers: whichever starts it first names what it preloads).
+_PRELOAD = ["sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet"]
 
 
 @dataclass(frozen=True)
@@ -122,18 +122,12 @@ START_METHOD: str | None = None  # None: forkserver where there is one, else spa
 
 
 def _context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
     if START_METHOD is not None:
         return multiprocessing.get_context(START_METHOD)
-    # The forkserver listens on a Unix socket in multiprocessing's temporary folder (under $TMPDIR), and a
-    # socket path has at most 107 bytes: with a deeper $TMPDIR the workers are spawned instead (slower start).
-    from multiprocessing import util
+    # The warm forkserver (its children do not import the main script again), spawn where there is none.
+    from sluice import workers
 
-    if "forkserver" in methods and len(os.fsencode(util.get_temp_dir())) + len("/listener-xxxxxxxx") < 100:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_PRELOAD)
-        return context
-    return multiprocessing.get_context("spawn")
+    return workers.context(_PRELOAD)
 
 
 def _child_main(work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip], shared: Any, connection: Any) -> None:

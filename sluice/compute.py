@@ -9,19 +9,20 @@ picklable.
 Retries where failures happen: a task whose worker process dies (killed, out of memory, a lost Ray node) is
 run again, at most `TASK_RETRIES` more times, before the stage fails with `TaskLost` naming the task's
 file (`task_label`). On Ray these are Ray's own task retries (`max_retries`); the local pool resubmits the
-tasks that were running in a pool that broke (`BrokenProcessPool`) to a fresh pool. A task that raises is
+tasks that were running in a pool that broke (`BrokenProcessPool`) to a fresh pool. Local workers are
+forked warm and reused across calls (sluice.workers). A task that raises is
 not retried: the same input would fail again (damaged input is quarantined by the stage itself).
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
+from sluice import workers
 from sluice.config import ComputeSettings
 
 T = TypeVar("T")
@@ -94,41 +95,44 @@ class LocalPoolExecutor(Executor):
         return [results[index] for index in range(len(tasks))]
 
     def _run_pool(self, fn: Callable[[T], R], tasks: Sequence[T], results: dict[int, R], progress: Progress) -> list[int]:
-        """Run the tasks not in `results` on a fresh pool, at most `max_workers` in flight (so a broken pool
-        names only the tasks that were running). Returns the tasks whose worker died."""
-        pending = [index for index in range(len(tasks)) if index not in results]
-        # spawn, not fork: the caller (a Dagster run) has threads, and forking those is unsafe.
-        context = multiprocessing.get_context("spawn")
+        """Run the tasks not in `results` on this process's warm pool (sluice.workers), at most `max_workers`
+        in flight (so a broken pool names only the tasks that were running). Returns the tasks whose worker
+        died (the broken pool is discarded; the caller's next round gets a fresh one)."""
+        pending = iter([index for index in range(len(tasks)) if index not in results])
+        pool = workers.pool(self.max_workers)
         in_flight: dict[Future, int] = {}
         lost: list[int] = []
-        with ProcessPoolExecutor(max_workers=min(self.max_workers, len(pending)), mp_context=context) as pool:
-            queue = iter(pending)
-            broken = False
-            while True:
-                while not broken and len(in_flight) < self.max_workers:
-                    index = next(queue, None)
-                    if index is None:
-                        break
-                    try:
-                        in_flight[pool.submit(fn, tasks[index])] = index
-                    except BrokenProcessPool:
-                        broken = True
-                if not in_flight:
-                    return lost
-                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                for future in done:
-                    index = in_flight.pop(future)
-                    try:
-                        results[index] = future.result()
-                    except BrokenProcessPool:
-                        lost.append(index)
-                        broken = True
-                        continue
-                    if progress is not None:
-                        progress(results[index])
+        broken = False
+        while True:
+            while not broken and len(in_flight) < self.max_workers:
+                index = next(pending, None)
+                if index is None:
+                    break
+                try:
+                    in_flight[pool.submit(fn, tasks[index])] = index
+                except BrokenProcessPool:
+                    broken = True
+            if not in_flight:
+                if broken:
+                    workers.discard(pool)
+                return lost
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = in_flight.pop(future)
+                try:
+                    results[index] = future.result()
+                except BrokenProcessPool:
+                    lost.append(index)
+                    broken = True
+                    continue
+                except BaseException:
+                    wait(in_flight)  # the pool lives on: nothing of this call runs after it has failed
+                    raise
+                if progress is not None:
+                    progress(results[index])
 
     def isolated(self, fn: Callable[[T], R], task: T) -> R:
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=1, mp_context=workers.context()) as pool:
             return pool.submit(fn, task).result()
 
     def describe(self) -> str:

@@ -12,13 +12,21 @@
                       bytes[offsets[i]:offsets[i+1]] counted from the end of the offsets (empty: none)
     _manifest.json    {"format": "sluice-tokens", "version": 1, "dtype", "vocab_size", "eos_id",
                        "tokenizer_sha256", "documents", "tokens",
-                       "files": [{key, rows, bytes, sha256}],
+                       "files": [{key, rows, bytes, sha256}]  (the .docs.parquet files),
+                       "binary_prefix": folder of the .bin / .idx / .urls files,
+                       "side_files": [{key, rows, bytes, sha256, prefix}]  (those files),
                        "shards": [{name, documents, tokens, part, first_row}]}
                       part / first_row: the deduplicated part file (index in its manifest's files) the shard's
                       documents come from, and the row there of its first document (document i of the shard
                       is row first_row + i), so a document's text is found without a search
 
     tokens = np.memmap("shard-00000.bin", dtype="<u2"); idx = np.fromfile("shard-00000.idx", "<u8")
+
+Where: the `.docs.parquet` files and the manifest in `tokenized_shards/source=<s>/snapshot=<n>/` (a Parquet
+dataset of one schema, DOCS_SCHEMA), the `.bin`, `.idx` and `.urls` files in the side folder
+`tokenized_binary/source=<s>/snapshot=<n>/` (BINARY_DATASET), named by the manifest's `binary_prefix`.
+Shards written before that split have no `binary_prefix`: their binary files sit beside the manifest
+(`binary_folder`).
 """
 
 from __future__ import annotations
@@ -48,6 +56,15 @@ DOCS_ROW_GROUP = 8192
 def doc_hashes(doc_ids: list[str]) -> pa.Array:
     """The `doc_hash` column: xxh3_64 of each UTF-8 document id."""
     return pa.array([xxhash.xxh3_64_intdigest(doc_id.encode("utf-8")) for doc_id in doc_ids], pa.uint64())
+
+
+BINARY_DATASET = "tokenized_binary"  # side dataset of the .bin / .idx / .urls files
+
+
+def binary_folder(entry: dict[str, Any], prefix: str) -> str:
+    """Root-relative folder of a shard's .bin / .idx / .urls files: the `binary_prefix` of its partition's
+    manifest (or of a mix manifest's shard entry), else the partition folder `prefix` itself."""
+    return entry.get("binary_prefix") or prefix
 
 
 FORMAT_NAME = "sluice-tokens"

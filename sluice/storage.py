@@ -38,7 +38,11 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie (killed, not yet reaped) writes nothing more
+        with open(f"/proc/{pid}/stat", "rb") as stream:
+            return stream.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _is_stale(host: str, pid: str, mtime: float) -> bool:

@@ -340,6 +340,7 @@ class TokenizeTask:
     max_shard_tokens: int = 1 << 28
     s3: S3Settings = field(default_factory=S3Settings)
     sample_documents: int = 0  # documents of this part decoded back from the written shards and compared with their text
+    binary_url: str = ""  # folder of the .bin / .idx / .urls files (the side dataset TOKENS_DATASET); "" = output_url
 
 
 def verify_published(store, key: str, local_path: str, entry: dict[str, Any]) -> str | None:
@@ -370,9 +371,11 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     fallback_documents = 0
     input_store = StoreSpec(task.input_url, task.s3).open()
     output_store = StoreSpec(task.output_url, task.s3).open()
+    binary_store = StoreSpec(task.binary_url, task.s3).open() if task.binary_url else output_store
     scratch = local_temp_dir()
     shards: list[dict[str, Any]] = []
-    files: list[dict[str, Any]] = []
+    files: list[dict[str, Any]] = []  # the .docs.parquet files (the dataset's own)
+    binary_files: list[dict[str, Any]] = []  # .bin, .idx, .urls (in binary_url)
     histogram = np.zeros(len(LENGTH_BINS) - 1, np.int64)
     documents = tokens = text_bytes = 0
     max_token_id = -1
@@ -415,14 +418,17 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
             pq.write_table(docs, ids_path, compression="zstd", row_group_size=DOCS_ROW_GROUP)
             urls_path = os.path.join(out_dir, f"{current.name}.urls")
             write_urls(urls_path, urls)
-            for local in (current.bin_path, current.idx_path, ids_path, urls_path):
+            for local, store, listed in (
+                (current.bin_path, binary_store, binary_files), (current.idx_path, binary_store, binary_files),
+                (ids_path, output_store, files), (urls_path, binary_store, binary_files),
+            ):
                 key = os.path.basename(local)
                 entry = {"key": key, "rows": None, "bytes": os.path.getsize(local), "sha256": sha256_file(local)}
-                output_store.put_file(local, key)
-                problem = verify_published(output_store, key, local, entry)
+                store.put_file(local, key)
+                problem = verify_published(store, key, local, entry)
                 if problem:
                     problems.append(problem)
-                files.append(entry)
+                listed.append(entry)
             shards.append({"name": current.name, "documents": current.documents, "tokens": current.tokens, "part": task.part, "first_row": first_row})
 
         parquet = pq.ParquetFile(path)
@@ -464,6 +470,7 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     return {
         "shards": shards,
         "files": files,
+        "binary_files": binary_files,
         "documents": documents,
         "tokens": tokens,
         "text_bytes": text_bytes,
@@ -481,8 +488,15 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     }
 
 
-def shard_manifest(results: list[dict[str, Any]], tokenizer_hash: str, vocab_size: int, eos_id: int) -> dict[str, Any]:
+def shard_manifest(
+    results: list[dict[str, Any]], tokenizer_hash: str, vocab_size: int, eos_id: int, binary_prefix: str | None = None
+) -> dict[str, Any]:
+    """The partition's manifest; `binary_prefix`: the root-relative folder the tasks wrote the .bin / .idx /
+    .urls files to (published as `side_files` there), None when they sit beside the .docs.parquet files."""
+    binary = [entry for r in results for entry in r.get("binary_files", [])]
+    placed = {"binary_prefix": binary_prefix, "side_files": [{**entry, "prefix": binary_prefix} for entry in binary]} if binary_prefix else {}
     return {
+        **placed,
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "dtype": dtype_name(vocab_size),
@@ -491,6 +505,6 @@ def shard_manifest(results: list[dict[str, Any]], tokenizer_hash: str, vocab_siz
         "tokenizer_sha256": tokenizer_hash,
         "documents": sum(r["documents"] for r in results),
         "tokens": sum(r["tokens"] for r in results),
-        "files": [entry for r in results for entry in r["files"]],
+        "files": [entry for r in results for entry in r["files"]] + ([] if binary_prefix else binary),
         "shards": [shard for r in results for shard in r["shards"]],
     }

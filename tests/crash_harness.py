@@ -11,6 +11,33 @@ instance at $DAGSTER_HOME instead (the Postgres tests).
 from __future__ import annotations
 
 import sys
+import time
+from pathlib import Path
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Processes of process group `pgid` that still run (zombies excluded): a process SIGKILLed inside an
+    uninterruptible write (fsync on a busy disk) lives on until the write returns."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            alive.append(int(entry.name))
+    return alive
+
+
+def wait_group_gone(pgid: int, timeout_s: float = 120.0) -> None:
+    """Wait until every process of a killed process group has exited, so what it wrote is final."""
+    deadline = time.monotonic() + timeout_s
+    while group_alive(pgid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes {group_alive(pgid)} of killed group {pgid} still run after {timeout_s} s")
+        time.sleep(0.05)
 
 
 def main(argv: list[str]) -> int:

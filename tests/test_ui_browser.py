@@ -11,7 +11,9 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,8 +39,18 @@ ASSETS = [
 ARTIFACTS = Path(os.environ.get("SLUICE_TEST_ARTIFACTS", PROJECT_ROOT / ".test-artifacts")) / "ui"
 
 
+@dataclass
+class Graph:
+    """The sample graph, materialized: its data root, Dagster home, config and `materialize_all` report."""
+
+    root: Path
+    home: Path
+    config: str
+    report: dict[str, Any]
+
+
 @pytest.fixture(scope="module")
-def served_graph(tmp_path_factory) -> Iterator[Webserver]:
+def materialized(tmp_path_factory) -> Graph:
     if not Path(CHROMIUM).is_file():
         pytest.skip("Chromium is not installed (make test-all installs Debian's chromium)")
     pytest.importorskip("playwright")
@@ -57,8 +69,13 @@ def served_graph(tmp_path_factory) -> Iterator[Webserver]:
         register_snapshots(instance, resources)
         report = materialize_all(instance, resources, log=lambda _: None)
     assert all(passed for _, _, passed in report["checks"])
-    env = {**os.environ, "DAGSTER_HOME": str(home), "SLUICE_CONFIG": config}
-    with serve_webserver(root, env) as server:
+    return Graph(root / "data", home, config, report)
+
+
+@pytest.fixture(scope="module")
+def served_graph(materialized: Graph) -> Iterator[Webserver]:
+    env = {**os.environ, "DAGSTER_HOME": str(materialized.home), "SLUICE_CONFIG": materialized.config}
+    with serve_webserver(materialized.home.parent, env) as server:
         yield server
 
 
@@ -109,3 +126,69 @@ def test_check_results_are_shown_as_succeeded(served_graph, page, asset):
     body = page.inner_text("body")
     assert body.count("Succeeded") >= len(CHECKS[asset]), body[:2000]
     page.screenshot(path=str(ARTIFACTS / f"checks-{asset}.png"))
+
+
+PARTITIONS = [("reference", "2026-01"), ("web", "2026-01"), ("reference", "2026-02"), ("web", "2026-02")]
+
+
+def image_size(page, selector: str) -> tuple[int, int]:
+    """The decoded size of an <img> once loaded (0 x 0 when its source is missing or not an image)."""
+    image = page.locator(selector).first
+    image.wait_for(state="visible")
+    page.wait_for_function("(img) => img.complete", arg=image.element_handle())
+    return tuple(image.evaluate("(img) => [img.naturalWidth, img.naturalHeight]"))
+
+
+def test_quality_report_page_shows_every_partition_and_its_picture(materialized, page, tmp_path):
+    """The report written next to the data, opened as a user would (file://): its picture loads, and every
+    source x snapshot is named with the numbers the stages recorded (their materialization metadata)."""
+    page.goto((materialized.root / "quality_report" / "index.html").as_uri())
+    page.get_by_role("heading", name="sluice quality report").wait_for(state="visible")
+    width, height = image_size(page, "img#report")
+    assert width > 500 and height > 1000
+    for source, snapshot in PARTITIONS:
+        meta = materialized.report["partitions"][(source, snapshot)]
+        section = page.locator(f'section[data-source="{source}"][data-snapshot="{snapshot}"]')
+        section.get_by_role("heading", name=f"{source}/{snapshot}").wait_for(state="visible")
+        for heading in ("Cleaning funnel", "Drop reasons", "Languages kept"):
+            section.get_by_role("heading", name=heading).wait_for(state="visible")
+        row = page.locator("table").first.locator("tr", has=page.locator("td", has_text=source)).filter(has_text=snapshot)
+        cells = row.locator("td").all_inner_texts()
+        assert cells[:3] == [source, snapshot, str(meta["raw_documents"]["documents_out"])]
+        assert cells[4:6] == [str(meta["cleaned_documents"]["documents_out"]), str(meta["deduped_documents"]["documents_out"])]
+        assert cells[-1] == str(meta["tokenized_shards"]["tokens"])
+    shot = tmp_path / "quality-report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+
+def test_quality_report_picture_is_on_its_asset_page(served_graph, materialized, page, tmp_path):
+    """The asset's page in the Dagster UI shows the report's picture (markdown metadata with the PNG, opened
+    from the metadata table) and the paths of the files."""
+    page.goto(f"{served_graph.url}/assets/quality_report")
+    page.get_by_text("[Show Markdown]").first.click()
+    width, height = image_size(page, 'img[alt="quality report"]')
+    assert width > 500 and height > 1000
+    body = page.inner_text("body")
+    assert str(materialized.root / "quality_report" / "index.html") in body  # the path metadata naming the HTML page
+    shot = tmp_path / "quality-report-asset.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+
+def test_per_source_view_plots_one_source_over_its_snapshots(served_graph, materialized, page, tmp_path):
+    """`quality_by_source/web` holds one observation per web snapshot (the Events tab names both, no
+    reference partition), and its metadata plots (x axis "Events") are drawn."""
+    page.goto(f"{served_graph.url}/assets/quality_by_source/web?view=events")
+    for snapshot in ("2026-01", "2026-02"):
+        page.get_by_text(snapshot, exact=True).first.wait_for(state="visible")
+    assert "reference" not in page.inner_text("body")
+    page.goto(f"{served_graph.url}/assets/quality_by_source/web")
+    page.get_by_role("button", name="Plots").first.click()
+    page.get_by_role("button", name="Events").first.click()
+    for metric in ("tokens", "drop_rate", "deduped_documents"):
+        page.get_by_text(metric, exact=True).first.wait_for(state="visible")
+    assert page.locator("canvas").count() >= 3
+    shot = tmp_path / "quality-by-source-web.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000

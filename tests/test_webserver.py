@@ -44,6 +44,9 @@ DEPENDENCIES: dict[str, set[str]] = {
     "blocklist": set(),
     "blocklist_matches": {"deduped_documents", "blocklist"},
     "mixed_dataset": {"tokenized_shards", "decontamination", "blocklist_matches", "blocklist", "tokenizer"},
+    "quality_report": {"raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"},
+    "quality_by_source/web": {"quality_report"},
+    "quality_by_source/reference": {"quality_report"},
 }
 GROUPS = {
     "raw_documents": "curation",
@@ -60,6 +63,9 @@ GROUPS = {
     "tokenizer": "tokenization",
     "tokenized_shards": "tokenization",
     "mixed_dataset": "training",
+    "quality_report": "reporting",
+    "quality_by_source/web": "reporting",
+    "quality_by_source/reference": "reporting",
 }
 # check name -> blocking
 CHECKS: dict[str, dict[str, bool]] = {
@@ -87,6 +93,9 @@ CHECKS: dict[str, dict[str, bool]] = {
         "copies_of_a_document_never_share_a_sample": True,
         "no_blocklisted_document_in_mix": True,
     },
+    "quality_report": {},
+    "quality_by_source/web": {},
+    "quality_by_source/reference": {},
 }
 SOURCE_SNAPSHOT_ASSETS = [
     "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",

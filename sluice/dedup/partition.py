@@ -343,6 +343,14 @@ def publish_deduped(store: Store, ref: PartitionRef, result: DedupResult, extra:
         "files": result.files,
         "side_files": result.side_files,
         "documents": result.documents_out,
+        # what the quality report draws (sluice.report): removals within this partition and against earlier ones
+        "stats": {
+            "documents_in": result.documents_in,
+            "removed_exact": result.removed_exact,
+            "removed_fuzzy": result.removed_fuzzy,
+            "removed_within_partition": result.removed_within_partition,
+            "removed_against": dict(sorted(result.removed_against.items())),
+        },
         **(extra or {}),
     }
     write_manifest(store, partition_prefix(DEDUPED, ref), manifest)

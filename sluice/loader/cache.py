@@ -44,16 +44,17 @@ MAX_OPEN_SHARDS = _max_open_shards()
 class ShardRef:
     """One tokenized shard of a mix: where its files are and which partition manifest lists them."""
 
-    prefix: str
+    prefix: str  # the tokenized partition's folder (its manifest)
     name: str
+    binary_prefix: str = ""  # folder of its .bin / .idx (sluice.shards.binary_folder); "" = `prefix`
 
     @property
     def bin_key(self) -> str:
-        return f"{self.prefix}/{self.name}.bin"
+        return f"{self.binary_prefix or self.prefix}/{self.name}.bin"
 
     @property
     def idx_key(self) -> str:
-        return f"{self.prefix}/{self.name}.idx"
+        return f"{self.binary_prefix or self.prefix}/{self.name}.idx"
 
 
 class ShardFile:
@@ -206,7 +207,7 @@ class ShardCache:
                 manifest = json.loads(self.store.read_bytes(key))
             except (StorageError, FileNotFoundError) as error:
                 raise ShardError(f"{self.store.uri(key)}: cannot read the shard manifest ({error})") from error
-            entries = {entry["key"]: entry for entry in manifest.get("files", [])}
+            entries = {entry["key"]: entry for group in ("files", "side_files") for entry in manifest.get(group, [])}
             self._file_entries[prefix] = entries
         return entries
 
@@ -214,10 +215,11 @@ class ShardCache:
         ref = self.refs[shard_id]
         entries = self._entries(ref.prefix)
         total = 0
-        for key in (f"{ref.name}.bin", f"{ref.name}.idx"):
-            if key not in entries:
-                raise ShardError(f"{self.store.uri(f'{ref.prefix}/{key}')}: not listed in its partition manifest (missing shard)")
-            total += int(entries[key]["bytes"])
+        for key in (ref.bin_key, ref.idx_key):
+            entry = entries.get(key.rsplit("/", 1)[-1])
+            if entry is None:
+                raise ShardError(f"{self.store.uri(key)}: not listed in its partition manifest (missing shard)")
+            total += int(entry["bytes"])
         return total
 
     @property

@@ -29,7 +29,7 @@ from sluice.layout import sha256_file
 from sluice.loader.cache import LocalShards, ShardCache, ShardRef
 from sluice.mix import mix_prefix
 from sluice.mixindex import MixIndex
-from sluice.shards import ShardError
+from sluice.shards import ShardError, binary_folder
 from sluice.storage import StorageError, Store
 
 MMAP_MAX_BYTES = 1 << 30  # read_mode="auto": local mixes up to this size (index + shards) are memory-mapped
@@ -129,7 +129,7 @@ class MixedTokens:
     @property
     def refs(self) -> list[ShardRef]:
         if self._refs is None:
-            self._refs = [ShardRef(shard["prefix"], shard["name"]) for shard in self.manifest["shards"]]
+            self._refs = [ShardRef(shard["prefix"], shard["name"], shard.get("binary_prefix", "")) for shard in self.manifest["shards"]]
         return self._refs
 
     def _own_process(self) -> None:
@@ -251,7 +251,7 @@ class MixedTokens:
         url_file = files.get(shard)
         if url_file is None:
             info = self.manifest["shards"][shard]
-            key = f"{info['prefix']}/{info['name']}.urls"
+            key = f"{binary_folder(info, info['prefix'])}/{info['name']}.urls"
             path = self.store.local_path(key)
             if path is None:  # remote: the (small) URL file of a shard, fetched once into the local cache
                 folder = os.path.join(self.cache_dir, f"mix-{self.mix}", "urls", f"{self.index_sha256[:16]}-{os.getpid()}")

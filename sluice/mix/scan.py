@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from sluice.config import MixSettings, split_weight_key
 from sluice.layout import PartitionRef, list_partitions, local_copy, partition_prefix, read_manifest
 from sluice.mix.plan import HIST_BINS, HIST_BITS, MixError, component_key, draws, validation_threshold
-from sluice.shards import doc_hashes
+from sluice.shards import binary_folder, doc_hashes
 from sluice.storage import Store
 
 TOKENIZED = "tokenized_shards"
@@ -167,12 +167,13 @@ def scan_sources(
                 shard_id = len(scan.shards)
                 if shard_id >= U32_LIMIT:
                     raise MixError("a mix can index at most 2^32 shards")
+                binary = binary_folder(manifest, prefix)
                 scan.shards.append(
-                    {"id": shard_id, "prefix": prefix, "name": shard["name"], "source": ref.source, "partition": ref.key,
+                    {"id": shard_id, "prefix": prefix, "binary_prefix": binary, "name": shard["name"], "source": ref.source, "partition": ref.key,
                      "documents": int(shard["documents"]), "tokens": int(shard["tokens"]),
                      **{key: int(shard[key]) for key in ("part", "first_row") if key in shard}}
                 )
-                with local_copy(store, f"{prefix}/{shard['name']}.idx", scratch) as path:
+                with local_copy(store, f"{binary}/{shard['name']}.idx", scratch) as path:
                     offsets = np.fromfile(path, dtype="<u8")
                 columns = ["doc_hash", "language"] + (["doc_id"] if need_ids else [])
                 with local_copy(store, f"{prefix}/{shard['name']}.docs.parquet", scratch) as path:

@@ -9,6 +9,7 @@ import numpy as np
 
 from sluice.mix.plan import MixError
 from sluice.mixindex import MixIndex
+from sluice.shards import binary_folder
 from sluice.storage import Store
 
 
@@ -31,7 +32,7 @@ def iter_split_tokens(store: Store, manifest: dict[str, Any], split: str, file_r
             for shard_id, start, length in zip(records["shard"].tolist(), records["start"].tolist(), records["length"].tolist(), strict=True):
                 if shard_id not in tokens:
                     shard = manifest["shards"][shard_id]
-                    tokens[shard_id] = np.memmap(file_reader(f"{shard['prefix']}/{shard['name']}.bin"), dtype=dtype, mode="r")
+                    tokens[shard_id] = np.memmap(file_reader(f"{binary_folder(shard, shard['prefix'])}/{shard['name']}.bin"), dtype=dtype, mode="r")
                 yield tokens[shard_id][start : start + length]
     finally:
         index.close()

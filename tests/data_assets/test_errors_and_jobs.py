@@ -78,3 +78,31 @@ def test_stage_runs_are_named_and_tagged(tmp_path):
         evaluation = record.dagster_event.event_specific_data
         assert evaluation.check_name == "quarantined_file_share_below_bound"
         assert evaluation.partition == multi_key("reference", "2026-01")
+
+
+def test_dagster_cli_loading_a_bad_config_prints_the_message_without_a_traceback(tmp_path):
+    """`dagster asset materialize -m data_assets.definitions` on a config with a typo: the code location
+    cannot load; the user sees the one-line ConfigError (file, key, suggestion), no loader traceback
+    (SLUICE_DEBUG=1 brings it back), and nothing runs."""
+    raw = base_config(str(tmp_path / "data"))
+    raw["cleaning"]["min_char"] = raw["cleaning"].pop("min_chars")
+    path = write_config(tmp_path / "sluice.yaml", raw)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    command = [dagster, "asset", "materialize", "-m", "data_assets.definitions", "--select", "tokenizer"]
+    env = {**os.environ, "SLUICE_CONFIG": path, "DAGSTER_HOME": str(tmp_path / "home")}
+    env.pop("SLUICE_DEBUG", None)
+    try:
+        load_config(path)
+    except ConfigError as error:
+        message = str(error)
+
+    done = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"sluice: {message}" in done.stderr.splitlines()
+    assert not (tmp_path / "data").exists()
+
+    debug = subprocess.run(command, cwd=PROJECT_ROOT, env={**env, "SLUICE_DEBUG": "1"}, capture_output=True, text=True, timeout=300)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and message in debug.stderr

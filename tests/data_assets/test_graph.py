@@ -22,12 +22,22 @@ def run_graph(tmp_path_factory, name: str, **overrides):
     with DagsterInstance.local_temp(tempdir=str(folder / "home")) as instance:
         register_snapshots(instance, resources)
         report = materialize_all(instance, resources, log=lambda _: None)
+        report["check_partitions"] = check_partitions(instance)
         rerun = None
         if name == "local":
             before = tree_digest(str(folder / "data"))
             rerun = materialize_all(instance, resources, log=lambda _: None)
             rerun = (before, tree_digest(str(folder / "data")), rerun)
     return folder, report, rerun
+
+
+def check_partitions(instance) -> list[tuple[str, str, object]]:
+    """(asset, check, partition key) of every check evaluation the instance recorded."""
+    from dagster import DagsterEventType, EventRecordsFilter
+
+    records = instance.get_event_records(EventRecordsFilter(event_type=DagsterEventType.ASSET_CHECK_EVALUATION))
+    evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
+    return [(e.asset_key.to_user_string(), e.check_name, e.partition) for e in evaluations]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +63,21 @@ def test_every_asset_and_check_for_every_partition(local_run):
     assert checked_assets == {
         "raw_documents", "quality_model", "perplexity_model", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset",
     }
+
+
+def test_check_results_of_partitioned_assets_name_their_partition(local_run):
+    """Every evaluation of a check on a source x snapshot asset belongs to its partition (the UI's checks tab
+    links it), for each of the four partitions; unpartitioned assets' and the mix's checks name none."""
+    from dagster import MultiPartitionKey
+
+    _, report, _ = local_run
+    by_asset: dict[str, set] = {}
+    for asset, _, partition in report["check_partitions"]:
+        by_asset.setdefault(asset, set()).add(partition)
+    partitions = {MultiPartitionKey({"source": source, "snapshot": snapshot}) for source, snapshot in report["partitions"]}
+    for asset in ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"):
+        assert by_asset[asset] == partitions, asset
+    assert by_asset["quality_model"] == {None}
 
 
 def cleaned_frame(folder, source: str, snapshot: str, kind: str = "part"):
@@ -301,8 +326,10 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
     for manifest_path in sorted(glob.glob(str(data / "tokenized_shards/*/*/_manifest.json"))):
         manifest = json.loads(Path(manifest_path).read_text())
         shard_folder = manifest_path.rsplit("/", 1)[0]
+        binary = data / manifest["binary_prefix"]  # the .bin / .idx files: the side folder tokenized_binary/
+        assert binary.parent.parent.name == "tokenized_binary" and not list(Path(shard_folder).glob("*.bin"))
         for shard in manifest["shards"]:
-            view = ShardView.open(f"{shard_folder}/{shard['name']}.bin", f"{shard_folder}/{shard['name']}.idx", manifest["dtype"])
+            view = ShardView.open(str(binary / f"{shard['name']}.bin"), str(binary / f"{shard['name']}.idx"), manifest["dtype"])
             doc_ids = pl.read_parquet(f"{shard_folder}/{shard['name']}.docs.parquet")["doc_id"].to_list()
             for index, doc_id in enumerate(doc_ids):
                 expected = tokenizer.encode(by_id[doc_id], add_special_tokens=False).ids + [manifest["eos_id"]]
@@ -316,13 +343,18 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
     "dataset",
     [
         "raw_documents", "raw_quarantine", "cleaned_documents", "cleaned_dropped", "decontamination",
-        "dedup_signatures", "dedup_clusters", "deduped_documents", "deduped_removed",
+        "dedup_signatures", "dedup_clusters", "deduped_documents", "deduped_removed", "tokenized_shards", "mixed_dataset",
+        "mixed_contaminated", "mixed_blocked",
     ],
 )
-def test_every_output_folder_reads_as_one_dataset(local_run, dataset):
-    """After the whole graph, polars, pyarrow.dataset and DuckDB read the folder as one Hive-partitioned
-    dataset and count the rows the files' footers hold."""
+def test_every_output_folder_reads_as_one_dataset(local_run, dataset, tmp_path):
+    """After the whole graph, polars, pyarrow.dataset, DuckDB and HF datasets read the folder as one
+    Hive-partitioned dataset and count the rows the files' footers hold."""
     from tests.data_assets.test_datasets import read_every_dataset
 
     folder, _, _ = local_run
-    read_every_dataset(folder / "data", (dataset,))
+    frames = read_every_dataset(folder / "data", (dataset,), hf_cache=tmp_path / "hf")
+    assert frames[dataset].height > 0 or dataset in ("raw_quarantine", "mixed_contaminated", "mixed_blocked"), dataset
+    if dataset == "mixed_dataset":  # train and validation ranges: one schema, a split column, a mix folder
+        assert set(frames[dataset]["split"].cast(str).unique()) == {"train", "validation"}
+        assert set(frames[dataset]["mix"].unique()) == {"default"}

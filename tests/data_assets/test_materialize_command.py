@@ -140,14 +140,14 @@ def test_everything_else_completes(poisoned_run):
     for source in ("web", "reference"):
         for asset in ("raw_documents", "cleaned_documents", "dedup_clusters", "deduped_documents", "decontamination", "tokenized_shards"):
             assert status[f"{asset} {source}/2026-01"].startswith("ok"), (asset, source)
-    for asset in ("quality_model", "perplexity_model", "tokenizer", "mixed_dataset default"):
+    for asset in ("quality_model", "perplexity_model", "tokenizer", "mixed_dataset default", "quality_report"):
         assert status[asset].startswith("ok"), status[asset]
     per_partition = (
         "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
         "blocklist_matches", "tokenized_shards",
     )
     expected = {f"{asset} {source}/2026-01" for asset in per_partition for source in ("web", "reference", "zz-poisoned")}
-    assert set(status) == expected | {"quality_model", "perplexity_model", "tokenizer", "blocklist", "mixed_dataset default"}
+    assert set(status) == expected | {"quality_model", "perplexity_model", "tokenizer", "blocklist", "mixed_dataset default", "quality_report"}
     assert "tokenizer ran without failed upstream partitions: deduped_documents zz-poisoned/2026-01" in done.stdout
     mix = folder / "data" / "mixed_dataset"
     assert any(mix.rglob("_manifest.json"))

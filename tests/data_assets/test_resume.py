@@ -25,6 +25,7 @@ from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
+from tests.crash_harness import wait_group_gone
 
 COPIES = 4  # of each of the 3 sample WARC files: 12 input files in one partition
 CHILD_TIMEOUT_S = 300
@@ -75,6 +76,7 @@ def kill_at_half(config: str, stage: str, records: Path, total: int, scratch: Pa
         time.sleep(0.005)
     _, err = child.communicate(timeout=CHILD_TIMEOUT_S)
     assert child.returncode == -signal.SIGKILL, f"the run ended before half its tasks were recorded: {err[-2000:]}"
+    wait_group_gone(child.pid)  # its workers too (one inside an fsync lives until it returns)
 
 
 def file_stamps(folder: Path) -> dict[str, tuple[int, int]]:
@@ -121,7 +123,8 @@ STAGES = {
     "cleaned_documents": (("cleaned_documents", "cleaned_dropped"), "cleaned_documents_tasks", ("part", "dropped"), "tasks"),
     # dedup: the signing tasks are the per-part work (signatures and shingle sets of each cleaned part)
     "dedup_signatures": (("dedup_signatures", "dedup_shingles"), "dedup_signatures_tasks", ("signatures", "shingles"), "tasks"),
-    "tokenized_shards": (("tokenized_shards",), "tokenized_shards_tasks", ("files",), "tasks"),  # none for an empty part
+    # .docs.parquet files in tokenized_shards, .bin / .idx / .urls in tokenized_binary; none for an empty part
+    "tokenized_shards": (("tokenized_shards", "tokenized_binary"), "tokenized_shards_tasks", ("files", "binary_files"), "tasks"),
 }
 
 

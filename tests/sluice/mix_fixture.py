@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.config import MixSettings
-from sluice.layout import PartitionRef, partition_prefix, sha256_file
+from sluice.layout import PartitionRef, partition_prefix, sha256_file, side_prefix
 from sluice.mix import build_mix
-from sluice.shards import ShardWriter, write_urls
+from sluice.shards import BINARY_DATASET, ShardWriter, binary_folder, write_urls
 from sluice.storage import Store
 
 EOS = 0
@@ -27,13 +27,17 @@ VOCAB = 50_000
 def write_partition(
     store: Store, source: str, snapshot: str, shards: int, docs_per_shard: int, rng: np.random.Generator, doc_lengths: tuple[int, int] = (3, 200)
 ) -> None:
-    prefix = partition_prefix("tokenized_shards", PartitionRef(source, snapshot))
-    folder = store.local_path(prefix)
-    assert folder is not None, "mix fixtures are built on a local store (upload them for S3 tests)"
+    """One tokenized partition as the asset lays it out: .docs.parquet + manifest in tokenized_shards/, the
+    .bin / .idx / .urls files in the side folder tokenized_binary/ (the manifest's binary_prefix)."""
+    ref = PartitionRef(source, snapshot)
+    prefix, binary_prefix = partition_prefix("tokenized_shards", ref), side_prefix(BINARY_DATASET, ref)
+    folder, binary = store.local_path(prefix), store.local_path(binary_prefix)
+    assert folder is not None and binary is not None, "mix fixtures are built on a local store (upload them for S3 tests)"
     os.makedirs(folder, exist_ok=True)
-    files, shard_entries = [], []
+    os.makedirs(binary, exist_ok=True)
+    files, side_files, shard_entries = [], [], []
     for number in range(shards):
-        writer = ShardWriter(folder, f"shard-{number:05d}", VOCAB)
+        writer = ShardWriter(binary, f"shard-{number:05d}", VOCAB)
         for _ in range(docs_per_shard):
             length = int(rng.integers(*doc_lengths))
             body = rng.integers(1, VOCAB, size=length - 1)
@@ -42,15 +46,17 @@ def write_partition(
         docs_path = os.path.join(folder, f"{writer.name}.docs.parquet")
         doc_ids = [f"{source}/{snapshot}/{writer.name}#{i}" for i in range(writer.documents)]
         pq.write_table(pa.table({"doc_id": doc_ids}), docs_path)  # doc_hash and language are derived by the mix
-        urls_path = os.path.join(folder, f"{writer.name}.urls")
+        urls_path = os.path.join(binary, f"{writer.name}.urls")
         write_urls(urls_path, [fixture_url(source, writer.name, i) for i in range(writer.documents)])
-        for path in (writer.bin_path, writer.idx_path, docs_path, urls_path):
-            files.append({"key": os.path.basename(path), "rows": None, "bytes": os.path.getsize(path), "sha256": sha256_file(path)})
+        files.append({"key": os.path.basename(docs_path), "rows": None, "bytes": os.path.getsize(docs_path), "sha256": sha256_file(docs_path)})
+        for path in (writer.bin_path, writer.idx_path, urls_path):
+            side_files.append({"key": os.path.basename(path), "rows": None, "bytes": os.path.getsize(path), "sha256": sha256_file(path), "prefix": binary_prefix})
         shard_entries.append({"name": writer.name, "documents": writer.documents, "tokens": writer.tokens})
     manifest = {
         "format": "sluice-tokens", "version": 1, "dtype": "uint16", "vocab_size": VOCAB, "eos_id": EOS,
         "tokenizer_sha256": "test", "documents": sum(s["documents"] for s in shard_entries),
         "tokens": sum(s["tokens"] for s in shard_entries), "files": files, "shards": shard_entries,
+        "binary_prefix": binary_prefix, "side_files": side_files,
     }
     store.write_bytes(f"{prefix}/_manifest.json", json.dumps(manifest).encode())
 
@@ -85,7 +91,7 @@ def read_ranges(store: Store, mix: str = "test", split: str = "train"):
 def stream_oracle(store: Store, mix: str = "test", split: str = "train") -> np.ndarray:
     """The mix's token stream: its ranges' tokens concatenated."""
     manifest = json.loads(store.read_bytes(f"mixed_dataset/mix={mix}/_manifest.json"))
-    shard_tokens = [np.fromfile(store.local_path(f"{s['prefix']}/{s['name']}.bin"), dtype="<u2") for s in manifest["shards"]]
+    shard_tokens = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.bin"), dtype="<u2") for s in manifest["shards"]]
     shard_ids, starts, lengths = read_ranges(store, mix, split)
     pieces = [shard_tokens[s][b : b + n] for s, b, n in zip(shard_ids.tolist(), starts.tolist(), lengths.tolist(), strict=True)]
     return np.concatenate(pieces).astype(np.int64)

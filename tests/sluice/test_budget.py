@@ -17,6 +17,7 @@ import pytest
 
 import sluice.budget
 import sluice.clean
+import sluice.workers
 from sluice.budget import ChildError
 from sluice.clean import CleanTask, clean_part
 from sluice.config import CleaningSettings, ExtractionSettings
@@ -118,6 +119,8 @@ def misbehaving_chain(monkeypatch):
 
     monkeypatch.setattr(sluice.clean, "build_steps", build_steps)
     monkeypatch.setattr(sluice.budget, "START_METHOD", "fork")
+    # Forking copies this process with its threads' locks: first stop the warm pool an earlier test left.
+    sluice.workers.shutdown()
 
 
 def test_a_step_that_never_returns_or_kills_its_process_costs_one_document(tmp_path, misbehaving_chain):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
-from sluice.shards import ShardError
+from sluice.shards import ShardError, binary_folder
 from sluice.storage import open_store
 from tests.sluice.mix_fixture import build_test_mix, range_offsets_oracle, read_ranges, stream_oracle
 
@@ -229,7 +229,7 @@ def test_truncated_shard_raises_an_error_naming_it(tmp_path):
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ)
     victim = manifest["shards"][1]
-    path = os.path.join(root, victim["prefix"], victim["name"] + ".bin")
+    path = os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".bin")
     with open(path, "r+b") as handle:
         handle.truncate(os.path.getsize(path) - 10)
     data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
@@ -242,7 +242,7 @@ def test_missing_shard_raises_an_error_naming_it(tmp_path):
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ)
     victim = manifest["shards"][0]
-    os.remove(os.path.join(root, victim["prefix"], victim["name"] + ".idx"))
+    os.remove(os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".idx"))
     data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ShardError, match=rf"{victim['name']}\.idx.*missing"):
         take(TrainingLoader(data, 4, seed=0, num_workers=1), len(data))

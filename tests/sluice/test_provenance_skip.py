@@ -22,6 +22,7 @@ from sluice.loader import MixedTokens, TrainingLoader
 from sluice.loader.order import GlobalOrder
 from sluice.loader.packing import PROVENANCE_COLUMNS
 from sluice.loader.skip import SkipList, kth_kept, wildcard_match
+from sluice.shards import binary_folder
 from sluice.storage import open_store
 from tests.sluice.mix_fixture import build_test_mix, fixture_url, stream_oracle
 
@@ -51,8 +52,8 @@ class Oracle:
         self.offset, self.shard, self.doc, self.length = (table.column(c).to_numpy().astype(np.int64) for c in ("offset", "shard", "doc", "length"))
         self.stream = stream_oracle(store)
         self.samples = (len(self.stream) - 1) // SEQ
-        self.shard_tokens = [np.fromfile(store.local_path(f"{s['prefix']}/{s['name']}.bin"), "<u2") for s in self.manifest["shards"]]
-        self.shard_offsets = [np.fromfile(store.local_path(f"{s['prefix']}/{s['name']}.idx"), "<u8") for s in self.manifest["shards"]]
+        self.shard_tokens = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.bin"), "<u2") for s in self.manifest["shards"]]
+        self.shard_offsets = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.idx"), "<u8") for s in self.manifest["shards"]]
 
     def window_docs(self, sample: int) -> set[tuple[int, int]]:
         begin, end = sample * SEQ, sample * SEQ + SEQ + 1

@@ -376,3 +376,22 @@ def test_s3_read_only_identity_reads_but_writes_and_deletes_fail(s3_server, s3_s
         sluice.storage._CLIENTS.clear()
     listing = s3_server.client().list_objects_v2(Bucket=bucket)
     assert [item["Key"] for item in listing["Contents"]] == ["data/present.txt"]
+
+
+def test_a_killed_writer_not_yet_reaped_counts_as_dead():
+    """A zombie (exited, not yet waited for) writes nothing more: its temp files are stale."""
+    import subprocess
+    import time as clock
+
+    from sluice.storage import _pid_alive
+
+    child = subprocess.Popen(["true"])
+    deadline = clock.monotonic() + 30
+    while Path(f"/proc/{child.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+        assert clock.monotonic() < deadline, "the child did not exit"
+        clock.sleep(0.01)
+    try:
+        assert not _pid_alive(child.pid)
+        assert _pid_alive(os.getpid())
+    finally:
+        child.wait()

@@ -138,3 +138,27 @@ def test_training_from_the_store_in_a_worker_equals_training_in_process(tmp_path
     json_text, used = executor.isolated(train_from_store, TrainingTask(store.spec, ("web",), 30, 400, "<|endoftext|>"))
     assert used == ["web/2026-01", "web/2026-02"]
     assert json_text == train_bpe(iter(TEXTS[:30]), 400, "<|endoftext|>").to_str()  # the first 30 texts in partition order
+
+
+def test_binary_files_go_to_their_side_folder_and_the_manifest_names_it(tmp_path):
+    """With `binary_url`, the .bin / .idx / .urls files are written there and the partition folder holds only
+    the .docs.parquet files (one Parquet dataset); the manifest publishes the side files under their prefix."""
+    from sluice.shards import binary_folder
+    from sluice.tokenize import shard_manifest
+
+    deduped_part(tmp_path / "deduped", TEXTS)
+    tokenizer = train_bpe(iter(TEXTS), 400, "<|endoftext|>")
+    task = TokenizeTask(str(tmp_path / "deduped"), "part-00000.parquet", str(tmp_path / "out"), 0, tokenizer.to_str(), "<|endoftext|>",
+                        max_shard_tokens=1024, binary_url=str(tmp_path / "binary"))
+    result = tokenize_part(task)
+    names = [shard["name"] for shard in result["shards"]]
+    assert len(names) > 1
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(f"{name}.docs.parquet" for name in names)
+    assert sorted(os.listdir(tmp_path / "binary")) == sorted(f"{name}{suffix}" for name in names for suffix in (".bin", ".idx", ".urls"))
+    manifest = shard_manifest([result], "sha", result["vocab_size"], result["eos_id"], "tokenized_binary/source=web/snapshot=1")
+    assert [entry["key"] for entry in manifest["files"]] == [f"{name}.docs.parquet" for name in names]
+    assert {entry["prefix"] for entry in manifest["side_files"]} == {"tokenized_binary/source=web/snapshot=1"}
+    assert binary_folder(manifest, "tokenized_shards/source=web/snapshot=1") == "tokenized_binary/source=web/snapshot=1"
+    assert binary_folder({}, "tokenized_shards/source=web/snapshot=1") == "tokenized_shards/source=web/snapshot=1"
+    total = sum(len(ShardView.open(str(tmp_path / "binary" / f"{n}.bin"), str(tmp_path / "binary" / f"{n}.idx"), result["dtype"])) for n in names)
+    assert total == len(TEXTS)

@@ -1,0 +1,178 @@
+"""Worker processes that start warm: a forkserver with the stage modules imported, and one process pool
+per process, reused across the stages of a run.
+
+Why: a spawned worker starts a new interpreter and imports what its tasks need (pyarrow, numpy, pydantic,
+the stage modules: about half a CPU second), and multiprocessing also runs the parent's main script again
+in it. Under `sluice materialize` (or any script that imports Dagster at the top) that is Dagster and all
+of the code location, seconds per worker, paid by every executor call of every stage. Here:
+
+- `context()` is a forkserver whose server imports `PRELOAD` once; each worker is a fork of it (a few
+  milliseconds, pages shared). Its children do not run the parent's main script again: `sluice` hands
+  them module-level functions only, never something defined in `__main__`. (Where there is no forkserver,
+  or its socket path would be too long, workers are spawned as before.)
+- `pool(n)` is this process's pool of `n` workers, started lazily (a worker is forked when a task needs
+  it, so a re-run with 3 tasks left starts at most 3) and reused by the next executor call. A pool that
+  breaks (a worker was killed) is discarded; the next call gets a fresh one. Workers hold no state that
+  changes results (tasks carry everything they read), so reuse keeps outputs byte-identical.
+- The forkserver's children inherit its environment (variables, working folder): when the process's
+  changed since it started, the pool and the forkserver start over, so workers see what a spawned one would.
+- `shutdown()` stops the pool and the forkserver and waits for them, so the workers' CPU time is counted
+  in this process's `RUSAGE_CHILDREN` (benchmarks measure a run cold: shutdown before and after).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import multiprocessing
+import os
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import context as mp_context
+from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+from typing import Any
+
+# What a stage worker imports (the forkserver imports it once; every worker forked from it has it).
+PRELOAD = [
+    "sluice.tasks", "sluice.ingest", "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii",
+    "sluice.langid", "sluice.tokenize", "pyarrow.parquet",
+]
+_MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
+_lock = threading.RLock()  # re-entered when context() starts over inside pool()
+_pools: dict[int, ProcessPoolExecutor] = {}
+_exit_hook = False
+_started_env: int | None = None  # the environment the running forkserver started with
+
+
+class _Popen(popen_forkserver.Popen):
+    """Forkserver launch (as multiprocessing's) whose preparation data omits the parent's main module."""
+
+    def _launch(self, process_obj: Any) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        for key in _MAIN_KEYS:
+            prep_data.pop(key, None)
+        buf = io.BytesIO()
+        mp_context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            mp_context.set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        _parent_w = os.dup(w)
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _Process(mp_context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> _Popen:
+        return _Popen(process_obj)
+
+
+class WarmContext(mp_context.ForkServerContext):
+    """The forkserver context with `_Process` (no main-module re-run in the children)."""
+
+    Process = _Process  # type: ignore[assignment]
+
+
+def _forkserver_usable() -> bool:
+    # The forkserver listens on a Unix socket in multiprocessing's temporary folder (under $TMPDIR); a
+    # socket path has at most 107 bytes.
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    return len(os.fsencode(util.get_temp_dir())) + len("/listener-xxxxxxxx") < 100
+
+
+def _environment() -> int:
+    return hash((os.getcwd(), tuple(sorted(os.environ.items()))))
+
+
+def _refresh() -> None:
+    """Start over when the environment changed since the forkserver started: its children inherit the
+    forkserver's environment, and a spawned worker would see the current one."""
+    global _started_env
+    if forkserver._forkserver._forkserver_pid is None:
+        _started_env = None
+    elif _started_env is not None and _started_env != _environment():
+        shutdown()
+
+
+def context(preload: list[str] | None = None) -> Any:
+    """The context worker processes start from: the warm forkserver (importing `preload`, default
+    `PRELOAD`, when it starts), else spawn."""
+    global _started_env
+    if not _forkserver_usable():
+        return multiprocessing.get_context("spawn")
+    _refresh()
+    if _started_env is None:
+        _started_env = _environment()
+    forkserver.set_forkserver_preload(list(preload if preload is not None else PRELOAD))
+    return WarmContext()
+
+
+def _worker_started() -> None:
+    """In each pool worker: stop (and wait for) the worker's own forkserver when it exits (the per-document
+    budget starts one), so the CPU time of that server and its children is counted in the worker's."""
+    util.Finalize(None, stop_forkserver, exitpriority=100)
+
+
+def pool(max_workers: int) -> ProcessPoolExecutor:
+    """This process's pool of `max_workers` warm workers (created on first use, reused after)."""
+    _refresh()
+    with _lock:
+        existing = _pools.get(max_workers)
+        if existing is not None and not getattr(existing, "_broken", False):
+            return existing
+        if existing is not None:
+            existing.shutdown(wait=False, cancel_futures=True)
+        created = ProcessPoolExecutor(max_workers=max_workers, mp_context=context(), initializer=_worker_started)
+        global _exit_hook
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(shutdown)  # at exit, wait for the forkserver too: its CPU time is then reaped
+        _pools[max_workers] = created
+        return created
+
+
+def discard(broken: ProcessPoolExecutor) -> None:
+    """Forget a pool whose worker died (the next `pool` call starts a fresh one)."""
+    with _lock:
+        for size, existing in list(_pools.items()):
+            if existing is broken:
+                del _pools[size]
+    broken.shutdown(wait=True, cancel_futures=True)
+
+
+def stop_forkserver() -> None:
+    """Stop this process's forkserver, if it started one, and wait for it to exit."""
+    server = forkserver._forkserver
+    with server._lock:
+        pid = server._forkserver_pid
+        if pid is None:
+            return
+        os.close(server._forkserver_alive_fd)  # the server exits when it reads EOF here
+        server._forkserver_alive_fd = None
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        address = server._forkserver_address
+        if address is not None and not util.is_abstract_socket_namespace(address):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+        server._forkserver_address = None
+        server._forkserver_pid = None
+
+
+def shutdown() -> None:
+    """Stop this process's pools and forkserver and wait for every worker."""
+    with _lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for existing in pools:
+        existing.shutdown(wait=True)
+    stop_forkserver()
+    global _started_env
+    _started_env = None

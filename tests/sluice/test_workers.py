@@ -1,0 +1,56 @@
+"""Warm local workers (sluice.workers): forked from a forkserver, they do not run the parent's main script
+again, one pool serves successive executor calls, and a changed environment reaches the workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from sluice.compute import LocalPoolExecutor
+from tests.conftest import PROJECT_ROOT
+
+
+def worker_pid(_: int) -> int:
+    return os.getpid()
+
+
+def worker_env(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def test_workers_do_not_run_the_main_script_again(tmp_path):
+    marker = tmp_path / "imports.log"
+    script = tmp_path / "main_script.py"
+    script.write_text(textwrap.dedent(f"""
+        with open({str(marker)!r}, "a") as log:  # a top-level side effect, as an import of Dagster would be
+            log.write("imported\\n")
+        if __name__ == "__main__":
+            from sluice.compute import LocalPoolExecutor
+            from tests.sluice.test_workers import worker_pid
+            print(len(set(LocalPoolExecutor(2).map(worker_pid, list(range(6))))))
+    """))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 1 <= int(done.stdout.split()[-1]) <= 2  # the tasks ran in worker processes
+    assert marker.read_text() == "imported\n"  # by the parent only
+
+
+def test_successive_calls_reuse_the_workers():
+    executor = LocalPoolExecutor(2)
+    first = set(executor.map(worker_pid, list(range(6))))
+    second = set(executor.map(worker_pid, list(range(6))))
+    assert os.getpid() not in first
+    assert second <= first
+
+
+def test_a_changed_environment_reaches_the_workers(monkeypatch):
+    executor = LocalPoolExecutor(2)
+    monkeypatch.setenv("SLUICE_TEST_WORKER_ENV", "before")
+    assert executor.map(worker_env, ["SLUICE_TEST_WORKER_ENV"] * 2) == ["before", "before"]
+    monkeypatch.setenv("SLUICE_TEST_WORKER_ENV", "after")
+    assert executor.map(worker_env, ["SLUICE_TEST_WORKER_ENV"] * 2) == ["after", "after"]
