@@ -190,3 +190,10 @@ def test_public_matches_pythons_ipaddress_on_every_range_boundary_and_random_add
         assert is_public_ip(str(address)) == judged.is_global, str(address)
         checked += 1
     assert checked > 30_000
+
+
+def test_an_email_with_the_most_labels_a_dns_name_can_hold_is_redacted_whole():
+    """The domain pattern is bounded at 126 labels before the top-level domain (DNS names are at most 253
+    characters): such an address is still one match, replaced whole."""
+    address = "someone@" + "a." * 125 + "example.org"
+    assert redact(f"write to {address} today") == ("write to <EMAIL> today", {"email": 1})
