@@ -16,14 +16,14 @@ step) against without it: CPU seconds of all the processes involved (this one, t
 helpers), best of --repeats; wall time printed too.
 
 Figures: worst seconds per MB over all (family, function) pairs at the largest size, and the worst growth
-per doubling of the input, (t_largest / t_smallest) ** (1 / doublings): a linear function gives ~2, a
-quadratic one ~4, an exponential one never finishes (each call is stopped after --limit-s and reported as
+per doubling of the input, 2 ** (the least-squares slope of log2 time on log2 size): a linear function
+gives ~2, a quadratic one ~4, an exponential one never finishes (each call is stopped after --limit-s and reported as
 such); a deliberately quadratic control function goes through the same timing and must come out near 4.
-Each timed call follows a full garbage collection and an untimed warm-up call at the same size. The ratio
-over the whole range is less disturbed by other jobs on a shared machine than one taken between
-neighbouring sizes. Pairs faster than 50 ms at the largest size are left out of the ratio (on a
+Each timed call follows a full garbage collection and an untimed warm-up call at the same size. The fit
+over the whole range is less disturbed by other jobs on a shared machine than a ratio taken between
+neighbouring sizes or between the two ends. Pairs faster than 50 ms at the largest size are left out of the ratio (on a
 shared machine their times are mostly noise; a superlinear pair is far slower than that at a megabyte),
-not out of seconds per MB; the ratio starts at the smallest size taking at least 10 ms.
+not out of seconds per MB; the fit starts at the smallest size taking at least 10 ms.
 """
 
 from __future__ import annotations
@@ -93,14 +93,19 @@ def quadratic_control(text: str) -> int:
 
 
 def growth(sizes: list[int], times: list[float]) -> float:
-    """Time growth per doubling of the input, from the smallest size whose time is measurable to the largest
-    (0 when even the largest is below the noise floor)."""
+    """Time growth per doubling of the input: 2 ** the least-squares slope of log2(time) on log2(size) over
+    the sizes whose time is measurable (a fit through every point, so one disturbed end point moves it less
+    than a ratio of the two ends does; linear gives 2, quadratic 4); 0 when even the largest size is below
+    the noise floor."""
     if times[-1] < NOISE_FLOOR_S:
         return 0.0
-    for size, seconds in zip(sizes[:-1], times[:-1], strict=True):
-        if seconds >= NOISE_FLOOR_S / 5:
-            return (times[-1] / seconds) ** (1 / math.log2(sizes[-1] / size))
-    return 0.0
+    points = [(math.log2(size), math.log2(seconds)) for size, seconds in zip(sizes, times, strict=True) if seconds >= NOISE_FLOOR_S / 5]
+    if len(points) < 2:
+        return 0.0
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+    return 2.0**slope
 
 
 def measure(function, build, sizes: list[int], repeats: int, limit_s: float) -> list[float | None]:
