@@ -71,19 +71,27 @@ def _call(function, text: str, limit_s: float) -> float | None:
     return time.process_time() - started
 
 
-def timed(function, text: str, repeats: int, limit_s: float) -> float | None:
-    """Best CPU seconds of `repeats` calls after one untimed warm-up call at this size (the first call at a
-    new size pays one-time costs: the allocator growing its arenas, first-touch page faults), or None when a
-    call ran past `limit_s`. The warm-up is stopped at `limit_s` too, so a superlinear call is still caught."""
-    if _call(function, text, limit_s) is None:
-        return None
-    best = float("inf")
+def timed(function, texts: list[str], repeats: int, limit_s: float) -> list[float | None]:
+    """Best CPU seconds of `repeats` calls per text (a text per size), after one untimed warm-up call per
+    text (the first call at a new size pays one-time costs: the allocator growing its arenas, first-touch
+    page faults). The repeats go round the sizes (size 1, 2, ..., then again), so a change in the load of a
+    shared machine touches every size alike instead of the sizes measured at that moment. None from the
+    first size where a call ran past `limit_s` (warm-up included: a superlinear call is still caught)."""
+    measurable = len(texts)
+    for index, text in enumerate(texts):
+        if _call(function, text, limit_s) is None:
+            measurable = index
+            break
+    best = [float("inf")] * measurable
     for _ in range(repeats):
-        seconds = _call(function, text, limit_s)
-        if seconds is None:
-            return None
-        best = min(best, seconds)
-    return best
+        for index in range(measurable):
+            seconds = _call(function, texts[index], limit_s)
+            if seconds is None:
+                measurable = index
+                break
+            best[index] = min(best[index], seconds)
+    times: list[float | None] = list(best[:measurable])
+    return times if measurable == len(texts) else [*times, None]
 
 
 def quadratic_control(text: str) -> int:
@@ -110,12 +118,7 @@ def growth(sizes: list[int], times: list[float]) -> float:
 
 def measure(function, build, sizes: list[int], repeats: int, limit_s: float) -> list[float | None]:
     """Best CPU seconds of `function` on `build(size)` for each size, up to the first call that was stopped."""
-    times: list[float | None] = []
-    for size in sizes:
-        times.append(timed(function, build(size), repeats, limit_s))
-        if times[-1] is None:
-            break
-    return times
+    return timed(function, [build(size) for size in sizes], repeats, limit_s)
 
 
 def control_ratio(sizes: list[int], repeats: int, limit_s: float) -> float:
