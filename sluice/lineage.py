@@ -21,15 +21,19 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sluice.config import DedupSettings
 from sluice.layout import PartitionRef, entry_key, partition_prefix, read_manifest
 from sluice.storage import Store, local_temp_dir
+
+if TYPE_CHECKING:
+    from sluice.dedup.lookup import GlobalCluster
 
 RAW = "raw_documents"
 CLEANED = "cleaned_documents"
@@ -236,28 +240,81 @@ def locate_in_mix(reader: RowReader, mix_manifest: dict[str, Any], doc_ids: list
 # -- dedup clusters: one adapter over the layouts ----------------------------------------------------------------------
 
 
-def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) -> dict[str, Any]:
-    """The deduplication cluster of a kept document: {cluster_id, cluster_size, decided_in}.
+CLUSTER_COLUMNS = ["doc", "doc_id", "kind", "parent_partition", "parent_doc", "cluster_size"]
 
-    Reads the clusters file of the document's partition, only the row groups of its part (documents are
-    `part << 24 | row` there, sorted). Two layouts: a `dedup_clusters` dataset with `cluster_size` per row
-    (the global dedup index), else the deduplicated partition's side files (`clusters.parquet` naming each
-    document's kept document, `removed.parquet` with the sizes of clusters that lost a document here).
-    The size counts the documents of the cluster as the document's partition saw them when it was
-    deduplicated (`scope`): copies removed later, by later partitions, are in those partitions' removed
-    lists, which this probe does not read (that would cost a read per later partition); the global dedup
-    index (issue 14) can answer it with a probe once it lands."""
+
+def cluster_row(reader: RowReader, ref: PartitionRef, part: int, doc_id: str, deduped_row: int | None = None) -> dict[str, Any] | None:
+    """A document's row in its partition's `dedup_clusters` (None: no such dataset, or not in it).
+
+    The clusters file is sorted by `doc = part << 24 | row of the cleaned part`. The deduplicated part is the
+    cleaned part's documents without a decision (`kind` null), in order, so with `deduped_row` the document
+    is found from row-group statistics and one row group (`kept_doc`); by `doc_id` otherwise, or when that
+    row names another document."""
     low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
-    clusters_prefix = partition_prefix(DEDUP_CLUSTERS, ref)
-    manifest = reader.manifest(clusters_prefix)
-    if manifest is not None and manifest.get("files"):
-        key = entry_key(clusters_prefix, manifest["files"][0])
-        rows = reader.rows_in_range(key, "doc", low, high, ["doc", "doc_id", "kind", "parent_partition", "parent_doc", "cluster_size"])
-        match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
-        if match:
-            row = match[0]
-            return {"cluster_id": doc_id if row.get("kind") is None else None, "cluster_size": row.get("cluster_size"),
-                    "parent": f"{row['parent_partition']}:{row['parent_doc']}", "layout": DEDUP_CLUSTERS, "scope": f"as {ref.key} was deduplicated"}
+    prefix = partition_prefix(DEDUP_CLUSTERS, ref)
+    manifest = reader.manifest(prefix)
+    if manifest is None or not manifest.get("files"):
+        return None
+    key = entry_key(prefix, manifest["files"][0])
+    if deduped_row is not None:
+        doc = kept_doc(reader.parquet(key), low, high, deduped_row)
+        if doc is not None:
+            rows = reader.rows_in_range(key, "doc", doc, doc, CLUSTER_COLUMNS).to_pylist()
+            if rows and rows[0]["doc_id"] == doc_id:
+                return rows[0]
+    rows = reader.rows_in_range(key, "doc", low, high, CLUSTER_COLUMNS)
+    match = rows.filter(pc.equal(rows.column("doc_id"), doc_id)).to_pylist()
+    return match[0] if match else None
+
+
+def kept_doc(parquet: pq.ParquetFile, low: int, high: int, kept_row: int) -> int | None:
+    """`doc` of the `kept_row`-th document in [low, high] without a decision (`kind` null) of a clusters file.
+    Row groups' statistics say how many such documents each holds (null count of `kind`), so only the row
+    group holding it is read (and those straddling the range's ends). None: not found, or no statistics."""
+    meta, names = parquet.metadata, parquet.schema_arrow.names
+    at_doc, at_kind = names.index("doc"), names.index("kind")
+    for group in range(meta.num_row_groups):
+        docs, kinds = meta.row_group(group).column(at_doc).statistics, meta.row_group(group).column(at_kind).statistics
+        if docs is None or not docs.has_min_max or kinds is None or not kinds.has_null_count:
+            return None
+        if docs.max < low or docs.min > high:
+            continue
+        if low <= docs.min and docs.max <= high and kinds.null_count <= kept_row:
+            kept_row -= kinds.null_count
+            continue
+        table = parquet.read_row_group(group, columns=["doc", "kind"])
+        values = table.column("doc").to_numpy()
+        kept = values[pc.is_null(table.column("kind")).to_numpy(zero_copy_only=False) & (values >= low) & (values <= high)]
+        if kept_row < len(kept):
+            return int(kept[kept_row])
+        kept_row -= len(kept)
+    return None
+
+
+def dedup_cluster(
+    reader: RowReader, ref: PartitionRef, part: int, doc_id: str, settings: DedupSettings | None = None, deduped_row: int | None = None,
+    found: GlobalCluster | None = None,
+) -> dict[str, Any]:
+    """The deduplication cluster of a kept document: {cluster_id, cluster_size, scope, ...}.
+
+    Two layouts: a `dedup_clusters` dataset (the global dedup index, `cluster_row`), else the deduplicated
+    partition's side files of older versions (`clusters.parquet` naming each document's kept document,
+    `removed.parquet` with the sizes of clusters that lost a document here). With `dedup_clusters` and the
+    dedup settings (or `found`, searched already), the cluster is the global one (`scope` "global"): every
+    indexed document whose decision leads to the same kept document, later partitions' copies included,
+    found by probes of the dedup index (`sluice.dedup.lookup`). Otherwise the size counts the cluster as the
+    document's partition saw it when it was deduplicated (`scope` says so)."""
+    low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
+    row = cluster_row(reader, ref, part, doc_id, deduped_row)
+    if row is not None:
+        if found is None and settings is not None:
+            from sluice.dedup.lookup import global_cluster
+
+            found = global_cluster(reader.store, settings, ref, row["doc"])
+        if found is not None:
+            return global_fields(found)
+        return {"cluster_id": doc_id if row.get("kind") is None else None, "cluster_size": row.get("cluster_size"),
+                "parent": f"{row['parent_partition']}:{row['parent_doc']}", "layout": DEDUP_CLUSTERS, "scope": f"as {ref.key} was deduplicated"}
     deduped_prefix = partition_prefix(DEDUPED, ref)
     deduped = reader.manifest(deduped_prefix)
     if deduped is None:
@@ -278,6 +335,15 @@ def dedup_cluster(reader: RowReader, ref: PartitionRef, part: int, doc_id: str) 
             sizes = [s for s in same.column("cluster_size").to_pylist() if s is not None]
             size = max(sizes) if sizes else 1 + same.num_rows
     return {"cluster_id": cluster_id, "cluster_size": size, "layout": "deduped_documents side files", "scope": f"as {ref.key} was deduplicated"}
+
+
+def global_fields(found: GlobalCluster) -> dict[str, Any]:
+    """`dedup_cluster`'s answer from a global cluster (`sluice.dedup.lookup`)."""
+    scope = f"global: {found.partitions} partition(s)" + ("" if found.complete else f", search stopped: at least {found.size}")
+    if found.undecided:
+        scope += f", {found.undecided} linked document(s) of partitions not clustered yet"
+    return {"cluster_id": found.cluster_id, "cluster_size": found.size, "cluster_partition": found.cluster_partition,
+            "layout": DEDUP_CLUSTERS, "scope": scope}
 
 
 def absent_reason(reader: RowReader, doc_id: str) -> str:

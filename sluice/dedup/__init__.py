@@ -30,7 +30,8 @@ the only order to enforce is "every earlier partition indexed before P is cluste
 partition clustered before P's outputs are written" (`data_assets` declares both to Dagster).
 `deduplicate_in_order` runs the steps for a list of partitions one after the other.
 
-Datasets and columns: `sluice.dedup.schemas`.
+Datasets and columns: `sluice.dedup.schemas`. A document's global cluster, later partitions' copies
+included, by probes of the index: `sluice.dedup.lookup` (what `sluice trace` reports).
 """
 
 from sluice.dedup.candidates import (

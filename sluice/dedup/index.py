@@ -110,6 +110,11 @@ def partition_table(keys: Iterable[str]) -> pl.DataFrame:
 READ_ATTEMPTS = 3
 
 
+def _before(key: str, ref: PartitionRef | None) -> bool:
+    """Whether partition `key` counts in a probe by `ref`: ordered before it (None: every partition)."""
+    return ref is None or order_of(key) < ref.sort_key()
+
+
 class IndexIncomplete(RuntimeError):
     """Partitions ordered before the one being deduplicated are not in the index yet."""
 
@@ -258,9 +263,12 @@ class DedupIndex:
         indexed = (manifest or self.manifest())["partitions"]
         return sorted((ref.key for ref in expected if ref.key not in indexed), key=order_of)
 
-    def probe(self, table: str, keys: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any] | None = None, executor: Executor | None = None) -> pl.DataFrame:
-        """Every indexed row of `table` matching `keys` (columns MATCH[table]) of a partition ordered before `ref`,
-        with that partition's key, snapshot and source, in the order of (MATCH[table], the global order)."""
+    def probe(
+        self, table: str, keys: pl.DataFrame, ref: PartitionRef | None, manifest: dict[str, Any] | None = None, executor: Executor | None = None
+    ) -> pl.DataFrame:
+        """Every indexed row of `table` matching `keys` (columns MATCH[table]) of a partition ordered before `ref`
+        (None: of every indexed partition, as a trace asks), with that partition's key, snapshot and source,
+        in the order of (MATCH[table], the global order)."""
         for attempt in range(READ_ATTEMPTS):
             current = manifest if manifest is not None and attempt == 0 else self.manifest()
             try:
@@ -270,21 +278,20 @@ class DedupIndex:
                     raise
         raise AssertionError("unreachable")
 
-    def runs(self, table: str, keys: np.ndarray, ref: PartitionRef, manifest: dict[str, Any]) -> list[str]:
+    def runs(self, table: str, keys: np.ndarray, ref: PartitionRef | None, manifest: dict[str, Any]) -> list[str]:
         """The files (relative to the index folder) a probe of these keys (uint64) by `ref` must read."""
         shards = set(shard_of(keys, manifest["shards"]).tolist())
         runs = [entry["key"] for entry in manifest["base"]["files"][table] if entry["shard"] in shards]
-        mine = ref.sort_key()
         for key, delta in sorted(manifest["deltas"].items(), key=lambda item: order_of(item[0])):
-            if order_of(key) < mine and delta["files"].get(table) is not None:
+            if _before(key, ref) and delta["files"].get(table) is not None:
                 runs.append(delta["files"][table]["key"])
         return runs
 
-    def _probe(self, table: str, keys: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any], executor: Executor | None) -> pl.DataFrame:
+    def _probe(self, table: str, keys: pl.DataFrame, ref: PartitionRef | None, manifest: dict[str, Any], executor: Executor | None) -> pl.DataFrame:
         keys = keys.select(MATCH[table]).unique().sort(MATCH[table])
         probe_keys = np.unique(keys["key"].to_numpy())
         runs = self.runs(table, probe_keys, ref, manifest)
-        names = partition_table(key for key in manifest["partitions"] if order_of(key) < ref.sort_key())
+        names = partition_table(key for key in manifest["partitions"] if _before(key, ref))
         if not runs or not len(probe_keys) or not names.height:
             return empty(table).join(names, on="part")
         parts = tuple(names["part"].to_list())

@@ -181,18 +181,19 @@ def pack_arrays(
 def segment_provenance(read: dict[str, np.ndarray], begins: np.ndarray, in_inputs: np.ndarray, input_sizes: np.ndarray) -> np.ndarray:
     """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result."""
     counts, records = read["counts"], read["records"]
-    # A sample's records are consecutive in the index: record k of sample i is first[i] + k.
-    within = np.arange(len(records), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    record_index = np.repeat(read["first"], counts) + within
+    keep = np.flatnonzero(in_inputs)
+    chosen = records[keep]
+    out = np.empty((len(keep), len(PROVENANCE_COLUMNS)), dtype=np.int64)
+    # A sample's records are consecutive in the index: record k of sample i is first[i] + k, i.e. over all
+    # records, first[i] minus the records of the samples before i plus the record's own position.
+    out[:, 0] = np.repeat(read["first"] - (np.cumsum(counts) - counts), counts)[keep] + keep
+    out[:, 1] = chosen["shard"]
+    out[:, 2] = chosen["doc"]
     # Where the segment starts inside its document: its stream position minus the record's (a record is a
     # document or its head, so its first token is the document's first).
-    doc_begin = begins[read["row"]] + read["seg_begin"] - records["offset"].astype(np.int64)
-    out = np.empty((int(in_inputs.sum()), len(PROVENANCE_COLUMNS)), dtype=np.int64)
-    out[:, 0] = record_index[in_inputs]
-    out[:, 1] = records["shard"][in_inputs]
-    out[:, 2] = records["doc"][in_inputs]
-    out[:, 3] = doc_begin[in_inputs]
-    out[:, 4] = out[:, 3] + input_sizes
+    out[:, 3] = begins[read["row"][keep]] + read["seg_begin"][keep]
+    out[:, 3] -= chosen["offset"].astype(np.int64)
+    np.add(out[:, 3], input_sizes, out=out[:, 4])
     return out
 
 

@@ -17,12 +17,14 @@ Ranks: all of them (the global batch), or the ones listed.
 For each document: the segments of it the batch holds (rank, row, stream position, token span), its source,
 snapshot, URL, raw file and record (ordinal, WARC-Record-ID / JSONL id), fetch date, language and score,
 quality / perplexity / toxicity / code-share values, every filter statistic recomputed from its raw record
-with the ones near a threshold flagged (`sluice.trace.measures`), its dedup cluster and size, its token count
-and a decoded preview of the traced span. Output: a text table, JSON, Parquet and Markdown (`Trace`).
+with the ones near a threshold flagged (`sluice.trace.measures`), its global dedup cluster and size (every
+indexed partition, later copies included: `sluice.dedup.lookup`), its token count and a decoded preview of
+the traced span. Output: a text table, JSON, Parquet and Markdown (`Trace`).
 
 Cost: the positions are computed, not searched; each sample is one probe of the mix index; each document is
-read from one row group of its shard's docs, deduplicated part and raw part (`sluice.lineage`). Nothing
-grows with the number of documents or partitions of the mix (benchmarks/trace.py).
+read from one row group of its shard's docs, deduplicated part and raw part (`sluice.lineage`), its cluster by
+probes of the dedup index. Nothing grows with the number of documents or partitions of the mix
+(benchmarks/trace_lookup.py).
 """
 
 from sluice.trace.batch import BatchSpec, Segment, batch_segments

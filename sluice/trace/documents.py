@@ -8,9 +8,20 @@ from typing import Any
 import numpy as np
 
 from sluice.config import SluiceConfig
+from sluice.dedup.lookup import GlobalCluster
 from sluice.layout import PartitionRef
-from sluice.lineage import DEDUPED, DocId, RowReader, dedup_cluster, part_key, raw_record, shard_part
+from sluice.lineage import (
+    DEDUPED,
+    DocId,
+    RowReader,
+    cluster_row,
+    dedup_cluster,
+    part_key,
+    raw_record,
+    shard_part,
+)
 from sluice.loader.data import MixedTokens
+from sluice.storage import StorageError
 
 CLEANED_COLUMNS = [
     "doc_id", "url", "fetch_date", "language", "language_score", "n_chars", "pii_redactions", "quality_score", "code_share",
@@ -32,6 +43,8 @@ class DocumentTracer:
         self.preview_chars = preview_chars
         self.measures = measures and config is not None
         self.reader = RowReader(data.store)
+        self.clusters: dict[tuple[int, int], GlobalCluster | None] = {}  # (shard, document) -> its global dedup cluster
+        self.cluster_error: str | None = None
         self.tokenizer = None
         self.tokenizer_note = None
         if tokenizer_json is not None:
@@ -111,7 +124,10 @@ class DocumentTracer:
         out["record_id"] = raw.get("source_id")
         out["fetch_date"] = out.get("fetch_date") or raw.get("fetch_date")
         out["url"] = out.get("url") or raw.get("url")
-        cluster = dedup_cluster(self.reader, ref, part, doc_id)
+        settings = None if self.config is None or self.cluster_error else self.config.dedup
+        cluster = dedup_cluster(self.reader, ref, part, doc_id, settings, first_row + doc, self.clusters.get((shard, doc)))
+        if self.cluster_error:
+            out["problems"].append(self.cluster_error)
         out["dedup_cluster"], out["dedup_cluster_size"] = cluster.get("cluster_id"), cluster.get("cluster_size")
         out["dedup_scope"] = cluster.get("scope")
         out["measures"], out["near_thresholds"], out["replay_matches"] = [], [], None
@@ -127,6 +143,32 @@ class DocumentTracer:
         if self.tokenizer_note:
             out["problems"].append(self.tokenizer_note)
         return out
+
+    def search_clusters(self, places: list[tuple[int, int]]) -> None:
+        """Find the global dedup clusters of these documents (shard, document) together: one index probe per
+        table and round for all of them (`sluice.dedup.lookup.global_clusters`); `trace` then uses them."""
+        if self.config is None or not places:
+            return
+        from sluice.dedup.lookup import global_clusters
+
+        located = []
+        for shard, doc in places:
+            info = self.data.manifest["shards"][shard]
+            try:
+                part, first_row = shard_part(info, self.reader.manifest(info["prefix"]))
+            except ValueError:
+                continue  # trace() reports it
+            ref = PartitionRef(*info["partition"].split("/", 1))
+            doc_id = self.reader.rows(f"{info['prefix']}/{info['name']}.docs.parquet", [doc], ["doc_id"]).column("doc_id")[0].as_py()
+            row = cluster_row(self.reader, ref, part, doc_id, first_row + doc)
+            if row is not None:
+                located.append(((shard, doc), ref, int(row["doc"])))
+        try:
+            found = global_clusters(self.store, self.config.dedup, [(ref, position) for _, ref, position in located])
+        except (FileNotFoundError, ValueError, StorageError) as error:  # e.g. signatures deleted since: the partition's view
+            self.cluster_error = f"global dedup cluster not searched ({error}): the size is the cluster as the document's partition saw it"
+            return
+        self.clusters.update({place: cluster for (place, _, _), cluster in zip(located, found, strict=True)})
 
     def _measure(self, raw: dict[str, Any], cleaned: dict[str, Any], source: str) -> dict[str, Any]:
         from sluice.pii import PIIRedactor

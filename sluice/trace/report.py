@@ -174,6 +174,7 @@ def trace_batch(
         segments = batch_segments(data, spec)
         located = time.perf_counter()
         documents = []
+        tracer.search_clusters(list(_grouped(segments)))
         for (shard, doc), pieces in _grouped(segments).items():
             traced = tracer.trace(shard, doc, [(s.token_begin, s.token_end) for s in pieces])
             traced["segments"] = [s.as_dict() for s in pieces]
@@ -189,6 +190,7 @@ def trace_batch(
 def _trace_ids(data: MixedTokens, tracer: DocumentTracer, spec: BatchSpec, started: float) -> Trace:
     found = data.locate_documents(list(spec.doc_ids))
     documents = []
+    tracer.search_clusters([places[0] for places in found.values() if places])
     for doc_id in spec.doc_ids:
         places = found.get(doc_id) or []
         if not places:

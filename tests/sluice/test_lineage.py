@@ -86,3 +86,22 @@ def test_dedup_cluster_with_a_clusters_dataset(tmp_path):
     store.write_bytes(f"{prefix}/_manifest.json", json.dumps({"files": [entry]}).encode())
     found = dedup_cluster(RowReader(store), REF, 2, "b")
     assert (found["cluster_id"], found["cluster_size"], found["layout"]) == ("b", 4, "dedup_clusters")
+
+
+@pytest.mark.parametrize("row_group", [1, 3, 7, 1000])
+def test_kept_doc_reads_the_kth_undecided_document_of_a_part(tmp_path, row_group):
+    """kept_doc (row-group null counts, one group read) equals a filter over the whole file (brute force)."""
+    import numpy as np
+
+    from sluice.lineage import kept_doc
+
+    rng = np.random.default_rng(row_group)
+    docs = np.concatenate([(part << 24) + np.arange(size) for part, size in ((0, 11), (1, 17), (2, 5))]).astype(np.int64)
+    kinds = [None if keep else "exact" for keep in rng.random(len(docs)) < 0.6]
+    path = tmp_path / "clusters.parquet"
+    pq.write_table(pa.table({"doc": docs, "kind": pa.array(kinds, pa.string())}), path, row_group_size=row_group)
+    parquet = pq.ParquetFile(path)
+    for part in range(3):
+        low, high = part << 24, ((part + 1) << 24) - 1
+        expected = [int(d) for d, k in zip(docs, kinds, strict=True) if k is None and low <= d <= high]
+        assert [kept_doc(parquet, low, high, k) for k in range(len(expected) + 2)] == expected + [None, None]
