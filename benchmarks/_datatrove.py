@@ -1,6 +1,6 @@
 """datatrove's side of the benchmarks; runs inside the datatrove peer environment (no sluice imports).
 
-    python _datatrove.py chain    PAGES.jsonl LID_MODEL EXTRACTOR OUT.json   # extraction + LID + four filters
+    python _datatrove.py chain    PAGES.jsonl LID_MODEL EXTRACTOR [EXTRAS.json] OUT.json   # extraction + LID + four filters
     python _datatrove.py filters  TEXTS.jsonl OUT.json                       # the four filters on given texts
     python _datatrove.py pipeline WARC_FOLDER LID_MODEL TOKENIZER WORK WORKERS OUT.json   # the whole pipeline
 
@@ -8,6 +8,15 @@ PAGES.jsonl: {"id", "url", "html"} per page; TEXTS.jsonl: {"id", "text"}. EXTRAC
 extractor below, configured as sluice's) or `trafilatura` (datatrove's, favour_precision). Every filter runs
 with its defaults (datatrove 0.10.1), in the order of datatrove's FineWeb example: GopherRepetition,
 GopherQuality, C4Quality, FineWebQuality.
+
+EXTRAS.json adds datatrove's closest equivalents of sluice's issue-19 steps after the four filters:
+{"badwords": {lang: words file}} -> C4BadWordsFilter (its defaults: drop a page with any listed word) reading
+the given word lists (sluice's toxicity lists) instead of downloading LDNOOBW's; {"kenlm": {lang: ARPA}} ->
+datatrove's CCNet perplexity code (utils.perplexity.KenlmModel.get_perplexity: CCNet normalisation, one KenLM
+score per line) with the document's language model (sluice's models), recorded in metadata, every page kept
+(as CCNetPerplexityStats computes it). Its SentencePiece step is skipped (no CCNet .sp.model offline): the
+normalised text is scored as whitespace tokens, which makes this side cheaper, not dearer. datatrove has no
+code-share step.
 
 `pipeline` is the FineWeb example's shape on a WARC crawl, one LocalPipelineExecutor per stage with
 WORKERS tasks and workers (MinHash buckets: one task per bucket; clustering: one task):
@@ -132,13 +141,62 @@ def run_filters(texts_path: str, out_path: str) -> None:
     write_json(out_path, {"decisions": decisions, "seconds": elapsed, "cpu_seconds": cpu})
 
 
-def run_chain(pages_path: str, model_path: str, extractor_name: str, out_path: str) -> None:
+def badwords_filter(files: dict[str, str]):
+    """C4BadWordsFilter reading the given per-language word files (only those languages have a list)."""
+    import datatrove.pipeline.filters.c4_filters as c4
+
+    c4._BADWORDS_LANGS = sorted(files)
+    c4.cached_asset_path_or_download = lambda url, **kwargs: files[url.rsplit("/", 1)[-1]]
+    step = c4.C4BadWordsFilter(fail_on_missing_language=False)
+    for language in files:
+        step._get_badwords(language)  # compiled before the timing, as sluice's matchers are
+    return step
+
+
+class _Untokenized:
+    def tokenize(self, text: str) -> str:
+        return text
+
+
+def perplexity_step(arpas: dict[str, str]):
+    """A filter keeping every page that records datatrove's CCNet perplexity under the page's language model."""
+    import kenlm
+    from datatrove.pipeline.filters.base_filter import BaseFilter
+    from datatrove.utils.perplexity import KenlmModel
+
+    models = {}
+    for language, path in arpas.items():
+        model = KenlmModel("local", language)
+        model._model, model._tokenizer = kenlm.Model(path), _Untokenized()
+        models[language] = model
+
+    class CCNetPerplexity(BaseFilter):
+        name = "CCNet perplexity"
+
+        def filter(self, doc) -> bool:
+            model = models.get(doc.metadata.get("language"))
+            if model is not None:
+                doc.metadata["ccnet_perplexity"] = model.get_perplexity(doc.text)
+            return True
+
+    return CCNetPerplexity()
+
+
+def extra_steps(extras_path: str | None) -> list:
+    if not extras_path:
+        return []
+    with open(extras_path, encoding="utf-8") as stream:
+        extras = json.load(stream)
+    return [badwords_filter(extras["badwords"]), perplexity_step(extras["kenlm"])]
+
+
+def run_chain(pages_path: str, model_path: str, extractor_name: str, out_path: str, extras_path: str | None = None) -> None:
     from datatrove.data import Document
     from datatrove.pipeline.filters import LanguageFilter
 
     offline_patches(model_path)
     pages = read_jsonl(pages_path)
-    pipeline = [extractor(extractor_name), LanguageFilter(), *filters()]
+    pipeline = [extractor(extractor_name), LanguageFilter(), *filters(), *extra_steps(extras_path)]
     # Warm-up outside the timing: model load and imports, as sluice's side does before timing.
     pipeline[1].model.model  # noqa: B018
     list(pipeline[0].run(iter([Document(text="<p>warm up</p>", id="warm")]), rank=0, world_size=1))
@@ -229,7 +287,8 @@ if __name__ == "__main__":
     if mode == "filters":
         run_filters(sys.argv[2], sys.argv[3])
     elif mode == "chain":
-        run_chain(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+        pages, lid, extractor_name, *extras, out = sys.argv[2:]
+        run_chain(pages, lid, extractor_name, out, *extras)
     elif mode == "pipeline":
         run_pipeline(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), sys.argv[7])
     else:

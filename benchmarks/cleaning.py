@@ -9,8 +9,13 @@
    extraction helper processes both use). Docs/s per core = documents / CPU seconds (process + helper
    processes), which the other jobs on a shared machine disturb less than wall time; wall docs/s printed too.
    Both chains keep every language above the 0.65 language score; sluice's length, PII, toxicity and
-   code-share steps are off (datatrove's chain has none of them; benchmarks/curation_steps.py measures them). `--trafilatura-peer` also times datatrove with its own Trafilatura
-   extractor (datatrove's default chain; informational: not the same work).
+   code-share steps are off (datatrove's chain has none of them). `--trafilatura-peer` also times datatrove
+   with its own Trafilatura extractor (datatrove's default chain; informational: not the same work).
+1b. The same chains with issue 19's steps on, measured directly: sluice adds toxicity, code share and
+   perplexity (KenLM models per language trained on the corpus's reference snapshot, as
+   benchmarks/curation_steps.py does); datatrove adds its closest equivalents: C4BadWordsFilter reading
+   sluice's word lists, and its CCNet perplexity code (KenlmModel.get_perplexity) with the same ARPA models
+   (benchmarks/_datatrove.py says what differs). datatrove has no code-share step.
 2. Filters only, on identical texts: the same resiliparse-extracted texts through both filter chains (the
    four filters, per document, no extraction or language ID): speed (sluice with `english` word splitting,
    datatrove's rules as datatrove applies them, is the like-for-like figure; `multilingual` printed too)
@@ -31,11 +36,15 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.peers import SHARED, datatrove_python, figure  # noqa: E402
+from benchmarks.peers import SHARED, datatrove_python, ensure_peer_package, figure  # noqa: E402
+
+if TYPE_CHECKING:
+    from sluice.config import CleaningSettings
 
 PEER = ROOT / "benchmarks" / "_datatrove.py"
 
@@ -70,17 +79,35 @@ def load_pages(snapshot: str, per_file: int) -> list[dict]:
     return pages
 
 
-def sluice_chain(pages: list[dict]) -> tuple[dict[str, str], float, float]:
-    from sluice.clean import CleaningPipeline
-    from sluice.config import CleaningSettings, CodeShareSettings, PIISettings, ToxicitySettings
-    from sluice.steps import Document
+def chain_settings(new_steps: bool) -> CleaningSettings:
+    """The steps datatrove's chain has: no length or PII step; with `new_steps`, issue 19's toxicity,
+    code-share and perplexity steps on (their defaults; perplexity scores and buckets, drops nothing), else off."""
+    from sluice.config import (
+        CleaningSettings,
+        CodeShareSettings,
+        PerplexitySettings,
+        PIISettings,
+        ToxicitySettings,
+    )
 
-    # The steps datatrove's chain has: no length, PII, toxicity or code-share steps (perplexity is off by
-    # default); benchmarks/curation_steps.py measures what those add.
-    settings = CleaningSettings(
+    if new_steps:
+        return CleaningSettings(min_chars=0, pii=PIISettings(enabled=False), perplexity=PerplexitySettings(enabled=True))
+    return CleaningSettings(
         min_chars=0, pii=PIISettings(enabled=False), toxicity=ToxicitySettings(enabled=False), code_share=CodeShareSettings(enabled=False)
     )
-    pipeline = CleaningPipeline.from_settings(settings)
+
+
+def sluice_chain(pages: list[dict], models: dict[str, dict] | None = None) -> tuple[dict[str, str], float, float]:
+    """Kept page ids -> language, wall and CPU seconds of sluice's chain; with perplexity `models`
+    (benchmarks/curation_steps.train_models) the issue-19 steps are on."""
+    from sluice.clean import CleaningPipeline
+    from sluice.perplexity import load_model
+    from sluice.steps import Document
+
+    settings = chain_settings(models is not None)
+    pipeline = CleaningPipeline.from_settings(settings, perplexity_models=(models, lambda key: key) if models else None)
+    for model in (models or {}).values():
+        load_model(model["key"])  # every language's model loaded before the timing, as on datatrove's side
     warm = Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the model</p>", "utf-8")
     pipeline.run(warm)  # helper process start and model load, outside the timing (as on datatrove's side)
     kept: dict[str, str] = {}
@@ -128,6 +155,23 @@ def sluice_filters(texts: list[dict], word_splitting: str) -> tuple[dict[str, li
     return decisions, time.process_time() - cpu
 
 
+def write_extras(folder: Path, models: dict[str, dict]) -> Path:
+    """The datatrove side's inputs for its issue-19 equivalents (benchmarks/_datatrove.py EXTRAS.json): sluice's
+    toxicity word lists (less the terms sluice ignores), one file per language, and the perplexity models."""
+    from sluice.config import ToxicitySettings
+    from sluice.toxicity import LIST_LANGUAGES, load_terms
+
+    ignored = set(ToxicitySettings().ignore_terms)
+    badwords = {}
+    for language in sorted(LIST_LANGUAGES):
+        path = folder / f"badwords-{language}.txt"
+        path.write_text("\n".join(t.lower() for t in load_terms(language) if t.lower() not in ignored) + "\n", encoding="utf-8")
+        badwords[language] = str(path)
+    extras = folder / "extras.json"
+    extras.write_text(json.dumps({"badwords": badwords, "kenlm": {code: m["key"] for code, m in models.items()}}))
+    return extras
+
+
 def peer(python: Path, mode: str, *args: str) -> dict:
     """Run benchmarks/_datatrove.py `mode` in the peer environment; its JSON result."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -140,9 +184,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages-per-file", type=int, default=40)
     parser.add_argument("--snapshot", default="web/2026-01")
+    parser.add_argument("--reference", default="reference/2026-01", help="corpus snapshot the perplexity models are trained on")
     parser.add_argument("--trafilatura-peer", action="store_true", help="also time datatrove's default chain (Trafilatura)")
     args = parser.parse_args()
 
+    from benchmarks.curation_steps import train_models
     from sluice.extract import DecodeText, extract_resiliparse
     from sluice.langid import LanguageIdentifier, default_model_path
     from sluice.steps import Document
@@ -174,6 +220,19 @@ def main() -> None:
         print(f"  datatrove (resiliparse): {n / chain['seconds']:8.1f} docs/s wall, {per_core_peer:8.1f} docs/s per core, kept {len(kept_peer)}")
         ratio = per_core_sluice / per_core_peer
         print(f"  ratio (per core): {ratio:.1f}x")
+        # 1b. the same with issue 19's steps on (both sides' closest equivalents)
+        print("\n1b. Whole chain with the issue-19 steps on (sluice: toxicity, code share, perplexity; datatrove: C4BadWordsFilter, CCNet perplexity)")
+        models = train_models(args.reference, scratch)
+        extras_file = write_extras(Path(scratch), models)
+        ensure_peer_package(python, "kenlm", "kenlm==0.3.0")
+        kept_new, wall_new, cpu_new = sluice_chain(pages, models)
+        chain_new = peer(python, "chain", str(pages_file), model, "resiliparse", str(extras_file))
+        per_core_new, per_core_peer_new = n / cpu_new, n / chain_new["cpu_seconds"]
+        ratio_new = per_core_new / per_core_peer_new
+        print(f"  perplexity models for {sorted(models)} from {args.reference}")
+        print(f"  sluice:                  {n / wall_new:8.1f} docs/s wall, {per_core_new:8.1f} docs/s per core, kept {len(kept_new)}")
+        print(f"  datatrove (resiliparse): {n / chain_new['seconds']:8.1f} docs/s wall, {per_core_peer_new:8.1f} docs/s per core, kept {len(chain_new['kept'])}")
+        print(f"  ratio (per core): {ratio_new:.1f}x")
         if args.trafilatura_peer:
             default_chain = peer(python, "chain", str(pages_file), model, "trafilatura")
             per_core_trafilatura = n / default_chain["cpu_seconds"]
@@ -230,6 +289,12 @@ def main() -> None:
     figure("cleaning_docs_per_s_per_core_sluice", per_core_sluice, "-", chain_config)
     figure("cleaning_docs_per_s_per_core_datatrove", per_core_peer, "-", chain_config)
     figure("cleaning_docs_per_s_ratio", ratio, ">= 10", chain_config)
+    new_config = (
+        f"resiliparse both sides, {n} pages, {files} langs, CPU time; sluice + toxicity + code share + perplexity (KenLM order 5, "
+        f"{len(models)} language models from {args.reference}, scoring only); datatrove + C4BadWordsFilter (sluice's word lists) + "
+        "CCNet KenlmModel.get_perplexity (the same ARPA models, without its SentencePiece step); datatrove has no code-share step"
+    )
+    figure("cleaning_docs_per_s_ratio_new_steps", ratio_new, ">= 10", new_config)
     figure("cleaning_filters_docs_per_s_ratio", filter_rate["english"] / peer_filter_rate, "-", filter_config + ", english word splitting both sides, CPU time")
     figure("cleaning_filters_docs_per_s_ratio_multilingual", filter_rate["multilingual"] / peer_filter_rate, "-", filter_config + ", sluice multilingual, CPU time")
     figure("filter_decision_agreement", agreement["english"], ">= 0.97", filter_config + ", english word splitting both sides")

@@ -58,6 +58,18 @@ def datatrove_requirements() -> list[str]:
     ]
 
 
+def ensure_peer_package(python: Path, module: str, requirement: str) -> None:
+    """Install `requirement` into a peer environment that cannot import `module` (under the peers' lock):
+    an extra one benchmark needs, added without rebuilding the environment."""
+    if subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode == 0:
+        return
+    env = python.parent.parent
+    with open(ENVS_DIR / f"{env.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        print(f"[peers] installing {requirement} into {env} ...", file=sys.stderr, flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", requirement], check=True)
+
+
 def datatrove_python() -> Path:
     """Interpreter of the datatrove peer environment (one environment for every benchmark script)."""
     return peer_python("datatrove", datatrove_requirements())

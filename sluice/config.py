@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -274,12 +275,23 @@ class PIISettings(_Model):
     # other special-purpose ranges of the IANA registries (127.0.0.1, 10.0.0.0/8, ::1, fe80::/10,
     # 2001:db8::/32, ...) in docs and configs are not personal data and stay (datatrove's default too).
     # all: every address; none: no address. true / false mean all / none (the earlier boolean).
-    ip_address: Literal["public", "all", "none"] = "public"
+    ip: Literal["public", "all", "none"] = "public"
     phone: bool = True
 
-    @field_validator("ip_address", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _ip_address(cls, value: Any) -> Any:
+    def _old_ip_key(cls, values: Any) -> Any:
+        """`ip_address`, the earlier name of `ip`, is still read, with one warning."""
+        if isinstance(values, dict) and "ip_address" in values:
+            if "ip" in values:
+                raise ValueError("pii: give `ip` only (`ip_address` is its deprecated earlier name)")
+            warnings.warn("pii.ip_address is deprecated: name it pii.ip (public | all | none)", FutureWarning, stacklevel=2)
+            values = {("ip" if key == "ip_address" else key): value for key, value in values.items()}
+        return values
+
+    @field_validator("ip", mode="before")
+    @classmethod
+    def _ip_booleans(cls, value: Any) -> Any:
         if isinstance(value, bool):
             return "all" if value else "none"
         return value
@@ -526,9 +538,15 @@ def _perplexity_enabled(cleaning: CleaningSettings) -> bool:
     return cleaning.perplexity.enabled or any(o.get("perplexity", {}).get("enabled") for o in cleaning.languages.values())
 
 
+_RENAMED_KEYS = {"ip_address": "ip"}  # deprecated earlier name -> current name (pii.ip)
+
+
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in override.items():
+        if key in _RENAMED_KEYS and _RENAMED_KEYS[key] in merged:  # an override in a deprecated name sets the current key
+            warnings.warn(f"{key} is deprecated: name it {_RENAMED_KEYS[key]}", FutureWarning, stacklevel=2)
+            key = _RENAMED_KEYS[key]
         if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in ("top_n_grams", "dup_n_grams", "min_language_scores", "sources"):
             merged[key] = _deep_merge(merged[key], value)
         else:

@@ -17,6 +17,7 @@ points: reading stops at its first broken record.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import io
 import json
@@ -28,6 +29,7 @@ from typing import Any, BinaryIO
 
 from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
 from sluice.inflate import CorruptEncoding, ExpansionGuard, TooLarge, ZstdReader, decode_http_body
+from sluice.parquet_pages import RowGroupSpan
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 CHUNK = 1 << 20
@@ -482,7 +484,8 @@ def read_jsonl(stream: BinaryIO, name: str, options: JsonlOptions, counters: dic
 
 def _parquet_rows(batch: Any) -> Iterator[dict[str, Any] | UnicodeDecodeError]:
     """The rows of a record batch as dicts; a row with a string that is not valid UTF-8 (Parquet readers
-    do not check) comes as the UnicodeDecodeError instead."""
+    do not check) comes as the UnicodeDecodeError instead. Binary columns (a BYTE_ARRAY without its UTF8
+    annotation, as some writers store strings) are decoded as UTF-8 text too."""
     import pyarrow as pa
 
     columns: dict[str, list[Any]] = {}
@@ -490,6 +493,7 @@ def _parquet_rows(batch: Any) -> Iterator[dict[str, Any] | UnicodeDecodeError]:
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             column = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
             strings.append(name)
         columns[name] = column.to_pylist()
     for index in range(batch.num_rows):
@@ -504,70 +508,79 @@ def _parquet_rows(batch: Any) -> Iterator[dict[str, Any] | UnicodeDecodeError]:
         yield item
 
 
-def _oversized_page(path_or_stream: str | BinaryIO, parquet: Any, group: int, columns: list[str], limit: int) -> str | None:
+def _oversized_page(stream: BinaryIO, group: RowGroupSpan, columns: list[str], limit: int) -> str | None:
     """Why a row group is not read: one of its pages would decompress past `limit` (a Parquet bomb: Arrow
     allocates a whole page at once), from the page headers alone (sluice.parquet_pages). None when fine."""
     from sluice.parquet_pages import largest_page
 
-    row_group = parquet.metadata.row_group(group)
-    names = [row_group.column(i).path_in_schema for i in range(row_group.num_columns)]
-    stream = open(path_or_stream, "rb") if isinstance(path_or_stream, str) else path_or_stream  # noqa: SIM115
-    try:
-        for name in columns:
-            if name not in names:
-                continue
-            chunk = row_group.column(names.index(name))
-            if chunk.total_uncompressed_size <= limit:
-                continue  # no page can be larger than its whole column chunk
-            size = largest_page(stream, chunk)
-            if size is not None and size > limit:
-                return (
-                    f"column {name!r} has a page that decompresses to {size} bytes, more than max_record_bytes {limit}; "
-                    f"its {row_group.num_rows} rows are not read"
-                )
-    finally:
-        if isinstance(path_or_stream, str):
-            stream.close()
+    for chunk in group.chunks:
+        if chunk.column not in columns or chunk.uncompressed <= limit:
+            continue  # no page can be larger than its whole column chunk
+        size = largest_page(stream, chunk)
+        if size is not None and size > limit:
+            return (
+                f"column {chunk.column!r} has a page that decompresses to {size} bytes, more than max_record_bytes {limit}; "
+                f"its {group.num_rows} rows are not read"
+            )
     return None
 
 
-def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
+def _row_group_items(parquet: Any, index: int, start: int, expected: int, wanted: list[str], options: ParquetOptions) -> Iterator[RawRecord | Quarantined]:
+    """The records of one row group, numbered from `start`; damage found by Arrow or a short read is quarantined."""
+    ordinal = start
+    try:
+        for batch in parquet.iter_batches(batch_size=options.batch_rows, row_groups=[index], columns=wanted):
+            for item in _parquet_rows(batch):
+                if isinstance(item, UnicodeDecodeError):
+                    yield Quarantined(f"row {ordinal}", "invalid_utf8", str(item))
+                else:
+                    yield _text_record(ordinal, item, options)
+                ordinal += 1
+    except Exception as error:
+        yield Quarantined(f"row group {index}", "unreadable_parquet", f"{type(error).__name__}: {error}")
+        return
+    if ordinal - start != expected:  # a damaged page header can make a column read short, silently
+        yield Quarantined(f"row group {index}", "unreadable_parquet", f"read {ordinal - start} of its {expected} rows")
+
+
+def _open_parquet(stream: BinaryIO) -> tuple[Any, list[RowGroupSpan]] | Quarantined:
+    """The pyarrow ParquetFile and the row groups decoded from its footer, or why the file is unreadable."""
     import pyarrow.parquet as pq
+
+    from sluice.parquet_pages import row_groups
 
     try:
         # Page CRCs, where the writer stored them, are verified: a flipped byte in a data page is then
         # reported instead of read as a silently different value.
-        parquet = pq.ParquetFile(path_or_stream, page_checksum_verification=True)
-    except Exception as error:
-        yield Quarantined("file", "unreadable_parquet", f"{type(error).__name__}: {error}")
-        return
-    if options.text_field not in parquet.schema_arrow.names:
-        yield Quarantined("file", "missing_text", f"no column {options.text_field!r}; columns: {parquet.schema_arrow.names}")
-        return
-    wanted = [c for c in (options.text_field, options.id_field, options.url_field, options.date_field) if c and c in parquet.schema_arrow.names]
-    start = 0
-    for group in range(parquet.num_row_groups):
-        ordinal = start
-        oversized = _oversized_page(path_or_stream, parquet, group, wanted, options.max_record_bytes)
-        if oversized is not None:
-            yield Quarantined(f"row group {group}", "record_too_large", oversized)
-            start += parquet.metadata.row_group(group).num_rows
-            continue
-        try:
-            for batch in parquet.iter_batches(batch_size=options.batch_rows, row_groups=[group], columns=wanted):
-                for item in _parquet_rows(batch):
-                    if isinstance(item, UnicodeDecodeError):
-                        yield Quarantined(f"row {ordinal}", "invalid_utf8", str(item))
-                    else:
-                        yield _text_record(ordinal, item, options)
-                    ordinal += 1
-        except Exception as error:
-            yield Quarantined(f"row group {group}", "unreadable_parquet", f"{type(error).__name__}: {error}")
-        else:
-            expected = parquet.metadata.row_group(group).num_rows
-            if ordinal - start != expected:  # a damaged page header can make a column read short, silently
-                yield Quarantined(f"row group {group}", "unreadable_parquet", f"read {ordinal - start} of its {expected} rows")
-        start += parquet.metadata.row_group(group).num_rows
+        parquet = pq.ParquetFile(stream, page_checksum_verification=True)
+        groups = row_groups(stream)
+    except Exception as error:  # pyarrow's errors, or sluice.parquet_pages.FooterError
+        return Quarantined("file", "unreadable_parquet", f"{type(error).__name__}: {error}")
+    if len(groups) != parquet.num_row_groups:
+        return Quarantined("file", "unreadable_parquet", f"the footer lists {len(groups)} row groups, Arrow {parquet.num_row_groups}")
+    return parquet, groups
+
+
+def read_parquet(path_or_stream: str | BinaryIO, options: ParquetOptions, counters: dict[str, int]) -> Iterator[RawRecord | Quarantined]:
+    with contextlib.ExitStack() as stack:
+        stream = stack.enter_context(open(path_or_stream, "rb")) if isinstance(path_or_stream, str) else path_or_stream
+        opened = _open_parquet(stream)
+        if isinstance(opened, Quarantined):
+            yield opened
+            return
+        parquet, groups = opened
+        if options.text_field not in parquet.schema_arrow.names:
+            yield Quarantined("file", "missing_text", f"no column {options.text_field!r}; columns: {parquet.schema_arrow.names}")
+            return
+        wanted = [c for c in (options.text_field, options.id_field, options.url_field, options.date_field) if c and c in parquet.schema_arrow.names]
+        start = 0
+        for index, group in enumerate(groups):
+            oversized = _oversized_page(stream, group, wanted, options.max_record_bytes)
+            if oversized is not None:
+                yield Quarantined(f"row group {index}", "record_too_large", oversized)
+            else:
+                yield from _row_group_items(parquet, index, start, group.num_rows, wanted, options)
+            start += group.num_rows
 
 
 def read_records(

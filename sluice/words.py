@@ -94,7 +94,7 @@ _SUFFIX_CHARS = frozenset(_SUFFIX + ".…")  # `...` is three of these; _SUFFIX_
 _CONTRACTIONS = ("n't", "n’t", "'s", "’s", "'ll", "'re", "'ve", "'d", "'m")
 _SUFFIX_TOKEN = re.compile(r"n['’]t|['’](?:s|ll|re|ve|d|m)|\.\.\.|.", re.DOTALL)
 _INFIX = re.compile(r"(?<=[^\W\d_])(-)(?=[^\W\d_])|(?<=[^\W_])([:<>=/])(?=[^\W\d_])")
-_INFIX_CHARS = frozenset("-:<>=/")
+_INFIX_CHARS = "-:<>=/"
 
 
 def split_affixes(chunk: str) -> tuple[str, str, str]:
@@ -126,7 +126,9 @@ def _split_chunk(chunk: str, out: list[str], spaceless: bool) -> None:
     if core:
         if spaceless and NO_SPACE_CHAR.search(core):
             out.extend(MULTILINGUAL_TOKEN.findall(core))
-        elif not _INFIX_CHARS.isdisjoint(core) and "://" not in core:
+        # Substring searches, not set.isdisjoint(core): iterating a string makes one object per character
+        # outside Latin-1, the largest cost of one megabyte-long token of such characters.
+        elif any(mark in core for mark in _INFIX_CHARS) and "://" not in core:
             out.extend(part for part in _INFIX.split(core) if part)
         else:
             out.append(core)

@@ -25,7 +25,8 @@ def _ray() -> str:
     return str(Path(sys.executable).parent / "ray")
 
 
-def _pids_with(fragment: str) -> list[int]:
+def _pids_with(fragment: str, also: str = "") -> list[int]:
+    """Processes whose command line holds `fragment` (and `also`)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -34,7 +35,7 @@ def _pids_with(fragment: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if fragment in cmdline:
+        if fragment in cmdline and also in cmdline:
             pids.append(int(entry.name))
     return pids
 
@@ -88,7 +89,8 @@ class RayCluster:
         return self
 
     def worker_raylet(self) -> int:
-        [pid] = [p for p in _pids_with(f"--node_manager_port={self.worker_ports[0]}") if b"raylet" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        # One read of each /proc entry (_pids_with): a second read of a process that exited in between would raise.
+        [pid] = _pids_with(f"--node_manager_port={self.worker_ports[0]}", also="raylet")
         return pid
 
     def kill_worker_node(self) -> int:

@@ -37,6 +37,8 @@ def make_crawl(folder: Path) -> Path:
     for copy in range(COPIES):
         for path in sorted((PROJECT_ROOT / "sample_data/web/2026-02").iterdir()):
             shutil.copy2(path, snapshot / f"{copy:02d}-{path.name}")
+    earlier = folder / "web" / "2026-01"  # as in the sample: global dedup orders it before 2026-02
+    shutil.copytree(PROJECT_ROOT / "sample_data/web/2026-01", earlier)
     return folder / "web"
 
 
@@ -93,6 +95,11 @@ ORDER = (
 )
 
 
+# The sample's partitions that global dedup orders before web/2026-02 (snapshot, then source): they must be
+# in the dedup index before web/2026-02 can be deduplicated.
+EARLIER = ("reference|2026-01", "web|2026-01", "reference|2026-02")
+
+
 @pytest.fixture(scope="module")
 def reference_upto(tmp_path_factory, crawl):
     """reference_upto(stage): the storage root of an uninterrupted run of web/2026-02 up to `stage` (the
@@ -103,6 +110,13 @@ def reference_upto(tmp_path_factory, crawl):
 
     def upto(stage: str) -> Path:
         for name in ORDER[len(done) : ORDER.index(stage) + 1]:
+            if name == "dedup_signatures":  # global dedup: the partitions ordered before web/2026-02 first
+                for partition in EARLIER:
+                    for earlier_stage in ("raw_documents", "cleaned_documents", "dedup_signatures"):
+                        run_stage(config, earlier_stage, partition)
+            if name in ("dedup_index", "dedup_clusters", "deduped_documents"):
+                for partition in EARLIER:
+                    run_stage(config, name, partition)
             run_stage(config, name, None if name == "tokenizer" else "web|2026-02")
             done.append(name)
         return folder / "data"
@@ -144,7 +158,9 @@ def test_killed_at_half_rerun_runs_only_the_rest_and_matches_an_uninterrupted_ru
     work = tmp_path / "data"
     datasets, records_name, fields, counter = STAGES[stage]
     written = (*datasets, records_name)
-    shutil.copytree(reference, work, ignore=lambda folder, names: [n for n in names if Path(folder) == reference and n in written])
+    shutil.copytree(reference, work)
+    for dataset in written:  # this stage's outputs for web/2026-02 (earlier partitions keep theirs)
+        shutil.rmtree(work / dataset / PARTITION, ignore_errors=True)
     folder = work / datasets[0] / PARTITION
     folders = [work / dataset / PARTITION for dataset in datasets]
     records = work / records_name / PARTITION

@@ -122,7 +122,9 @@ def test_store_down_for_good_fails_clearly_and_publishes_nothing_half_written(s3
     assert not result.success
     text = failure_text(result)
     assert f"s3://{bucket}/" in text, text
-    assert "StorageError" in text and ("Connection" in text or "connection" in text), text
+    # A StorageError from the stage, or (store down from the first request) the preflight's one line naming
+    # the source location it could not list.
+    assert ("StorageError" in text or "cannot be listed" in text) and ("Connection" in text or "connection" in text), text
     client = server.client()
     assert_nothing_half_written(client, bucket, "out")
     # A stage may fail before or after publishing its manifest (e.g. while removing stale files): either

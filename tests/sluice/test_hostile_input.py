@@ -231,20 +231,91 @@ def test_parquet_mutations_never_crash_nor_yield_altered_values(texts, flips, cu
 
     original = {(str(i), text) for i, text in enumerate(texts)}
     got = [(r.source_id, r.content.decode("utf-8")) for r in records]
-    # Values are never silently altered: every row read is a row written (ids come from the same rows).
-    assert set(got) <= original, set(got) - original
+    # Values are never silently altered: every text read is a text written, and its id, where there is one,
+    # is the id written with it. (A flipped byte in the footer can rename the id column, which no reader can
+    # tell from a file without ids: the rows then come without one. The footer has no checksum.)
+    altered = [(i, text) for i, text in got if text not in texts or (i is not None and (i, text) not in original)]
+    assert not altered, altered
     if len(got) < len(texts):
         assert quarantined, "rows were lost without a quarantine entry"
+
+
+FOOTER_MUTATIONS = """
+import io
+import pyarrow as pa, pyarrow.parquet as pq
+from sluice.config import ParquetOptions
+from sluice.readers import RawRecord, read_records
+texts = [f"row {i} é 漢" for i in range(20)]
+sink = io.BytesIO()
+pq.write_table(pa.table({"id": [str(i) for i in range(20)], "text": texts}), sink, row_group_size=8, write_page_checksum=True)
+clean = sink.getvalue()
+footer = int.from_bytes(clean[-8:-4], "little")
+tried = 0
+for position in range(len(clean) - 8 - footer, len(clean) - 8):
+    for mask in (0x01, 0x10, 0x80, 0xFF):
+        data = bytearray(clean)
+        data[position] ^= mask
+        for item in read_records(io.BytesIO(bytes(data)), "in.parquet", "parquet", ParquetOptions(), {}):
+            if isinstance(item, RawRecord):
+                assert item.content.decode() in texts, (position, mask, item)
+        tried += 1
+print("tried", tried)
+"""
+
+
+def test_every_single_byte_footer_mutation_is_read_or_quarantined_without_aborting():
+    """Some damaged footers make pyarrow's RowGroupMetaData.column(i) abort the whole process (an uncaught
+    C++ exception, e.g. "Definition level histogram size mismatch"); the reader never calls it (it decodes the
+    footer itself). Every byte of a real footer XORed with four masks: the reader, in a child process so an
+    abort is a failure and not a dead test run, never crashes and reads only texts that were written."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_ROOT
+
+    done = subprocess.run([sys.executable, "-c", FOOTER_MUTATIONS], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) > 1000  # the footer was mutated byte by byte
+
+
+def test_footer_decoder_agrees_with_pyarrow_on_intact_files():
+    """sluice.parquet_pages.row_groups (the reader's own footer decoder) against pyarrow's metadata."""
+    from sluice.parquet_pages import row_groups
+
+    table = pa.table({"id": [str(i) for i in range(50)], "text": [f"t{i}" * (i + 1) for i in range(50)], "n": list(range(50))})
+    for compression in ("none", "zstd"):
+        sink = io.BytesIO()
+        pq.write_table(table, sink, compression=compression, row_group_size=16)
+        metadata = pq.ParquetFile(io.BytesIO(sink.getvalue())).metadata
+        groups = row_groups(io.BytesIO(sink.getvalue()))
+        assert [g.num_rows for g in groups] == [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+        for index, group in enumerate(groups):
+            expected = metadata.row_group(index)
+            for column, chunk in enumerate(group.chunks):
+                arrow = expected.column(column)
+                first = min(o for o in (arrow.data_page_offset, arrow.dictionary_page_offset) if o)
+                assert (chunk.column, chunk.start, chunk.compressed, chunk.uncompressed) == (
+                    arrow.path_in_schema, first, arrow.total_compressed_size, arrow.total_uncompressed_size)
 
 
 # ----------------------------------------------------------------------------------- deeply nested HTML
 
 
 def test_deeply_nested_html_is_extracted_never_crashes():
+    """2,000 levels are extracted (in the helper process). Its wall-clock budget is raised far above the
+    default 5 s: this page takes seconds on a loaded 2-core machine, and the budget has its own tests
+    (test_clean_steps, the 40,000-deep probe below)."""
+    from sluice.config import ExtractionSettings
+
     depth = 2_000
     html = ("<div>" * depth + "deep text " * 50 + "</div>" * depth).encode()
     document = Document("d", "web", "s", None, None, "text/html", html, "utf-8", text=html.decode())
-    assert ExtractHtml().apply(document) is None
+    step = ExtractHtml(ExtractionSettings(timeout_s=300))
+    try:
+        assert step.apply(document) is None
+    finally:
+        step.close()
     assert "deep text" in document.text
 
 
@@ -269,10 +340,12 @@ def test_hostile_nesting_depth_is_handled_within_seconds():
     from tests.conftest import PROJECT_ROOT
 
     try:
-        done = subprocess.run([sys.executable, "-c", HTML_DEPTH_PROBE, "40000"], cwd=PROJECT_ROOT, timeout=20, check=True,
+        # 60 s: the 5 s page budget plus interpreter start and imports on a loaded 2-core machine; unbudgeted,
+        # resiliparse is quadratic in the depth and takes minutes at 40,000.
+        done = subprocess.run([sys.executable, "-c", HTML_DEPTH_PROBE, "40000"], cwd=PROJECT_ROOT, timeout=60, check=True,
                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
     except subprocess.TimeoutExpired:
-        pytest.fail("ExtractHtml spent more than 20 s on one 40,000-deep page")
+        pytest.fail("ExtractHtml spent more than 60 s on one 40,000-deep page")
     # Dropped within the page budget (the helper process is killed), or extracted if that was fast enough.
     assert "extract_timeout" in done.stdout or done.stdout.strip() == "None", done.stdout
 

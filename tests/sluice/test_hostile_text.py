@@ -50,7 +50,7 @@ def reference_tokenize(text: str, multilingual: bool = True) -> list[str]:
         if core:
             if spaceless and words.NO_SPACE_CHAR.search(core):
                 out.extend(REFERENCE_MULTILINGUAL_TOKEN.findall(core))
-            elif not words._INFIX_CHARS.isdisjoint(core) and "://" not in core:
+            elif not frozenset("-:<>=/").isdisjoint(core) and "://" not in core:
                 out.extend(part for part in words._INFIX.split(core) if part)
             else:
                 out.append(core)

@@ -123,7 +123,7 @@ def test_non_public_addresses_stay_under_public_and_go_under_all(address):
     text = f"Connect to {address} now."
     assert redact(text) == (text, {})
     assert find_pii(text) == {}
-    assert redact(text, PIISettings(ip_address="all")) == ("Connect to <IP_ADDRESS> now.", {"ip_address": 1})
+    assert redact(text, PIISettings(ip="all")) == ("Connect to <IP_ADDRESS> now.", {"ip_address": 1})
 
 
 @pytest.mark.parametrize("address", PUBLIC)
@@ -134,17 +134,47 @@ def test_public_addresses_are_redacted_unless_none(address):
     text = f"Connect to {address} now."
     assert redact(text) == ("Connect to <IP_ADDRESS> now.", {"ip_address": 1})
     assert find_pii(text) == {"ip_address": 1}
-    assert redact(text, PIISettings(ip_address="none")) == (text, {})
+    assert redact(text, PIISettings(ip="none")) == (text, {})
 
 
-def test_ip_address_setting_accepts_the_old_booleans_and_rejects_other_values():
+def test_ip_setting_accepts_the_old_booleans_and_rejects_other_values():
     from pydantic import ValidationError
 
-    assert PIISettings().ip_address == "public"
-    assert PIISettings(ip_address=True).ip_address == "all"
-    assert PIISettings(ip_address=False).ip_address == "none"
+    assert PIISettings().ip == "public"
+    assert PIISettings(ip=True).ip == "all"
+    assert PIISettings(ip=False).ip == "none"
     with pytest.raises(ValidationError, match="public"):
-        PIISettings(ip_address="private")
+        PIISettings(ip="private")
+
+
+def test_pii_ip_is_read_from_yaml_and_the_old_ip_address_key_still_works_with_a_warning(tmp_path):
+    import warnings
+
+    import yaml
+
+    from sluice.config import ConfigError, load_config
+    from tests.conftest import base_config
+
+    def load(pii: dict, per_source: dict | None = None):
+        raw = base_config(str(tmp_path / "data"))
+        raw.setdefault("cleaning", {})["pii"] = pii
+        if per_source:
+            raw["cleaning"]["per_source"] = {"web": {"pii": per_source}}
+        path = tmp_path / "sluice.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            config = load_config(path)
+        return config.cleaning, [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+
+    cleaning, warned = load({"ip": "none"})
+    assert cleaning.pii.ip == "none" and warned == []
+    cleaning, warned = load({"ip_address": "all"})
+    assert cleaning.pii.ip == "all" and warned == ["pii.ip_address is deprecated: name it pii.ip (public | all | none)"]
+    cleaning, warned = load({"ip": "none"}, per_source={"ip_address": "all"})
+    assert (cleaning.pii.ip, cleaning.for_source("web").pii.ip) == ("none", "all") and warned
+    with pytest.raises(ConfigError, match="give `ip` only"):
+        load({"ip": "none", "ip_address": "all"})
 
 
 # IANA registry entries newer than the table of the Python running the tests (3.11.7 has neither the
@@ -190,3 +220,10 @@ def test_public_matches_pythons_ipaddress_on_every_range_boundary_and_random_add
         assert is_public_ip(str(address)) == judged.is_global, str(address)
         checked += 1
     assert checked > 30_000
+
+
+def test_an_email_with_the_most_labels_a_dns_name_can_hold_is_redacted_whole():
+    """The domain pattern is bounded at 126 labels before the top-level domain (DNS names are at most 253
+    characters): such an address is still one match, replaced whole."""
+    address = "someone@" + "a." * 125 + "example.org"
+    assert redact(f"write to {address} today") == ("write to <EMAIL> today", {"email": 1})
