@@ -41,7 +41,7 @@ PRELOAD = [
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 _lock = threading.RLock()  # re-entered when context() starts over inside pool()
 _pools: dict[int, ProcessPoolExecutor] = {}
-_exit_hook = False
+_exit_hook: int | None = None  # the process that registered the exit hooks (a forked child registers its own)
 _started_env: int | None = None  # the environment the running forkserver started with
 
 
@@ -131,9 +131,13 @@ def pool(max_workers: int) -> ProcessPoolExecutor:
             existing.shutdown(wait=False, cancel_futures=True)
         created = ProcessPoolExecutor(max_workers=max_workers, mp_context=context(), initializer=_worker_started)
         global _exit_hook
-        if not _exit_hook:
-            _exit_hook = True
+        if _exit_hook != os.getpid():
+            _exit_hook = os.getpid()
             atexit.register(shutdown)  # at exit, wait for the forkserver too: its CPU time is then reaped
+            # In a multiprocessing child (a Dagster step process) atexit comes too late: its exit joins every
+            # child process first, our idle pool workers included, and would wait forever. Finalizers with
+            # an exit priority run before that join.
+            util.Finalize(None, shutdown, exitpriority=50)
         _pools[max_workers] = created
         return created
 

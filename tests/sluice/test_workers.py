@@ -54,3 +54,31 @@ def test_a_changed_environment_reaches_the_workers(monkeypatch):
     assert executor.map(worker_env, ["SLUICE_TEST_WORKER_ENV"] * 2) == ["before", "before"]
     monkeypatch.setenv("SLUICE_TEST_WORKER_ENV", "after")
     assert executor.map(worker_env, ["SLUICE_TEST_WORKER_ENV"] * 2) == ["after", "after"]
+
+
+def test_a_multiprocessing_child_that_used_the_pool_exits(tmp_path):
+    """Dagster's multiprocess executor runs each step in a multiprocessing child, whose exit joins every child
+    process before atexit handlers run: the idle pool workers must be stopped before that join."""
+    script = tmp_path / "step_process.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing
+
+        def step() -> None:
+            from sluice.compute import LocalPoolExecutor
+            from tests.sluice.test_workers import worker_pid
+            assert len(LocalPoolExecutor(2).map(worker_pid, list(range(4)))) == 4
+
+        if __name__ == "__main__":
+            child = multiprocessing.get_context("spawn").Process(target=step)
+            child.start()
+            child.join(timeout=120)
+            print("exited" if child.exitcode == 0 else f"hung or failed: {child.exitcode}")
+            if child.is_alive():
+                child.kill()
+    """))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "exited", done.stdout + done.stderr[-2000:]
