@@ -31,7 +31,12 @@ from dagster import (
 )
 
 from data_assets.metadata import counts_table, markdown_table
-from data_assets.partitions import SNAPSHOTS, partition_check, partition_ref, source_snapshot_partitions
+from data_assets.partitions import (
+    partition_check,
+    partition_ref,
+    registered_partitions,
+    source_snapshot_partitions,
+)
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.dedup import (
     cluster_partition,
@@ -69,8 +74,8 @@ def after_every_partition_of(*every_partition_deps: str) -> AutomationCondition:
 
 def registered_before(context: AssetExecutionContext, ref: PartitionRef, sources: list[str]) -> list[PartitionRef]:
     """The source x snapshot partitions registered in the instance and ordered before `ref`."""
-    snapshots = context.instance.get_dynamic_partitions(SNAPSHOTS)
-    return sorted((PartitionRef(source, snapshot) for snapshot in snapshots for source in sources if (snapshot, source) < ref.sort_key()), key=PartitionRef.sort_key)
+    earlier = (partition for partition in registered_partitions(context, sources) if partition.sort_key() < ref.sort_key())
+    return sorted(earlier, key=PartitionRef.sort_key)
 
 
 def index_pool_limit(context: AssetExecutionContext) -> int | None:

@@ -48,3 +48,9 @@ def partition_ref(context: AssetExecutionContext) -> PartitionRef:
 
 def multi_key(source: str, snapshot: str) -> MultiPartitionKey:
     return MultiPartitionKey({"source": source, "snapshot": snapshot})
+
+
+def registered_partitions(context: AssetExecutionContext, sources: list[str]) -> list[PartitionRef]:
+    """Every source x snapshot partition registered with Dagster, snapshot by snapshot in registration order."""
+    snapshots = context.instance.get_dynamic_partitions(SNAPSHOTS)
+    return [PartitionRef(source, snapshot) for snapshot in snapshots for source in sources]

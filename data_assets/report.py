@@ -19,10 +19,9 @@ from dagster import (
     asset,
 )
 
-from data_assets.partitions import SNAPSHOTS, snapshot_partitions
+from data_assets.partitions import registered_partitions, snapshot_partitions
 from data_assets.settings import CONFIG
 from resources import SluiceSettings, StorageResource
-from sluice.layout import PartitionRef
 from sluice.report import HTML_NAME, PNG_NAME, REPORT_DATASET, PartitionQuality, collect, write_report
 
 ASSET = REPORT_DATASET
@@ -70,12 +69,6 @@ def observe_sources(context: AssetExecutionContext, rows: list[PartitionQuality]
     for row in rows:
         metadata = view_metadata(row, reasons, languages)
         context.log_event(AssetObservation(asset_key=source_view_key(row.source), partition=row.snapshot, metadata=metadata))
-
-
-def registered_partitions(context: AssetExecutionContext, sources: list[str]) -> list[PartitionRef]:
-    """Every source x snapshot partition registered with Dagster (the report reads only their manifests)."""
-    snapshots = context.instance.get_dynamic_partitions(SNAPSHOTS)
-    return [PartitionRef(source, snapshot) for snapshot in snapshots for source in sources]
 
 
 @asset(
