@@ -22,7 +22,6 @@ of the code location, seconds per worker, paid by every executor call of every s
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
 import multiprocessing
@@ -133,10 +132,10 @@ def pool(max_workers: int) -> ProcessPoolExecutor:
         global _exit_hook
         if _exit_hook != os.getpid():
             _exit_hook = os.getpid()
-            atexit.register(shutdown)  # at exit, wait for the forkserver too: its CPU time is then reaped
-            # In a multiprocessing child (a Dagster step process) atexit comes too late: its exit joins every
-            # child process first, our idle pool workers included, and would wait forever. Finalizers with
-            # an exit priority run before that join.
+            # At exit, stop the pool and wait for the forkserver too (its CPU time is then reaped). A finalizer,
+            # not atexit: multiprocessing's exit (at interpreter exit, and at the end of a multiprocessing child
+            # such as a Dagster step process) runs finalizers with an exit priority before it joins every child
+            # process, our idle pool workers included, which would otherwise wait forever.
             util.Finalize(None, shutdown, exitpriority=50)
         _pools[max_workers] = created
         return created
