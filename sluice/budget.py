@@ -211,10 +211,7 @@ def supervise(
         try:
             outcome = _watch(child, budget_s, poll_s, on_chunk, stage_name)
         finally:
-            spent = next(
-                (value for value in (child.cpu_at_kill, child.cpu_reported) if value is not None),
-                None,
-            )
+            spent = child.cpu_at_kill if child.cpu_at_kill is not None else child.cpu_reported
             if spent is None:
                 spent = cpu_seconds(child.process.pid, children=True)
             child.close()
