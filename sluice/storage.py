@@ -381,7 +381,7 @@ class S3Store(Store):
         return sorted(names)
 
     def exists(self, key: str) -> bool:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self.client.head_object(Bucket=self.bucket, Key=self._key(key))
@@ -389,6 +389,8 @@ class S3Store(Store):
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
+            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
+        except BotoCoreError as error:  # connection closed, timeouts: the store, not the key, is the problem
             raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
 
     def size(self, key: str) -> int:
@@ -402,7 +404,7 @@ class S3Store(Store):
 
     def open_read(self, key: str) -> BinaryIO:
         response = self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))
-        return _StreamingBodyReader(response["Body"])
+        return _StreamingBodyReader(response["Body"], self.uri(key))
 
     def write_bytes(self, key: str, data: bytes) -> None:
         # A single PUT: the object appears whole or not at all.
@@ -463,11 +465,17 @@ class S3Store(Store):
 class _StreamingBodyReader:
     """A minimal file object over a botocore StreamingBody (read/close/context manager)."""
 
-    def __init__(self, body) -> None:
+    def __init__(self, body, uri: str) -> None:
         self._body = body
+        self._uri = uri
 
     def read(self, size: int = -1) -> bytes:
-        return self._body.read() if size is None or size < 0 else self._body.read(size)
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            return self._body.read() if size is None or size < 0 else self._body.read(size)
+        except (BotoCoreError, OSError) as error:  # the connection dropped mid-body
+            raise StorageError(f"cannot read {self._uri}: {_describe_client_error(error)}") from error
 
     def readable(self) -> bool:
         return True

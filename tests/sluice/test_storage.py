@@ -354,6 +354,39 @@ def test_s3_unreachable_endpoint_is_a_storage_error(s3_credentials):
     assert "s3://bucket/p" in str(info.value) and "EndpointConnectionError" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "operation",
+    ["exists", "size", "identity", "read_bytes", "open_read", "list_files", "list_dirs", "write_bytes", "delete"],
+)
+def test_s3_connection_reset_is_a_storage_error_from_every_operation(s3_credentials, s3_settings, operation):
+    """A store that drops every connection (TCP reset, no answer) surfaces as a StorageError naming the URL
+    from each operation, never as a raw botocore exception (CI once saw exists() leak ConnectionClosedError)."""
+    from tests.fault_proxy import FaultProxy
+
+    bucket = s3_credentials.create_bucket()
+    healthy = open_store(f"s3://{bucket}/p", s3_settings)
+    healthy.write_bytes("a/key.bin", b"payload")
+    calls = {
+        "exists": lambda s: s.exists("a/key.bin"),
+        "size": lambda s: s.size("a/key.bin"),
+        "identity": lambda s: s.identity("a/key.bin"),
+        "read_bytes": lambda s: s.read_bytes("a/key.bin"),
+        "open_read": lambda s: s.open_read("a/key.bin").read(),
+        "list_files": lambda s: s.list_files("a"),
+        "list_dirs": lambda s: s.list_dirs(""),
+        "write_bytes": lambda s: s.write_bytes("a/other.bin", b"x"),
+        "delete": lambda s: s.delete(["a/key.bin"]),
+    }
+    with FaultProxy(s3_credentials.endpoint_url, fault_rate=0.0) as proxy:
+        proxy.down = True
+        down = open_store(f"s3://{bucket}/p", S3Settings(endpoint_url=proxy.endpoint_url, max_attempts=1))
+        with pytest.raises(StorageError) as info:
+            calls[operation](down)
+    assert f"s3://{bucket}/p" in str(info.value), str(info.value)
+    assert "Connection" in str(info.value), str(info.value)
+    assert healthy.read_bytes("a/key.bin") == b"payload"
+
+
 def test_s3_read_only_identity_reads_but_writes_and_deletes_fail(s3_server, s3_settings, monkeypatch, tmp_path):
     bucket = s3_server.create_bucket()
     s3_server.client().put_object(Bucket=bucket, Key="data/present.txt", Body=b"kept")
