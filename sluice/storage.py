@@ -129,6 +129,10 @@ class Store:
         with self.open_read(key) as handle:
             return handle.read()
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes of `key` from offset `start` (fewer where the file ends first): one ranged GET on S3."""
+        raise NotImplementedError
+
     def write_bytes(self, key: str, data: bytes) -> None:
         raise NotImplementedError
 
@@ -210,6 +214,18 @@ class LocalStore(Store):
             return open(self._path(key), "rb")
         except OSError as error:
             raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise ValueError(f"bad range {start}+{length}")
+        with self.open_read(key) as handle:
+            if not length:
+                return b""
+            try:
+                handle.seek(start)
+                return handle.read(length)
+            except OSError as error:
+                raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
 
     def _temp_path(self, final: Path) -> Path:
         return final.parent / f"{TMP_PREFIX}{final.name}.{_host_tag()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
@@ -405,6 +421,26 @@ class S3Store(Store):
     def open_read(self, key: str) -> BinaryIO:
         response = self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))
         return _StreamingBodyReader(response["Body"], self.uri(key))
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise ValueError(f"bad range {start}+{length}")
+        if not length:  # an empty Range header is not a valid request; a missing key still fails
+            self.size(key)
+            return b""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}")
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "InvalidRange":  # starts at or past the end
+                self.size(key)
+                return b""
+            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
+        except BotoCoreError as error:  # connection closed, timeouts
+            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
+        with _StreamingBodyReader(response["Body"], self.uri(key)) as body:
+            return body.read()
 
     def write_bytes(self, key: str, data: bytes) -> None:
         # A single PUT: the object appears whole or not at all.

@@ -85,6 +85,21 @@ def test_open_read_streams_in_chunks(store):
     assert b"".join(chunks) == data
 
 
+def test_read_range_reads_only_the_asked_bytes(store):
+    data = os.urandom(100_000)
+    store.write_bytes("blob.bin", data)
+    assert store.read_range("blob.bin", 0, 10) == data[:10]
+    assert store.read_range("blob.bin", 12_345, 40_000) == data[12_345:52_345]
+    assert store.read_range("blob.bin", 99_990, 100) == data[99_990:]  # past the end: what there is
+    assert store.read_range("blob.bin", 100_000, 5) == b""
+    assert store.read_range("blob.bin", 7, 0) == b""
+    with pytest.raises(StorageError) as info:
+        store.read_range("nope/missing.bin", 0, 8)
+    assert store.uri("nope/missing.bin") in str(info.value)
+    with pytest.raises(StorageError):
+        store.read_range("nope/missing.bin", 0, 0)
+
+
 def test_missing_key_raises_storage_error_naming_the_url(store, tmp_path):
     with pytest.raises(StorageError) as info:
         store.read_bytes("nope/missing.bin")
@@ -296,6 +311,7 @@ def test_s3_wrong_secret_is_a_storage_error_naming_url_and_code(s3_server, s3_se
         local.write_bytes(b"y")
         attempts = {
             "read_bytes": lambda: store.read_bytes("present.txt"),
+            "read_range": lambda: store.read_range("present.txt", 0, 1),
             "write_bytes": lambda: store.write_bytes("new.txt", b"y"),
             "put_file": lambda: store.put_file(local, "new.txt"),
             "list_files": lambda: store.list_files(),
@@ -356,7 +372,7 @@ def test_s3_unreachable_endpoint_is_a_storage_error(s3_credentials):
 
 @pytest.mark.parametrize(
     "operation",
-    ["exists", "size", "identity", "read_bytes", "open_read", "list_files", "list_dirs", "write_bytes", "delete"],
+    ["exists", "size", "identity", "read_bytes", "read_range", "open_read", "list_files", "list_dirs", "write_bytes", "delete"],
 )
 def test_s3_connection_reset_is_a_storage_error_from_every_operation(s3_credentials, s3_settings, operation):
     """A store that drops every connection (TCP reset, no answer) surfaces as a StorageError naming the URL
@@ -371,6 +387,7 @@ def test_s3_connection_reset_is_a_storage_error_from_every_operation(s3_credenti
         "size": lambda s: s.size("a/key.bin"),
         "identity": lambda s: s.identity("a/key.bin"),
         "read_bytes": lambda s: s.read_bytes("a/key.bin"),
+        "read_range": lambda s: s.read_range("a/key.bin", 1, 3),
         "open_read": lambda s: s.open_read("a/key.bin").read(),
         "list_files": lambda s: s.list_files("a"),
         "list_dirs": lambda s: s.list_dirs(""),
