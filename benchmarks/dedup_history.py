@@ -24,6 +24,7 @@ partition they would number min(20, P): fewer at P = 10 only).
   not counted). S3: every HTTP request botocore sends (event hook), against the SeaweedFS server of the
   test suite. Local: calls of the store's methods (a file open, read, write, listing, existence check,
   deletion; consecutive opens of one file count once).
+- bytes_read_per_new_partition (S3 only): the body bytes of the GET answers of those steps.
 - seconds_per_new_partition: wall seconds of those steps, the mean over the window (amortized: the merge in
   it included; the goal figure), and the median (the partitions without a merge); also CPU seconds in this
   process (on a shared machine the steadier of the two; S3's server side is not in it), and the index rows
@@ -98,10 +99,14 @@ class RequestCounter:
 
     def __init__(self) -> None:
         self.count = 0
+        self.bytes_read = 0  # S3: body bytes of the GET answers
         self._last_path: str | None = None
 
     def s3_hook(self, **_: object) -> None:
         self.count += 1
+
+    def s3_read_hook(self, parsed: dict | None = None, **_: object) -> None:
+        self.bytes_read += int((parsed or {}).get("ContentLength") or 0)
 
     @contextlib.contextmanager
     def local(self) -> Iterator[None]:
@@ -233,7 +238,7 @@ class History:
             docs.append((doc_id, text))
         return ref, docs
 
-    def measure_one(self, counter: RequestCounter) -> tuple[int, float, float, int]:
+    def measure_one(self, counter: RequestCounter) -> tuple[int, float, float, int, int]:
         from sluice.compute import Executor
         from sluice.dedup import (
             cluster_partition,
@@ -250,7 +255,7 @@ class History:
         write_cleaned(self.store, ref, [docs])
         earlier = [ref_of(i) for i in range(self.count)]
         executor = Executor()
-        before, started, cpu = counter.count, time.perf_counter(), time.process_time()
+        before, started, cpu, read = counter.count, time.perf_counter(), time.process_time(), counter.bytes_read
         sign_partition(self.store, ref, self.settings, executor, self.s3)
         outcome = index_partition(self.store, ref, self.settings, executor, self.s3)
         cluster_partition(self.store, ref, self.settings, executor, self.s3, earlier=earlier)
@@ -258,11 +263,12 @@ class History:
         publish_deduped(self.store, ref, result)
         within, against = remaining_exact_duplicates(self.store, ref, result.kept_hashes, self.settings, self.s3)
         seconds, requests, cpu = time.perf_counter() - started, counter.count - before, time.process_time() - cpu
+        read = counter.bytes_read - read
         if within or against:
             raise AssertionError(f"{ref.key}: exact duplicates left ({within}, {against})")
         self.removed.update(zip(result.removed.column("doc_id").to_pylist(), result.removed.column("duplicate_of").to_pylist(), strict=True))
         self.count += 1
-        return requests, seconds, cpu, outcome["rewritten_rows"]
+        return requests, seconds, cpu, outcome["rewritten_rows"], read
 
 
 def quality(history: History) -> tuple[float, float]:
@@ -349,6 +355,7 @@ def open_kind(kind: str, folder: str) -> Iterator[tuple[object, object, RequestC
         s3 = S3Settings(endpoint_url=server.endpoint_url)
         bucket = server.create_bucket("dedup-history")
         s3_client(s3).meta.events.register("before-send.s3", counter.s3_hook)
+        s3_client(s3).meta.events.register("after-call.s3.GetObject", counter.s3_read_hook)
         yield open_store(f"s3://{bucket}/data", s3), s3, counter
 
 
@@ -361,13 +368,21 @@ def run_kind(kind: str, args, corpus: Corpus, settings) -> dict[int, dict[str, f
             history.grow_to(level)
             grown = time.perf_counter() - started
             samples = [history.measure_one(counter) for _ in range(args.window)]
-            requests, seconds, cpu, rewritten = (sum(sample[i] for sample in samples) / len(samples) for i in range(4))
+            requests, seconds, cpu, rewritten, read = (sum(sample[i] for sample in samples) / len(samples) for i in range(5))
             median = statistics.median(sample[1] for sample in samples)
-            results[level] = {"requests": requests, "seconds": seconds, "median": median, "cpu": cpu}
+            if kind == "s3":  # what whole-run GETs (before ranged reads) would read: bands once, exact twice
+                from sluice.dedup.index import DedupIndex, _runs_of
+
+                files = [files for files, _ in _runs_of(DedupIndex(store, settings, s3).manifest())]
+                whole = sum(f["bands"]["bytes"] for f in files if f.get("bands")) + 2 * sum(f["exact"]["bytes"] for f in files if f.get("exact"))
+                print(f"  {kind:>5} P={level:>5}: whole-run GETs of every index file would read {whole / 1e6:.3f} MB per new partition", flush=True)
+            results[level] = {"requests": requests, "seconds": seconds, "median": median, "cpu": cpu, "bytes": read}
             print(
                 f"  {kind:>5} P={level:>5}: {requests:6.1f} requests per new partition (min {min(s[0] for s in samples)}, max "
                 f"{max(s[0] for s in samples)}: the merge), {seconds:.3f} s wall mean (median {median:.3f}, max {max(s[1] for s in samples):.3f}), "
-                f"{cpu:.3f} s CPU per new partition; {rewritten:.0f} index rows written per new partition; history grown in {grown:.0f} s",
+                f"{cpu:.3f} s CPU per new partition; {rewritten:.0f} index rows written per new partition; "
+                + (f"{read / 1e6:.3f} MB read per new partition (GET bodies); " if kind == "s3" else "")
+                + f"history grown in {grown:.0f} s",
                 flush=True,
             )
         recall, precision = quality(history)
@@ -413,6 +428,10 @@ def main() -> None:
         figure(f"seconds_per_new_partition_{kind}_ratio_P{last}_over_P{first}", results[last]["seconds"] / results[first]["seconds"], "<= 2", "means (amortized): the goal figure")
         figure(f"median_seconds_per_new_partition_{kind}_ratio_P{last}_over_P{first}", results[last]["median"] / results[first]["median"], "<= 2")
         figure(f"cpu_seconds_per_new_partition_{kind}_ratio_P{last}_over_P{first}", results[last]["cpu"] / results[first]["cpu"], "<= 2")
+        if kind == "s3":
+            for level in args.levels:
+                figure(f"bytes_read_per_new_partition_{kind}_P{level}", results[level]["bytes"], "flat", "S3 GET bodies")
+            figure(f"bytes_read_per_new_partition_{kind}_ratio_P{last}_over_P{first}", results[last]["bytes"] / results[first]["bytes"], "<= 1.2")
         if not quality_done:
             q = results[0]
             print(f"  removals scored on {q['measured']} measured documents, {q['duplicates']} of them duplicates by exact Jaccard")

@@ -218,14 +218,12 @@ class LocalStore(Store):
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:
             raise ValueError(f"bad range {start}+{length}")
-        with self.open_read(key) as handle:
-            if not length:
-                return b""
-            try:
+        try:
+            with open(self._path(key), "rb") as handle:
                 handle.seek(start)
                 return handle.read(length)
-            except OSError as error:
-                raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
+        except OSError as error:
+            raise StorageError(f"cannot read {self.uri(key)}: {error.strerror or error}") from error
 
     def _temp_path(self, final: Path) -> Path:
         return final.parent / f"{TMP_PREFIX}{final.name}.{_host_tag()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"

@@ -91,22 +91,52 @@ def all_rows(store, partitions, table: str) -> pl.DataFrame:
     return pl.concat(frames)
 
 
-@pytest.mark.parametrize("via", ["key file", "key column"])
+class RangedStore(LocalStore):
+    """A local store that, like S3, has no local paths for the index: its probes go by ranged reads,
+    which are counted (`ranges`: (key, bytes) per read_range); whole reads of an index file are refused."""
+
+    def __init__(self, url: str, spec, without_key_files: bool = False) -> None:
+        super().__init__(url, spec)
+        self.ranges: list[tuple[str, int]] = []
+        self.without_key_files = without_key_files
+
+    def local_path(self, key: str) -> str | None:
+        return None if key.startswith("dedup_index/") else super().local_path(key)
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if self.without_key_files and key.endswith(".keys"):
+            raise AssertionError("a format-1 run has no key file")
+        data = super().read_range(key, start, length)
+        self.ranges.append((key, len(data)))
+        return data
+
+    def open_read(self, key: str):
+        assert not key.endswith((".parquet", ".keys")) or not key.startswith("dedup_index/"), f"a whole read of {key}"
+        return super().open_read(key)
+
+
+@pytest.mark.parametrize("via", ["key file", "key column", "ranged", "ranged key column"])
 @pytest.mark.parametrize("row_group", [7, 1 << 14])
 @pytest.mark.parametrize("table", ["bands", "exact"])
 def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_path, monkeypatch, table, row_group, via):
     """Against all rows filtered by hand; with row groups of 7 rows the probe finds the matching rows (by
     binary search in the memory-mapped key file, or, where that is not local, in the key column), then reads
-    only the row groups holding matches."""
+    only the row groups holding matches. `ranged`: as on S3, by ranged reads of the footer, the key file
+    (or key column) of the candidate row groups and the row groups holding matches."""
     monkeypatch.setattr(dedup.index, "ROW_GROUP", row_group)
     if via == "key column":
         real = LocalStore.local_path
         monkeypatch.setattr(LocalStore, "local_path", lambda store, key: None if key.endswith(".keys") else real(store, key))
+    if via == "ranged key column":  # the runs of a format-1 index have no key file
+        real_read_run = dedup.index.read_run
+        monkeypatch.setattr(dedup.index, "read_run", lambda store, key, probe_keys=None, keys_file=None, *rest: real_read_run(store, key, probe_keys, None))
     partitions = synthetic(13)
     store = open_store(str(tmp_path / "store"))
     write_all(store, partitions)
     index_all(store, partitions, list(range(13)), SMALL)
     rows = all_rows(store, partitions, table)
+    if via.startswith("ranged"):
+        store = RangedStore(store.url, store.spec, without_key_files=via == "ranged key column")
     index = DedupIndex(store, SMALL)
     match = ["key", "band"] if table == "bands" else ["key", "lo"]
     for position in (0, 5, 9, 12, 13):  # first, inside runs, after the runs, the one delta, after everything
@@ -139,6 +169,47 @@ class CountingStore(LocalStore):
     def exists(self, key: str) -> bool:
         self.calls["exists"] += 1
         return super().exists(key)
+
+
+def test_coalesce_merges_close_ranges_then_the_closest_up_to_a_count():
+    coalesce = dedup.index.coalesce
+    assert coalesce([(0, 10), (15, 20), (100, 110)], hole=5, most=8) == [(0, 20), (100, 110)]
+    assert coalesce([(50, 60), (0, 10), (5, 12), (30, 31)], hole=0, most=8) == [(0, 12), (30, 31), (50, 60)]
+    # at most `most` ranges: the widest gaps stay open
+    assert coalesce([(0, 1), (10, 11), (100, 101), (103, 104), (1000, 1001)], hole=0, most=3) == [(0, 11), (100, 104), (1000, 1001)]
+    assert coalesce([(i * 10, i * 10 + 1) for i in range(100)], hole=0, most=1) == [(0, 991)]
+    assert coalesce([], hole=0, most=2) == []
+
+
+def test_a_ranged_probe_makes_a_constant_number_of_reads_and_reads_few_bytes_for_few_keys(tmp_path, monkeypatch):
+    """As on S3: per run a probe reads the footer, the key file's rows of the candidate row groups and
+    the row groups holding matches, at most 1 + 2 x MAX_RANGES ranged reads whatever the run's size; a
+    probe of one document's keys reads a small part of a large run."""
+    monkeypatch.setattr(dedup.index, "ROW_GROUP", 64)
+    settings = DedupSettings(index_shards=4, index_max_deltas=4, index_fanout=8)
+    partitions = synthetic(32, docs=12)
+    store = open_store(str(tmp_path / "store"))
+    write_all(store, partitions)
+    index_all(store, partitions, list(range(32)), settings)
+    ranged = RangedStore(store.url, store.spec)
+    index = DedupIndex(ranged, settings)
+    manifest = index.manifest()
+    assert [len(run["members"]) for run in manifest["runs"]] == [32]
+    ref = partitions[-1][0]
+    signatures = signatures_module.read_signatures(store, ref)
+    for table, match in (("bands", ["key", "band"]), ("exact", ["key", "lo"])):
+        keys = partition_rows(signatures, ref)[table].select(match)
+        ranged.ranges.clear()
+        whole = index.probe(table, keys, None, manifest)
+        assert whole.height >= keys.height  # the partition itself is indexed: each of its keys matches
+        assert len(ranged.ranges) <= 1 + 2 * dedup.index.MAX_RANGES
+        one = index.probe(table, keys.head(1), None, manifest)
+        assert one.height >= 1
+        ranged.ranges.clear()
+        index.probe(table, keys.head(1), None, manifest)
+        run = manifest["runs"][0]["files"][table]
+        read = sum(size for _, size in ranged.ranges)
+        assert len(ranged.ranges) <= 3 and read < (run["bytes"] + run["keys"]["bytes"]) / 2, ([(k[-10:], n) for k, n in ranged.ranges], run)
 
 
 def test_probe_reads_a_bounded_number_of_files_whatever_the_history(tmp_path):
