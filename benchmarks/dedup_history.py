@@ -100,13 +100,22 @@ class RequestCounter:
     def __init__(self) -> None:
         self.count = 0
         self.bytes_read = 0  # S3: body bytes of the GET answers
+        self.bytes_by: dict[str, int] = {}  # ... by kind of file (the asset folder; index runs, key files)
+        self._get_key = ""
         self._last_path: str | None = None
 
     def s3_hook(self, **_: object) -> None:
         self.count += 1
 
+    def s3_get_hook(self, params: dict | None = None, **_: object) -> None:
+        key = str((params or {}).get("Key", "")).split("/", 1)[-1]  # without the store's prefix
+        self._get_key = key.split("/")[0] + ("/" + key.rsplit("/", 1)[-1].split("-")[0].split(".")[-1] if key.startswith("dedup_index") else "")
+        self._get_key += " (ranged)" if (params or {}).get("Range") else ""
+
     def s3_read_hook(self, parsed: dict | None = None, **_: object) -> None:
-        self.bytes_read += int((parsed or {}).get("ContentLength") or 0)
+        read = int((parsed or {}).get("ContentLength") or 0)
+        self.bytes_read += read
+        self.bytes_by[self._get_key] = self.bytes_by.get(self._get_key, 0) + read
 
     @contextlib.contextmanager
     def local(self) -> Iterator[None]:
@@ -355,6 +364,7 @@ def open_kind(kind: str, folder: str) -> Iterator[tuple[object, object, RequestC
         s3 = S3Settings(endpoint_url=server.endpoint_url)
         bucket = server.create_bucket("dedup-history")
         s3_client(s3).meta.events.register("before-send.s3", counter.s3_hook)
+        s3_client(s3).meta.events.register("before-parameter-build.s3.GetObject", counter.s3_get_hook)
         s3_client(s3).meta.events.register("after-call.s3.GetObject", counter.s3_read_hook)
         yield open_store(f"s3://{bucket}/data", s3), s3, counter
 
@@ -367,6 +377,7 @@ def run_kind(kind: str, args, corpus: Corpus, settings) -> dict[int, dict[str, f
             started = time.perf_counter()
             history.grow_to(level)
             grown = time.perf_counter() - started
+            counter.bytes_by.clear()
             samples = [history.measure_one(counter) for _ in range(args.window)]
             requests, seconds, cpu, rewritten, read = (sum(sample[i] for sample in samples) / len(samples) for i in range(5))
             median = statistics.median(sample[1] for sample in samples)
@@ -375,7 +386,9 @@ def run_kind(kind: str, args, corpus: Corpus, settings) -> dict[int, dict[str, f
 
                 files = [files for files, _ in _runs_of(DedupIndex(store, settings, s3).manifest())]
                 whole = sum(f["bands"]["bytes"] for f in files if f.get("bands")) + 2 * sum(f["exact"]["bytes"] for f in files if f.get("exact"))
-                print(f"  {kind:>5} P={level:>5}: whole-run GETs of every index file would read {whole / 1e6:.3f} MB per new partition", flush=True)
+                print(f"  {kind:>5} P={level:>5}: whole-run GETs of every index file would read {whole / 1e6:.3f} MB per new partition; read "
+                      + ", ".join(f"{name} {size / len(samples) / 1e6:.3f}" for name, size in sorted(counter.bytes_by.items(), key=lambda kv: -kv[1]))
+                      + " MB per new partition (steps and merges)", flush=True)
             results[level] = {"requests": requests, "seconds": seconds, "median": median, "cpu": cpu, "bytes": read}
             print(
                 f"  {kind:>5} P={level:>5}: {requests:6.1f} requests per new partition (min {min(s[0] for s in samples)}, max "

@@ -192,14 +192,14 @@ def read_run(
         return _take_rows(parquet, rows, sizes)
 
 
-def _take_rows(parquet: pq.ParquetFile, rows: np.ndarray, sizes: np.ndarray) -> pl.DataFrame:
-    """These rows (sorted row numbers of the file), reading the row groups that hold them only."""
+def _take_rows(parquet: pq.ParquetFile, rows: np.ndarray, sizes: np.ndarray, columns: list[str] | None = None) -> pl.DataFrame:
+    """These rows (sorted row numbers of the file; of some columns), reading the row groups that hold them only."""
     if not len(rows):
         return pl.from_arrow(parquet.schema_arrow.empty_table())  # type: ignore[return-value]
     ends = np.cumsum(sizes)
     which = np.searchsorted(ends, rows, side="right")  # the row group of each matching row
     needed = np.unique(which)
-    table = parquet.read_row_groups(needed.tolist())
+    table = parquet.read_row_groups(needed.tolist(), columns=columns)
     starts = np.zeros(len(sizes), dtype=np.int64)  # first row of each needed group in `table`
     starts[needed] = np.concatenate([[0], np.cumsum(sizes[needed])[:-1]])
     positions = starts[which] + rows - (ends[which] - sizes[which])
@@ -339,20 +339,28 @@ def _read_run_ranged(store: Store, key: str, probe_keys: np.ndarray, keys_file: 
     sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], dtype=np.int64)
     firsts = np.cumsum(sizes) - sizes
     groups = _candidate_groups(meta, probe_keys)
-    rows = np.empty(0, np.int64)
+    rows, values = np.empty(0, np.int64), None
     if groups and keys_file is not None:  # the key file holds the key column raw: 8 bytes a row, groups contiguous
         spans = coalesce([(int(firsts[g]) * 8, int(firsts[g] + sizes[g]) * 8) for g in groups], hole=0)
-        found = []
+        found, matched = [], []
         for start, end in spans:
             keys = np.frombuffer(store.read_range(keys_file, start, end - start), dtype="<u8")
-            found.append(_matches(keys, probe_keys) + start // 8)
-        rows = np.concatenate(found)
+            at = _matches(keys, probe_keys)
+            found.append(at + start // 8)
+            matched.append(keys[at])
+        rows, values = np.concatenate(found), np.concatenate(matched).astype(np.uint64)
     elif groups:
         handle.fetch(_group_span(meta, g, [0]) for g in groups)
         rows = _rows_by_key_column(parquet, probe_keys, sizes)
-    if len(rows):
-        handle.fetch(_group_span(meta, int(g)) for g in np.unique(np.searchsorted(np.cumsum(sizes), rows, side="right")))
-    return _take_rows(parquet, rows, sizes)
+    if not len(rows):
+        return pl.from_arrow(meta.schema.to_arrow_schema().empty_table())  # type: ignore[return-value]
+    # The matching rows' other columns (their key is known when it came from the key file), from the row
+    # groups holding them only.
+    names = meta.schema.to_arrow_schema().names
+    columns = list(range(1 if values is not None else 0, len(names)))
+    handle.fetch(_group_span(meta, int(g), columns) for g in np.unique(np.searchsorted(np.cumsum(sizes), rows, side="right")))
+    table = _take_rows(parquet, rows, sizes, [names[i] for i in columns])
+    return table if values is None else table.insert_column(0, pl.Series("key", values, dtype=pl.UInt64))
 
 
 def _matches(keys: np.ndarray, probe_keys: np.ndarray) -> np.ndarray:
