@@ -25,11 +25,11 @@ import pyarrow as pa
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import (
-    VERIFY_PAIRS_PER_TASK,
     VerifyTask,
     candidate_pairs,
     first_members,
     verify_pairs,
+    verify_slices,
 )
 from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, resolve_roots
 from sluice.dedup.index import DedupIndex, IndexIncomplete, partition_rows
@@ -138,13 +138,17 @@ def _verified(pairs: pl.DataFrame, ordinals: PartitionOrdinals, store: Store, se
     """The pairs whose exact Jaccard similarity reaches `verify_min_jaccard` (verification tasks)."""
     if settings.verify_min_jaccard is None or pairs.height == 0:
         return pairs
-    u, v = ordinals.locate(pairs["u"].to_numpy()), ordinals.locate(pairs["v"].to_numpy())
+    # By earlier document: a task's documents (whose shingle sets it holds) are bounded (`verify_slices`).
+    order = np.lexsort((pairs["u"].to_numpy(), pairs["v"].to_numpy()))
+    u_nodes, v_nodes = pairs["u"].to_numpy()[order], pairs["v"].to_numpy()[order]
+    u, v = ordinals.locate(u_nodes), ordinals.locate(v_nodes)
     located = pl.DataFrame({"u_partition": u["partition"], "u_doc": u["doc"], "v_partition": v["partition"], "v_doc": v["doc"]}).to_arrow()
     tasks = [
-        VerifyTask(store.uri(), located.slice(start, VERIFY_PAIRS_PER_TASK), settings, settings.verify_min_jaccard, s3 or S3Settings())
-        for start in range(0, located.num_rows, VERIFY_PAIRS_PER_TASK)
+        VerifyTask(store.uri(), located.slice(start, stop - start), settings, settings.verify_min_jaccard, s3 or S3Settings())
+        for start, stop in verify_slices(u_nodes, v_nodes)
     ]
-    keep = np.concatenate(executor.map(verify_pairs, tasks))
+    keep = np.zeros(pairs.height, dtype=bool)
+    keep[order] = np.concatenate(executor.map(verify_pairs, tasks))
     return pairs.filter(pl.Series(keep, dtype=pl.Boolean))
 
 

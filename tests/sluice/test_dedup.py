@@ -307,6 +307,36 @@ def test_process_pool_gives_byte_identical_outputs(planted, tmp_path, monkeypatc
     assert ("run_recorded", 2) in pool.stages  # one signing task per cleaned part (with its completion record)
 
 
+def test_verify_slices_bound_pairs_and_distinct_documents():
+    from sluice.dedup.candidates import verify_slices
+
+    u = np.array([1, 2, 1, 3, 4, 4, 5])
+    v = np.array([9, 9, 9, 9, 8, 7, 7])
+    assert verify_slices(u, v, pairs=100, documents=4) == [(0, 4), (4, 7)]  # {1, 2, 3, 9}, {4, 8, 7, 5}
+    assert verify_slices(u, v, pairs=100, documents=3) == [(0, 3), (3, 4), (4, 6), (6, 7)]
+    assert verify_slices(u, v, pairs=2, documents=100) == [(0, 2), (2, 4), (4, 6), (6, 7)]
+    assert verify_slices(np.array([1]), np.array([2]), pairs=1, documents=1) == [(0, 1)]  # at least one pair
+    assert verify_slices(np.array([], dtype=np.int64), np.array([], dtype=np.int64)) == []
+
+
+def test_verification_in_small_tasks_gives_byte_identical_outputs(planted, tmp_path, monkeypatch):
+    """Verification tasks hold a bounded number of documents' shingle sets: cut small, the outputs are the same."""
+    from tests.conftest import tree_digest
+
+    partitions = stored_partitions(planted)
+    digests, tasks = [], []
+    for documents in (None, 2):
+        monkeypatch.setattr(dedup.candidates, "VERIFY_DOCUMENTS_PER_TASK", documents or 1 << 8)
+        store = open_store(str(tmp_path / f"d{documents}"))
+        write_all(store, partitions)
+        pool = RecordingPool(1)
+        run_incremental(store, DedupSettings(), executor=pool)
+        digests.append(tree_digest(store.uri()))
+        tasks.append(sum(count for name, count in pool.stages if name == "verify_pairs"))
+    assert digests[0] == digests[1]
+    assert tasks[1] > tasks[0] > 0
+
+
 def test_sidecars_hold_the_shingle_sets_and_a_partition_without_them_uses_its_texts(planted, tmp_path, monkeypatch):
     store = open_store(str(shutil.copytree(planted.uri(), tmp_path / "store")))
     results = run_incremental(store)
