@@ -31,8 +31,15 @@ base every T partitions: O(N / T) per partition). A merge is one executor task p
 probing one: at most 1 + 2 x (levels + T) files, levels = log_F(N / T) (3 at N = 1,000 with F = T = 8; 5 at
 N = 100,000). On a local store a probe finds its matches by binary search in each file's memory-mapped key
 file (one more open per file; pages touched grow as probe keys x log rows, not as the index) and reads the
-other columns of the row groups holding matches only; on S3 a file is one GET (bytes grow with the index),
-and the row groups whose key range holds no probe key are skipped. Rows of partitions ordered at or after
+other columns of the row groups holding matches only. On S3 a probe makes ranged GETs, a constant number per
+file (`_read_run_ranged`): the footer (its size is in the manifest), then only the row groups whose key range
+holds a probe key: their rows of the key file and the other columns of the groups holding matches, or the
+groups whole where the key column is most of their bytes (bands). A probe of a few keys (a trace, a small
+partition) reads a few row groups; a partition's band probe, thousands of random keys, hits every row group
+of a run at today's sizes (a group holds 4,096 rows), so its bytes still grow with the index: with a
+constant number of requests per run, a sorted run of N random keys cannot be probed for k random keys in
+fewer than ~8 x N bytes unless N / k exceeds the bytes a request is worth (MB), and a request per row group
+hit would make requests grow with the partition instead. Rows of partitions ordered at or after
 the probing partition are ignored, so a partition's probe result never depends on what was indexed later
 or concurrently. A partition indexed out of order (before already indexed ones) shifts the runs after it:
 they are rebuilt.
@@ -178,7 +185,7 @@ def read_run(
     matches are found by binary search in the run's key file (`keys_file`, memory-mapped: a probe touches
     O(probe keys x log rows) pages, not the whole key column); elsewhere (S3) by ranged reads: the footer,
     the key file's (or key column's) rows of the row groups whose key range holds a probe key, then the
-    row groups holding matches (`_read_run_ranged`). `size`, `footer`: the run file's size and its footer's
+    row groups holding matches, or the candidate row groups whole (`_read_run_ranged`). `size`, `footer`: the run file's size and its footer's
     (its last bytes: metadata, length, magic), if known (saves a HEAD, and reads the footer exactly)."""
     path = store.local_path(key)
     if probe_keys is not None and path is None:
@@ -340,7 +347,11 @@ def _read_run_ranged(store: Store, key: str, probe_keys: np.ndarray, keys_file: 
     firsts = np.cumsum(sizes) - sizes
     groups = _candidate_groups(meta, probe_keys)
     rows, values = np.empty(0, np.int64), None
-    if groups and keys_file is not None:  # the key file holds the key column raw: 8 bytes a row, groups contiguous
+    # The key file holds the key column raw (8 bytes a row, groups contiguous): read it where the other
+    # columns weigh at least as much (exact: lo, doc_id); else (bands: a band byte and a small doc) the
+    # candidate row groups are read whole, which costs no more than their keys and the groups with matches.
+    whole = sum(end - start for start, end in (_group_span(meta, g) for g in groups))
+    if groups and keys_file is not None and 2 * 8 * int(sizes[groups].sum()) <= whole:
         spans = coalesce([(int(firsts[g]) * 8, int(firsts[g] + sizes[g]) * 8) for g in groups], hole=0)
         found, matched = [], []
         for start, end in spans:
@@ -350,7 +361,7 @@ def _read_run_ranged(store: Store, key: str, probe_keys: np.ndarray, keys_file: 
             matched.append(keys[at])
         rows, values = np.concatenate(found), np.concatenate(matched).astype(np.uint64)
     elif groups:
-        handle.fetch(_group_span(meta, g, [0]) for g in groups)
+        handle.fetch(_group_span(meta, g) for g in groups)
         rows = _rows_by_key_column(parquet, probe_keys, sizes)
     if not len(rows):
         return pl.from_arrow(meta.schema.to_arrow_schema().empty_table())  # type: ignore[return-value]
