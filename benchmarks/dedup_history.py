@@ -24,7 +24,9 @@ partition they would number min(20, P): fewer at P = 10 only).
   not counted). S3: every HTTP request botocore sends (event hook), against the SeaweedFS server of the
   test suite. Local: calls of the store's methods (a file open, read, write, listing, existence check,
   deletion; consecutive opens of one file count once).
-- bytes_read_per_new_partition (S3 only): the body bytes of the GET answers of those steps.
+- bytes_read_per_new_partition (S3 only): the body bytes of the GET answers of those steps. The line before
+  it splits them by kind of file; S3 probes GET runs from threads, so that split is approximate (the total
+  is exact).
 - seconds_per_new_partition: wall seconds of those steps, the mean over the window (amortized: the merge in
   it included; the goal figure), and the median (the partitions without a merge); also CPU seconds in this
   process (on a shared machine the steadier of the two; S3's server side is not in it), and the index rows

@@ -59,6 +59,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +83,7 @@ from sluice.dedup.schemas import (
     parquet_file,
 )
 from sluice.layout import MANIFEST, PARQUET_OPTIONS, PartitionRef, sha256_file
-from sluice.storage import StorageError, Store, StoreSpec, local_temp_dir
+from sluice.storage import StorageError, Store, StoreSpec, is_s3, local_temp_dir
 
 FORMAT = 2
 TABLES = ("exact", "bands")
@@ -340,7 +341,13 @@ class DedupIndex:
             for run in runs
         ]
         big = executor is not None and len(probe_keys) >= PROBE_INLINE_BELOW_KEYS
-        results = executor.map(probe_run, tasks) if big and executor is not None else [probe_run(task, self.store) for task in tasks]
+        if big and executor is not None:
+            results = executor.map(probe_run, tasks)
+        elif is_s3(self.store.url) and len(tasks) > 1:  # the runs' ranged GETs in flight together
+            with ThreadPoolExecutor(min(PROBE_THREADS, len(tasks))) as pool:
+                results = list(pool.map(lambda task: probe_run(task, self.store), tasks))
+        else:
+            results = [probe_run(task, self.store) for task in tasks]
         rows = pl.concat([empty(table), *(pl.from_arrow(result) for result in results)])  # type: ignore[misc]
         return rows.join(names, on="part").sort([*MATCH[table], "snapshot", "source", "doc"])
 
@@ -494,6 +501,7 @@ def _locations(manifest: dict[str, Any], table: str) -> dict[str, list[tuple[str
 
 # Probes with at least this many distinct keys read their runs in executor tasks; smaller ones in process.
 PROBE_INLINE_BELOW_KEYS = 1 << 20
+PROBE_THREADS = 8  # S3: runs probed at once by smaller probes (threads: their time is waiting for GETs)
 
 
 @dataclass(frozen=True)

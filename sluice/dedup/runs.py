@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
@@ -83,6 +84,14 @@ def coalesce(spans: Iterable[tuple[int, int]], hole: int = HOLE, most: int = MAX
     return [(start, end) for start, end in merged]
 
 
+def read_ranges(store: Store, key: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+    """The bytes of these (start, end) ranges of `key`, the GETs in flight together (threads)."""
+    if len(ranges) <= 1:
+        return [store.read_range(key, start, end - start) for start, end in ranges]
+    with ThreadPoolExecutor(len(ranges)) as pool:
+        return list(pool.map(lambda span: store.read_range(key, span[0], span[1] - span[0]), ranges))
+
+
 class RangedFile:
     """A read-only file over one object of a store, for pyarrow: reads are served from the byte ranges
     fetched beforehand (`fetch`: one ranged read per coalesced range); a read outside them is one more."""
@@ -95,8 +104,9 @@ class RangedFile:
 
     def fetch(self, spans: Iterable[tuple[int, int]]) -> None:
         wanted = [(max(0, a), min(self._size, b)) for a, b in spans if min(self._size, b) > max(0, a) and not self._covered(a, b)]
-        for start, end in coalesce(wanted):
-            self._spans.append((start, self.store.read_range(self.key, start, end - start)))
+        ranges = coalesce(wanted)
+        for (start, _), data in zip(ranges, read_ranges(self.store, self.key, ranges), strict=True):
+            self._spans.append((start, data))
         self._spans.sort(key=lambda span: span[0])
 
     def read_at(self, start: int, length: int) -> bytes:
@@ -194,8 +204,8 @@ def _read_run_ranged(store: Store, key: str, probe_keys: np.ndarray, keys_file: 
     if groups and keys_file is not None and 2 * 8 * int(sizes[groups].sum()) <= whole:
         spans = coalesce([(int(firsts[g]) * 8, int(firsts[g] + sizes[g]) * 8) for g in groups], hole=0)
         found, matched = [], []
-        for start, end in spans:
-            keys = np.frombuffer(store.read_range(keys_file, start, end - start), dtype="<u8")
+        for (start, _), data in zip(spans, read_ranges(store, keys_file, spans), strict=True):
+            keys = np.frombuffer(data, dtype="<u8")
             at = _matches(keys, probe_keys)
             found.append(at + start // 8)
             matched.append(keys[at])
