@@ -42,7 +42,8 @@ _JACCARD_BLOCK = 1 << 19
 _SHINGLE_BATCH_CHARS = 1 << 21
 # Candidate pairs per verification task, and distinct documents (whose shingle sets a task holds at once):
 # tasks run one after another in process, so this bounds verification's memory whatever the candidates
-# (dedup_scaling.py's peak memory 16x/1x: 1.38 without it, 1.30 with 1,024 documents, 1.16 with 256).
+# (dedup_scaling.py's 16x input, VmHWM: 541-555 MB without it, 509 with 1,024 documents, 453-476 with 256,
+# for 12-16 % more CPU; 1x: 384-390 MB).
 VERIFY_PAIRS_PER_TASK = 1 << 15
 VERIFY_DOCUMENTS_PER_TASK = 1 << 8
 PAIRS_SCHEMA = {"u": pl.Int64, "v": pl.Int64}
