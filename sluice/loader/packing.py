@@ -79,11 +79,13 @@ def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -
     where = window_segments(data, ids)
     row, seg_begin, seg_end = where["row"], where["seg_begin"], where["seg_end"]
     in_inputs = seg_begin < length
-    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    row_in, begin_in = row[in_inputs], seg_begin[in_inputs]
+    input_sizes = np.minimum(seg_end[in_inputs], length) - begin_in
+    records = where["records"][in_inputs]
     return {
-        "segment_starts": row[in_inputs] * length + seg_begin[in_inputs],
-        "segment_records": where["records"][in_inputs],
-        "provenance": segment_provenance(where, ids * length, in_inputs, input_sizes),
+        "segment_starts": row_in * length + begin_in,
+        "segment_records": records,
+        "provenance": segment_provenance(where, ids * length, in_inputs, row_in, begin_in, input_sizes, records),
     }
 
 
@@ -151,49 +153,56 @@ def pack_arrays(
     # Segments of the inputs (the window without its last token): flat starts and lengths; position ids
     # count up from 0 inside each, and cu_seqlens lists their starts over the flattened [count * length].
     in_inputs = seg_begin < length
-    input_starts = row[in_inputs] * length + seg_begin[in_inputs]
-    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    row_in, begin_in = row[in_inputs], seg_begin[in_inputs]
+    input_starts = row_in * length + begin_in
+    input_sizes = np.minimum(seg_end[in_inputs], length) - begin_in
     if out is None:
         out = np.empty((3, count, length), dtype=np.int64)
     inputs, labels, positions = out[0], out[1], out[2]
     # Position ids are j minus the start of j's document inside the row: computed in 16 bits (a third of
     # the memory traffic of int64; positions are < length), then widened once.
     narrow = np.uint16 if length <= 1 << 16 else np.int64
-    document_start = np.repeat(seg_begin[in_inputs].astype(narrow), input_sizes).reshape(count, length)
+    document_start = np.repeat(begin_in.astype(narrow), input_sizes).reshape(count, length)
     np.copyto(positions, np.subtract(_arange(length, narrow), document_start, out=document_start))
     np.copyto(labels, window[:, 1:])
     np.copyto(inputs, window[:, :-1])
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
+    records = read["records"][in_inputs]
     packed = {
         "input_ids": inputs,
         "labels": labels,
         "position_ids": positions,
         "segment_starts": input_starts,
         "segment_sizes": input_sizes,
-        "segment_records": read["records"][in_inputs],
+        "segment_records": records,
     }
     if provenance:
-        packed["provenance"] = segment_provenance(read, ids * length, in_inputs, input_sizes)
+        packed["provenance"] = segment_provenance(read, ids * length, in_inputs, row_in, begin_in, input_sizes, records)
     return packed
 
 
-def segment_provenance(read: dict[str, np.ndarray], begins: np.ndarray, in_inputs: np.ndarray, input_sizes: np.ndarray) -> np.ndarray:
-    """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result."""
-    counts, records = read["counts"], read["records"]
-    keep = np.flatnonzero(in_inputs)
-    chosen = records[keep]
-    out = np.empty((len(keep), len(PROVENANCE_COLUMNS)), dtype=np.int64)
-    # A sample's records are consecutive in the index: record k of sample i is first[i] + k, i.e. over all
-    # records, first[i] minus the records of the samples before i plus the record's own position.
-    out[:, 0] = np.repeat(read["first"] - (np.cumsum(counts) - counts), counts)[keep] + keep
-    out[:, 1] = chosen["shard"]
-    out[:, 2] = chosen["doc"]
+def segment_provenance(
+    read: dict[str, np.ndarray], begins: np.ndarray, in_inputs: np.ndarray, row_in: np.ndarray, begin_in: np.ndarray,
+    input_sizes: np.ndarray, records: np.ndarray,
+) -> np.ndarray:
+    """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result, from what
+    packing already has: the input segments' rows, starts in their windows, sizes and records
+    (`read["records"][in_inputs]`). A few whole-array numpy calls per packed group: the structured record
+    array is gathered once (by the caller, for `segment_records`), and its fields are read as strided views."""
+    counts = read["counts"]
+    out = np.empty((len(row_in), len(PROVENANCE_COLUMNS)), dtype=np.int64)
+    # A sample's records are consecutive in the index: record k of sample i is first[i] + k, and over all
+    # segments k is the segment's position minus the segments of the samples before i.
+    np.add((read["first"] - (np.cumsum(counts) - counts))[row_in], np.flatnonzero(in_inputs), out=out[:, 0])
+    out[:, 1] = records["shard"]
+    out[:, 2] = records["doc"]
     # Where the segment starts inside its document: its stream position minus the record's (a record is a
-    # document or its head, so its first token is the document's first).
-    out[:, 3] = begins[read["row"][keep]] + read["seg_begin"][keep]
-    out[:, 3] -= chosen["offset"].astype(np.int64)
-    np.add(out[:, 3], input_sizes, out=out[:, 4])
+    # document or its head, so its first token is the document's first). Offsets are < 2^63: viewed as int64.
+    begin = out[:, 3]
+    np.add(begins[row_in], begin_in, out=begin)
+    np.subtract(begin, records["offset"].view(np.int64), out=begin)
+    np.add(begin, input_sizes, out=out[:, 4])
     return out
 
 
