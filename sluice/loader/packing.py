@@ -59,16 +59,18 @@ def _arange(size: int, dtype: type) -> np.ndarray:
 
 def window_segments(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     """The segments of the samples' windows (L + 1 tokens each) from one index probe per sample, reading no
-    tokens: records covering each window, their counts, the first record's index, and per segment its row
-    and [seg_begin, seg_end) inside the window."""
+    tokens: records covering each window, their counts, the first record's index (and each record's, where
+    the index read computed it: `indices`, else None), and per segment its row, [seg_begin, seg_end) inside
+    the window and `in_doc`, where it starts inside its document (a record's first token is its document's)."""
     length = data.sequence_length
-    records, counts, first = data.index().sample_records_at(ids)
-    begins = ids * length
+    records, counts, first, indices = data.index().sample_records_indexed(ids)
     row = np.repeat(np.arange(len(ids)), counts)
+    row_begin = ids[row] * length
     offsets = records["offset"].astype(np.int64)
-    seg_begin = np.maximum(offsets - begins[row], 0)
-    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - begins[row], length + 1)
-    return {"records": records, "counts": counts, "first": first, "row": row, "seg_begin": seg_begin, "seg_end": seg_end}
+    seg_begin = np.maximum(offsets - row_begin, 0)
+    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - row_begin, length + 1)
+    in_doc = row_begin + seg_begin - offsets
+    return {"records": records, "counts": counts, "first": first, "indices": indices, "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "in_doc": in_doc}
 
 
 def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
@@ -85,7 +87,7 @@ def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -
     return {
         "segment_starts": row_in * length + begin_in,
         "segment_records": records,
-        "provenance": segment_provenance(where, ids * length, in_inputs, row_in, begin_in, input_sizes, records),
+        "provenance": segment_provenance(where, in_inputs, row_in, input_sizes, records),
     }
 
 
@@ -100,9 +102,8 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     width = data.sequence_length + 1
     count = len(ids)
     where = window_segments(data, ids)
-    records, counts, first, row, seg_begin, seg_end = (where[k] for k in ("records", "counts", "first", "row", "seg_begin", "seg_end"))
-    offsets = records["offset"].astype(np.int64)
-    source = records["start"].astype(np.int64) + ids[row] * data.sequence_length + seg_begin - offsets  # token offset inside the shard
+    records, seg_begin, seg_end = where["records"], where["seg_begin"], where["seg_end"]
+    source = records["start"].astype(np.int64) + where["in_doc"]  # token offset inside the shard
     sizes = seg_end - seg_begin
     window = np.empty(count * width, dtype=data.token_dtype)  # token dtype: the reads move 2 (or 4) bytes a token
     view = memoryview(window).cast("B")
@@ -120,7 +121,7 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
                 files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
         if pieces:
             np.concatenate(pieces, out=window)
-        return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records, "first": first, "counts": counts}
+        return {**where, "window": window.reshape(count, width)}
     fds = [files[shard].fd for shard in shard_ids]
     ends = np.cumsum(sizes) * item
     read = 0
@@ -130,7 +131,7 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     if read != len(view):  # a shard shorter than the mix says: name it
         for shard, start, size in zip(shard_ids, source.tolist(), sizes.tolist(), strict=True):
             files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
-    return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records, "first": first, "counts": counts}
+    return {**where, "window": window.reshape(count, width)}
 
 
 def pack_arrays(
@@ -178,31 +179,26 @@ def pack_arrays(
         "segment_records": records,
     }
     if provenance:
-        packed["provenance"] = segment_provenance(read, ids * length, in_inputs, row_in, begin_in, input_sizes, records)
+        packed["provenance"] = segment_provenance(read, in_inputs, row_in, input_sizes, records)
     return packed
 
 
-def segment_provenance(
-    read: dict[str, np.ndarray], begins: np.ndarray, in_inputs: np.ndarray, row_in: np.ndarray, begin_in: np.ndarray,
-    input_sizes: np.ndarray, records: np.ndarray,
-) -> np.ndarray:
+def segment_provenance(read: dict[str, np.ndarray], in_inputs: np.ndarray, row_in: np.ndarray, input_sizes: np.ndarray, records: np.ndarray) -> np.ndarray:
     """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result, from what
-    packing already has: the input segments' rows, starts in their windows, sizes and records
-    (`read["records"][in_inputs]`). A few whole-array numpy calls per packed group: the structured record
-    array is gathered once (by the caller, for `segment_records`), and its fields are read as strided views."""
-    counts = read["counts"]
+    reading and packing computed already: the input segments' rows, sizes and records (`read["records"]
+    [in_inputs]`), each segment's start inside its document (`in_doc`) and, on a memory-mapped index, each
+    record's index. A few whole-array numpy calls per packed group; no per-sample Python object."""
     out = np.empty((len(row_in), len(PROVENANCE_COLUMNS)), dtype=np.int64)
-    # A sample's records are consecutive in the index: record k of sample i is first[i] + k, and over all
-    # segments k is the segment's position minus the segments of the samples before i.
-    np.add((read["first"] - (np.cumsum(counts) - counts))[row_in], np.flatnonzero(in_inputs), out=out[:, 0])
+    indices = read["indices"]
+    if indices is not None:
+        out[:, 0] = indices[in_inputs]
+    else:  # a sample's records are consecutive: record k of sample i is first[i] + k
+        counts = read["counts"]
+        np.add((read["first"] - (np.cumsum(counts) - counts))[row_in], np.flatnonzero(in_inputs), out=out[:, 0])
     out[:, 1] = records["shard"]
     out[:, 2] = records["doc"]
-    # Where the segment starts inside its document: its stream position minus the record's (a record is a
-    # document or its head, so its first token is the document's first). Offsets are < 2^63: viewed as int64.
-    begin = out[:, 3]
-    np.add(begins[row_in], begin_in, out=begin)
-    np.subtract(begin, records["offset"].view(np.int64), out=begin)
-    np.add(begin, input_sizes, out=out[:, 4])
+    out[:, 3] = read["in_doc"][in_inputs]
+    np.add(out[:, 3], input_sizes, out=out[:, 4])
     return out
 
 
@@ -227,6 +223,8 @@ def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, A
         max_seqlen[nonempty] = np.maximum.reduceat(sizes, edges[:-1][nonempty])
     inputs, labels, positions = packed["input_ids"], packed["labels"], packed["position_ids"]
     provenance = packed.get("provenance")
+    if provenance is not None:  # one call cuts every piece (a from_numpy per piece costs more)
+        provenance = torch.from_numpy(provenance).split(np.diff(edges).tolist())
     out = []
     for piece, (a, b, longest) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), max_seqlen.tolist(), strict=True)):
         rows_slice = slice(piece * size, (piece + 1) * size)
@@ -241,5 +239,5 @@ def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, A
             }
         )
         if provenance is not None:
-            out[-1]["provenance"] = torch.from_numpy(provenance[a:b])
+            out[-1]["provenance"] = provenance[piece]
     return out
