@@ -223,8 +223,6 @@ def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, A
         max_seqlen[nonempty] = np.maximum.reduceat(sizes, edges[:-1][nonempty])
     inputs, labels, positions = packed["input_ids"], packed["labels"], packed["position_ids"]
     provenance = packed.get("provenance")
-    if provenance is not None:  # one call cuts every piece (a from_numpy per piece costs more)
-        provenance = torch.from_numpy(provenance).split(np.diff(edges).tolist())
     out = []
     for piece, (a, b, longest) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), max_seqlen.tolist(), strict=True)):
         rows_slice = slice(piece * size, (piece + 1) * size)
@@ -239,5 +237,5 @@ def split_packed(packed: dict[str, np.ndarray], pieces: int) -> list[dict[str, A
             }
         )
         if provenance is not None:
-            out[-1]["provenance"] = provenance[piece]
+            out[-1]["provenance"] = torch.from_numpy(provenance[a:b])
     return out
