@@ -91,17 +91,20 @@ def all_rows(store, partitions, table: str) -> pl.DataFrame:
     return pl.concat(frames)
 
 
-@pytest.mark.parametrize("via", ["key file", "key column"])
+@pytest.mark.parametrize("via", ["key file", "key file, no row file", "key column"])
 @pytest.mark.parametrize("row_group", [7, 1 << 14])
 @pytest.mark.parametrize("table", ["bands", "exact"])
 def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_path, monkeypatch, table, row_group, via):
     """Against all rows filtered by hand; with row groups of 7 rows the probe finds the matching rows (by
-    binary search in the memory-mapped key file, or, where that is not local, in the key column), then reads
-    only the row groups holding matches."""
+    binary search in the memory-mapped key file, or, where that is not local, in the key column), then
+    gathers them from the memory-mapped row file (every column but doc_id) or reads only the row groups
+    holding matches. A probe for some columns returns those columns of the same rows."""
     monkeypatch.setattr(dedup.index, "ROW_GROUP", row_group)
+    real = LocalStore.local_path
     if via == "key column":
-        real = LocalStore.local_path
         monkeypatch.setattr(LocalStore, "local_path", lambda store, key: None if key.endswith(".keys") else real(store, key))
+    if via == "key file, no row file":
+        monkeypatch.setattr(LocalStore, "local_path", lambda store, key: None if key.endswith(".rows") else real(store, key))
     partitions = synthetic(13)
     store = open_store(str(tmp_path / "store"))
     write_all(store, partitions)
@@ -119,6 +122,8 @@ def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_pat
         expected = before.join(keys, on=match, how="semi").select(found.columns)
         assert found.equals(expected.sort([*match, "snapshot", "source", "doc"]))
         assert position == 0 or found.height > 0
+        fixed = [*match, "part", "doc"]
+        assert index.probe(table, keys, ref, columns=fixed).equals(found.select(*fixed, "partition", "snapshot", "source"))
 
 
 class CountingStore(LocalStore):
@@ -156,7 +161,7 @@ def test_probe_reads_a_bounded_number_of_files_whatever_the_history(tmp_path):
         counting.calls.clear()
         DedupIndex(counting, settings).probe("bands", keys, ref)
         assert len(DedupIndex(store, settings).manifest()["runs"]) == runs
-        assert counting.calls == Counter(read=1, open=2 * runs)  # manifest; each run and its key file (the one delta is the last partition's)
+        assert counting.calls == Counter(read=1, open=2 * runs)  # manifest; each run's key and row files, no Parquet file (the one delta is the last partition's)
 
 
 def test_each_row_is_rewritten_a_logarithmic_number_of_times(tmp_path):
