@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 
 from sluice.clean import CLEANED_SCHEMA
 from sluice.config import DedupSettings
-from sluice.dedup.index import DedupIndex, IndexEntry, partition_rows
+from sluice.dedup.index import FORMAT, DedupIndex, IndexEntry, partition_rows
 from sluice.dedup.schemas import CLUSTERS_SCHEMA, minhash_identity, signatures_schema
 from sluice.dedup.signatures import signatures_digest
 from sluice.ingest import RAW_SCHEMA
@@ -164,10 +165,20 @@ def link_shard(root: Path, mix_root: Path, shard: dict, ref: PartitionRef, doc_i
     return {**shard, "prefix": partition_prefix("tokenized_shards", ref), "partition": ref.key, "source": ref.source, "part": 0, "first_row": 0}
 
 
+# Written into `.complete`: an upstream built by an older version (another index layout: format 1, no
+# `.rows` files) is rebuilt rather than measured as if it were the current one.
+BUILD_VERSION = f"index format {FORMAT}, .rows files"
+
+
 def build(root: Path, mix_root: Path, settings: DedupSettings | None = None, log=print) -> Path:
-    """Write the upstream of the mix at `mix_root` under `root` (skipped when `root/.complete` exists)."""
-    if (root / ".complete").exists():
+    """Write the upstream of the mix at `mix_root` under `root` (skipped when `root/.complete` says it was
+    built by this version; an older build is removed and rebuilt)."""
+    marker = root / ".complete"
+    if marker.exists() and marker.read_text() == BUILD_VERSION:
         return root
+    if root.exists():
+        log(f"  upstream: {root} was built by another version: rebuilt")
+        shutil.rmtree(root)
     settings = settings or DedupSettings()
     store = open_store(str(root))
     manifest = json.loads((mix_root / "mixed_dataset/mix=scale" / MANIFEST).read_text())
@@ -188,7 +199,7 @@ def build(root: Path, mix_root: Path, settings: DedupSettings | None = None, log
     if not (root / "mixed_index/mix=scale").exists():
         os.symlink(mix_root / "mixed_index/mix=scale", root / "mixed_index/mix=scale")
     write_json(store, f"mixed_dataset/mix=scale/{MANIFEST}", {**manifest, "shards": shards})
-    (root / ".complete").write_text("")
+    marker.write_text(BUILD_VERSION)
     return root
 
 

@@ -20,7 +20,7 @@ from pydantic import Field
 from data_assets.metadata import markdown_table
 from resources import SluiceSettings
 from sluice.config import SluiceConfig
-from sluice.export import ExportError, export_split
+from sluice.export import ExportError
 from sluice.mix import MixError
 from sluice.storage import StorageError, open_store
 
@@ -38,6 +38,8 @@ def export_from_config(
     export settings; returns the export manifest. Raises ExportError with a message for people."""
     if mix not in config.mixes:
         raise ExportError(f"mix {mix!r} is not in the config; mixes are {sorted(config.mixes)}")
+    from sluice.export import export_split  # the writers import torch: only when an export runs
+
     settings = config.export
     out = destination or default_destination(config, mix, fmt)
     try:

@@ -293,7 +293,7 @@ def kept_doc(parquet: pq.ParquetFile, low: int, high: int, kept_row: int) -> int
 
 def dedup_cluster(
     reader: RowReader, ref: PartitionRef, part: int, doc_id: str, settings: DedupSettings | None = None, deduped_row: int | None = None,
-    found: GlobalCluster | None = None,
+    found: GlobalCluster | None = None, row: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The deduplication cluster of a kept document: {cluster_id, cluster_size, scope, ...}.
 
@@ -303,9 +303,10 @@ def dedup_cluster(
     dedup settings (or `found`, searched already), the cluster is the global one (`scope` "global"): every
     indexed document whose decision leads to the same kept document, later partitions' copies included,
     found by probes of the dedup index (`sluice.dedup.lookup`). Otherwise the size counts the cluster as the
-    document's partition saw it when it was deduplicated (`scope` says so)."""
+    document's partition saw it when it was deduplicated (`scope` says so). `row`: the document's
+    `cluster_row`, if read already."""
     low, high = part << ROW_BITS, ((part + 1) << ROW_BITS) - 1
-    row = cluster_row(reader, ref, part, doc_id, deduped_row)
+    row = cluster_row(reader, ref, part, doc_id, deduped_row) if row is None else row
     if row is not None:
         if found is None and settings is not None:
             from sluice.dedup.lookup import global_cluster

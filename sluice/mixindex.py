@@ -257,6 +257,12 @@ class MixIndex:
     def sample_records_at(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`sample_records` plus the index of each sample's first record (its records are consecutive), which
         names a record in the whole index (batch provenance)."""
+        records, counts, first, _ = self.sample_records_indexed(sample_ids)
+        return records, counts, first
+
+    def sample_records_indexed(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """`sample_records_at` plus each returned record's index in the whole index where the read computed
+        it anyway (memory-mapped: the gather's positions), else None."""
         ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.header.samples):
             raise IndexError(f"sample index out of range [0, {self.header.samples})")
@@ -265,7 +271,7 @@ class MixIndex:
             first = table[ids].astype(np.int64)
             counts = table[ids + 1].astype(np.int64) - first + 1
             wanted = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-            return records[wanted], counts, first
+            return records[wanted], counts, first, wanted
         fd, table, size = self._file(), self.header.samples_at, SAMPLE.itemsize
         probe = b"".join([os.pread(fd, 2 * size, table + sample * size) for sample in ids.tolist()])
         bounds = np.frombuffer(probe, SAMPLE).reshape(-1, 2).astype(np.int64)
@@ -277,7 +283,7 @@ class MixIndex:
         records = np.frombuffer(b"".join(pieces), RECORD)
         if len(records) != int(counts.sum()):
             raise MixIndexError(f"{self.name}: short read of records; the index is truncated")
-        return records, counts, bounds[:, 0]
+        return records, counts, bounds[:, 0], None
 
     def covering(self, begin: int, end: int) -> np.ndarray:
         """The records holding stream tokens [begin, end)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -62,6 +63,9 @@ def is_s3(url: str) -> bool:
     return url.startswith("s3://")
 
 
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f\\]")  # a control character or a backslash
+
+
 def check_key(key: str) -> str:
     """Refuse a relative key that could leave the store's root or break an S3 key: an absolute path, a
     `..` or `.` part, a backslash or a control character. The empty key is the root itself."""
@@ -69,8 +73,7 @@ def check_key(key: str) -> str:
         return key
     bad = (
         key.startswith("/")
-        or "\\" in key
-        or any(ord(ch) < 32 or ord(ch) == 127 for ch in key)
+        or _UNSAFE.search(key) is not None
         or any(part in (".", "..") for part in key.split("/"))
     )
     if bad:

@@ -15,6 +15,11 @@ Layout under `dedup_index/minhash=<digest of the MinHash settings and shard coun
   - `delta-<digest>.parquet`: one partition's rows.
   - `<run or delta>.keys`: the file's `key` column as raw little-endian uint64, in row order (a local probe
     binary-searches it memory-mapped instead of reading the key column).
+  - `<run or delta>.rows`: the file's other fixed-width columns (`ROW_FIELDS`: exact `lo`, `part`, `doc`;
+    bands `band`, `part`, `doc`) as packed little-endian records, in row order: a local probe that needs no
+    `doc_id` gathers its matching rows from it memory-mapped and never opens the Parquet file (whose footer
+    alone, row groups x columns, grows with the run: 9 MB and 0.15 s to parse at 10^8 band rows). Runs
+    written before it existed have none and are read from Parquet.
 
 **Canonical leveled layout.** With the N indexed partitions in the global order, T = max_deltas and F =
 fanout: the last N mod T partitions are deltas; the others form b = N div T batches of T, and with b = sum
@@ -30,19 +35,20 @@ base every T partitions: O(N / T) per partition). A merge is one executor task p
 **Probes** read the manifest, then per table every run and the deltas of partitions ordered before the
 probing one: at most 1 + 2 x (levels + T) files, levels = log_F(N / T) (3 at N = 1,000 with F = T = 8; 5 at
 N = 100,000). On a local store a probe finds its matches by binary search in each file's memory-mapped key
-file (one more open per file; pages touched grow as probe keys x log rows, not as the index) and reads the
-other columns of the row groups holding matches only. On S3 a probe makes ranged GETs, a constant number per
-file (`_read_run_ranged`): the footer (its size is in the manifest), then only the row groups whose key range
-holds a probe key: their rows of the key file and the other columns of the groups holding matches, or the
-groups whole where the key column is most of their bytes (bands). A probe of a few keys (a trace, a small
-partition) reads a few row groups; a partition's band probe, thousands of random keys, hits every row group
-of a run at today's sizes (a group holds 4,096 rows), so its bytes still grow with the index: with a
-constant number of requests per run, a sorted run of N random keys cannot be probed for k random keys in
-fewer than ~8 x N bytes unless N / k exceeds the bytes a request is worth (MB), and a request per row group
-hit would make requests grow with the partition instead. Rows of partitions ordered at or after
-the probing partition are ignored, so a partition's probe result never depends on what was indexed later
-or concurrently. A partition indexed out of order (before already indexed ones) shifts the runs after it:
-they are rebuilt.
+file (one more open per file; pages touched grow as probe keys x log rows, not as the index), then gathers
+the matching rows from its memory-mapped `.rows` file where it needs no `doc_id` (the Parquet file is not
+opened), else reads the other columns of the row groups holding matches only. On S3 (no `.rows` file read) a
+probe makes ranged GETs, a constant number per file (`_read_run_ranged`): the footer (its size is in the
+manifest), then only the row groups whose key range holds a probe key: their rows of the key file and the
+other columns of the groups holding matches, or the groups whole where the key column is most of their bytes
+(bands); of the columns asked for only. A probe of a few keys (a trace, a small partition) reads a few row
+groups; a partition's band probe, thousands of random keys, hits every row group of a run at today's sizes
+(a group holds 4,096 rows), so its bytes still grow with the index: with a constant number of requests per
+run, a sorted run of N random keys cannot be probed for k random keys in fewer than ~8 x N bytes unless N /
+k exceeds the bytes a request is worth (MB), and a request per row group hit would make requests grow with
+the partition instead. Rows of partitions ordered at or after the probing partition are ignored, so a
+partition's probe result never depends on what was indexed later or concurrently. A partition indexed out of
+order (before already indexed ones) shifts the runs after it: they are rebuilt.
 
 **Writes** must not run concurrently (two writers would each publish a manifest without the other's
 partition): the `dedup_index` asset runs them under a Dagster concurrency pool of limit 1. A writer
@@ -72,7 +78,16 @@ import xxhash
 
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
-from sluice.dedup.runs import FOOTER_READ, HOLE, MAX_RANGES, RangedFile, coalesce, footer_size, read_run  # noqa: F401 (re-exported)
+from sluice.dedup.runs import (  # noqa: F401 (re-exported)
+    FOOTER_READ,
+    HOLE,
+    MAX_RANGES,
+    ROW_FIELDS,
+    RangedFile,
+    coalesce,
+    footer_size,
+    read_run,
+)
 from sluice.dedup.schemas import (
     INDEX,
     absent,
@@ -242,6 +257,8 @@ def build_run(task: BuildTask) -> dict[str, Any] | None:
         writer = stack.enter_context(pq.ParquetWriter(path, SCHEMAS[task.table], **options))
         keys_path = os.path.join(scratch, "run.keys")
         keys_out = stack.enter_context(open(keys_path, "wb"))
+        rows_path = os.path.join(scratch, "run.rows")
+        rows_out = stack.enter_context(open(rows_path, "wb"))
         for number in range(task.shards):
             low, high = shard_bounds(number, task.shards)
             frames = [empty(task.table), joining.filter(shard == number)]  # type: ignore[arg-type]
@@ -254,15 +271,26 @@ def build_run(task: BuildTask) -> dict[str, Any] | None:
             if merged.height:
                 writer.write_table(merged.to_arrow().cast(SCHEMAS[task.table]), row_group_size=ROW_GROUP)
                 keys_out.write(merged["key"].to_numpy().astype("<u8").tobytes())
+                records = np.empty(merged.height, ROW_FIELDS[task.table])
+                for name in records.dtype.names:
+                    records[name] = merged[name].to_numpy()
+                rows_out.write(records.tobytes())
                 rows += merged.height
         writer.close()
         keys_out.close()
+        rows_out.close()
         if not rows:
             return None
         keys_key = task.output.removesuffix(".parquet") + ".keys"
         keys = {"key": keys_key, "bytes": os.path.getsize(keys_path), "sha256": sha256_file(keys_path)}
-        entry = {"key": task.output, "rows": rows, "bytes": os.path.getsize(path), "footer": footer_size(path), "sha256": sha256_file(path), "keys": keys}
+        rows_key = task.output.removesuffix(".parquet") + ".rows"
+        rows_entry = {"key": rows_key, "bytes": os.path.getsize(rows_path), "sha256": sha256_file(rows_path)}
+        entry = {
+            "key": task.output, "rows": rows, "bytes": os.path.getsize(path), "footer": footer_size(path), "sha256": sha256_file(path),
+            "keys": keys, "row_file": rows_entry,
+        }
         store.put_file(keys_path, f"{task.prefix}/{keys_key}")
+        store.put_file(rows_path, f"{task.prefix}/{rows_key}")
         store.put_file(path, f"{task.prefix}/{task.output}")
     return entry
 
@@ -306,15 +334,19 @@ class DedupIndex:
         return sorted((ref.key for ref in expected if ref.key not in indexed), key=order_of)
 
     def probe(
-        self, table: str, keys: pl.DataFrame, ref: PartitionRef | None, manifest: dict[str, Any] | None = None, executor: Executor | None = None
+        self, table: str, keys: pl.DataFrame, ref: PartitionRef | None, manifest: dict[str, Any] | None = None, executor: Executor | None = None,
+        columns: list[str] | None = None,
     ) -> pl.DataFrame:
         """Every indexed row of `table` matching `keys` (columns MATCH[table]) of a partition ordered before `ref`
         (None: of every indexed partition, as a trace asks), with that partition's key, snapshot and source,
-        in the order of (MATCH[table], the global order)."""
+        in the order of (MATCH[table], the global order). `columns`: the index columns wanted (MATCH[table],
+        `part` and `doc` always come; None: all); without `doc_id`, a local probe reads no Parquet file."""
+        if columns is not None:
+            columns = list(dict.fromkeys([*MATCH[table], "part", "doc", *columns]))
         for attempt in range(READ_ATTEMPTS):
             current = manifest if manifest is not None and attempt == 0 else self.manifest()
             try:
-                return self._probe(table, keys, ref, current, executor)
+                return self._probe(table, keys, ref, current, executor, columns)
             except (FileNotFoundError, StorageError):
                 if attempt == READ_ATTEMPTS - 1:
                     raise
@@ -325,18 +357,22 @@ class DedupIndex:
         (uint64) by `ref` must read."""
         return [files[table] for files, members in _runs_of(manifest) if files.get(table) and _before(members[0], ref)]
 
-    def _probe(self, table: str, keys: pl.DataFrame, ref: PartitionRef | None, manifest: dict[str, Any], executor: Executor | None) -> pl.DataFrame:
+    def _probe(
+        self, table: str, keys: pl.DataFrame, ref: PartitionRef | None, manifest: dict[str, Any], executor: Executor | None, columns: list[str] | None = None,
+    ) -> pl.DataFrame:
         keys = keys.select(MATCH[table]).unique().sort(MATCH[table])
         probe_keys = np.unique(keys["key"].to_numpy())
         runs = self.runs(table, probe_keys, ref, manifest)
         names = partition_table(key for key in manifest["partitions"] if _before(key, ref))
+        none = empty(table).select(columns or SCHEMAS[table].names)
         if not runs or not len(probe_keys) or not names.height:
-            return empty(table).join(names, on="part")
+            return none.join(names, on="part")
         parts = tuple(names["part"].to_list())
+        side = lambda run, name: f"{self.prefix}/{run[name]['key']}" if name in run else None  # noqa: E731
         tasks = [
             ProbeTask(
-                self.store.uri(), f"{self.prefix}/{run['key']}", table, keys.to_arrow(), parts, self.s3,
-                f"{self.prefix}/{run['keys']['key']}" if "keys" in run else None, run.get("bytes"), run.get("footer"),
+                self.store.uri(), f"{self.prefix}/{run['key']}", table, keys.to_arrow(), parts, self.s3, side(run, "keys"), run.get("bytes"),
+                run.get("footer"), side(run, "row_file"), None if columns is None else tuple(columns),
             )
             for run in runs
         ]
@@ -348,7 +384,7 @@ class DedupIndex:
                 results = list(pool.map(lambda task: probe_run(task, self.store), tasks))
         else:
             results = [probe_run(task, self.store) for task in tasks]
-        rows = pl.concat([empty(table), *(pl.from_arrow(result) for result in results)])  # type: ignore[misc]
+        rows = pl.concat([none, *(pl.from_arrow(result) for result in results)])  # type: ignore[misc]
         return rows.join(names, on="part").sort([*MATCH[table], "snapshot", "source", "doc"])
 
     def first_copies(self, text_hashes: pa.Array | pa.ChunkedArray, ref: PartitionRef, manifest: dict[str, Any] | None = None, executor: Executor | None = None) -> pl.DataFrame:
@@ -470,7 +506,8 @@ class DedupIndex:
         referenced = {MANIFEST}
         for table in TABLES:
             referenced.update(files[table]["key"] for files, _ in _runs_of(manifest) if files.get(table))
-            referenced.update(files[table]["keys"]["key"] for files, _ in _runs_of(manifest) if files.get(table) and "keys" in files[table])
+            for side in ("keys", "row_file"):
+                referenced.update(files[table][side]["key"] for files, _ in _runs_of(manifest) if files.get(table) and side in files[table])
         self.store.remove_stale_temp(self.prefix)
         stale = [key for key in self.store.list_files(self.prefix) if key[len(self.prefix) + 1 :] not in referenced]
         self.store.delete(stale)
@@ -515,11 +552,14 @@ class ProbeTask:
     keys_file: str | None = None  # the run's key file (format 1 runs have none)
     size: int | None = None  # the run file's bytes, if known
     footer: int | None = None  # its footer's bytes, if known
+    rows_file: str | None = None  # the run's `.rows` file (runs written before it have none)
+    columns: tuple[str, ...] | None = None  # the columns wanted (None: all)
 
 
 def probe_run(task: ProbeTask, store: Store | None = None) -> pa.Table:
     """The rows of one run file matching the probe keys, of the partitions `task.parts`."""
     store = store or StoreSpec(task.root_url, task.s3).open()
     keys = pl.from_arrow(task.keys)
-    rows = read_run(store, task.key, keys["key"].to_numpy(), task.keys_file, task.size, task.footer)  # type: ignore[index]
+    columns = list(task.columns) if task.columns is not None else SCHEMAS[task.table].names  # named: a `.rows` gather needs them
+    rows = read_run(store, task.key, keys["key"].to_numpy(), task.keys_file, task.size, task.footer, task.rows_file, task.table, columns)  # type: ignore[index]
     return rows.join(keys, on=MATCH[task.table], how="semi").filter(pl.col("part").is_in(task.parts)).to_arrow()  # type: ignore[arg-type]

@@ -1,6 +1,8 @@
 """Reading the global index's run files (`sluice.dedup.index`): whole; by binary search of a run's key
-file memory-mapped (a local store); or by ranged reads, a constant number per file (S3): the footer, the
-key file's (or key column's) rows of the row groups a probe key can hit, the row groups holding matches."""
+file memory-mapped (a local store), the matching rows gathered from its `.rows` file memory-mapped (no
+Parquet file opened) where the columns wanted are fixed-width, else from the row groups holding matches;
+or by ranged reads, a constant number per file (S3): the footer, the key file's (or key column's) rows of
+the row groups a probe key can hit, the row groups holding matches."""
 
 from __future__ import annotations
 
@@ -17,33 +19,66 @@ import pyarrow.parquet as pq
 from sluice.dedup.schemas import parquet_file
 from sluice.storage import Store
 
+# The `.rows` side file's record of each table: every fixed-width column but the key (in the `.keys` file).
+ROW_FIELDS = {
+    "exact": np.dtype([("lo", "<u8"), ("part", "<u8"), ("doc", "<i8")]),
+    "bands": np.dtype([("band", "u1"), ("part", "<u8"), ("doc", "<i8")]),
+}
+
 
 def read_run(
-    store: Store, key: str, probe_keys: np.ndarray | None = None, keys_file: str | None = None, size: int | None = None, footer: int | None = None
+    store: Store, key: str, probe_keys: np.ndarray | None = None, keys_file: str | None = None, size: int | None = None, footer: int | None = None,
+    rows_file: str | None = None, table: str | None = None, columns: list[str] | None = None,
 ) -> pl.DataFrame:
     """A run file's rows: all of them, or (with `probe_keys`, sorted uint64) exactly those whose key is a
-    probe key, reading the other columns of the row groups holding matches only. On a local store the
-    matches are found by binary search in the run's key file (`keys_file`, memory-mapped: a probe touches
-    O(probe keys x log rows) pages, not the whole key column); elsewhere (S3) by ranged reads: the footer,
-    the key file's (or key column's) rows of the row groups whose key range holds a probe key, then the
-    row groups holding matches, or the candidate row groups whole (`_read_run_ranged`). `size`, `footer`: the run file's size and its footer's
-    (its last bytes: metadata, length, magic), if known (saves a HEAD, and reads the footer exactly)."""
+    probe key; with `columns`, those columns only (in that order). On a local store the matches are found
+    by binary search in the run's key file (`keys_file`, memory-mapped: a probe touches O(probe keys x log
+    rows) pages, not the whole key column); when the run has a `.rows` file (`rows_file`) and `columns`
+    (named, of `table`) are all fixed-width, the rows are gathered from it memory-mapped and the Parquet file
+    is not opened; otherwise the other columns are read from the row groups holding matches only. Elsewhere
+    (S3) by ranged reads: the footer, the key file's (or key column's) rows of the row groups whose key
+    range holds a probe key, then the row groups holding matches, or the candidate row groups whole
+    (`_read_run_ranged`). `size`, `footer`: the run file's size and its footer's (its last bytes:
+    metadata, length, magic), if known (saves a HEAD, and reads the footer exactly)."""
+    local_keys = store.local_path(keys_file) if probe_keys is not None and keys_file is not None else None
+    if local_keys is not None and rows_file is not None and table is not None and columns is not None and set(columns) <= {"key", *ROW_FIELDS[table].names}:
+        local_rows = store.local_path(rows_file)
+        if local_rows is not None:
+            return _gather_rows(local_keys, local_rows, probe_keys, ROW_FIELDS[table], columns)  # type: ignore[arg-type]
     path = store.local_path(key)
     if probe_keys is not None and path is None:
-        return _read_run_ranged(store, key, probe_keys, keys_file, size, footer)
+        return _read_run_ranged(store, key, probe_keys, keys_file, size, footer, columns)
     with parquet_file(store, key) if path is None else contextlib.nullcontext(pq.ParquetFile(path)) as parquet:
-        sizes = np.array([parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)], dtype=np.int64)
         if probe_keys is None:
-            return pl.from_arrow(parquet.read())  # type: ignore[return-value]
-        local = store.local_path(keys_file) if keys_file is not None else None
-        rows = _rows_by_key_file(local, probe_keys) if local is not None else _rows_by_key_column(parquet, probe_keys, sizes)
-        return _take_rows(parquet, rows, sizes)
+            return pl.from_arrow(parquet.read(columns))  # type: ignore[return-value]
+        sizes = np.array([parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)], dtype=np.int64)
+        rows = _rows_by_key_file(local_keys, probe_keys) if local_keys is not None else _rows_by_key_column(parquet, probe_keys, sizes)
+        return _take_rows(parquet, rows, sizes, columns)
+
+
+def _gather_rows(keys_path: str, rows_path: str, probe_keys: np.ndarray, fields: np.dtype, columns: list[str]) -> pl.DataFrame:
+    """The rows matching the probe keys (in row order; these columns: `key` and fields of the records),
+    from the memory-mapped key and row files of a run."""
+    keys = np.memmap(keys_path, dtype="<u8", mode="r")
+    try:
+        rows = _matches(keys, probe_keys)
+        matched = {"key": np.asarray(keys[rows], dtype=np.uint64)}
+    finally:
+        del keys
+    records = np.memmap(rows_path, dtype=fields, mode="r") if len(rows) else np.empty(0, fields)
+    try:
+        picked = records[rows]
+    finally:
+        del records
+    for name in fields.names:
+        matched[name] = picked[name]
+    return pl.DataFrame({name: matched[name] for name in columns})  # dtypes as the records' (uint64, uint8, int64)
 
 
 def _take_rows(parquet: pq.ParquetFile, rows: np.ndarray, sizes: np.ndarray, columns: list[str] | None = None) -> pl.DataFrame:
     """These rows (sorted row numbers of the file; of some columns), reading the row groups that hold them only."""
     if not len(rows):
-        return pl.from_arrow(parquet.schema_arrow.empty_table())  # type: ignore[return-value]
+        return pl.from_arrow(parquet.schema_arrow.empty_table().select(columns or parquet.schema_arrow.names))  # type: ignore[return-value]
     ends = np.cumsum(sizes)
     which = np.searchsorted(ends, rows, side="right")  # the row group of each matching row
     needed = np.unique(which)
@@ -183,9 +218,12 @@ def footer_size(path: str) -> int:
         return int.from_bytes(stream.read(4), "little") + 8
 
 
-def _read_run_ranged(store: Store, key: str, probe_keys: np.ndarray, keys_file: str | None, size: int | None, footer: int | None) -> pl.DataFrame:
+def _read_run_ranged(
+    store: Store, key: str, probe_keys: np.ndarray, keys_file: str | None, size: int | None, footer: int | None, columns: list[str] | None = None
+) -> pl.DataFrame:
     """`read_run` by ranged reads: at most 1 (footer; 2 if its size is not recorded and it is long) + 2 x
-    MAX_RANGES requests, whatever the run's size."""
+    MAX_RANGES requests, whatever the run's size. Of the row groups, only the column chunks of the key and
+    of `columns` (None: all) are read."""
     size = store.size(key) if size is None else size
     handle = RangedFile(store, key, size)
     handle.fetch([(size - (footer or FOOTER_READ), size)])
@@ -193,14 +231,18 @@ def _read_run_ranged(store: Store, key: str, probe_keys: np.ndarray, keys_file: 
     handle.fetch([(size - length, size)])  # nothing more when the footer was in the first read
     meta = pq.read_metadata(pa.BufferReader(b"PAR1" + handle.read_at(size - length, length)))
     parquet = pq.ParquetFile(handle, metadata=meta)  # type: ignore[arg-type]
+    names = meta.schema.to_arrow_schema().names
+    wanted = sorted(names.index(name) for name in columns) if columns is not None else list(range(len(names)))
+    read = sorted({0, *wanted})  # the key column (0) finds the matches where the key file is not read
     sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], dtype=np.int64)
     firsts = np.cumsum(sizes) - sizes
     groups = _candidate_groups(meta, probe_keys)
     rows, values = np.empty(0, np.int64), None
     # The key file holds the key column raw (8 bytes a row, groups contiguous): read it where the other
-    # columns weigh at least as much (exact: lo, doc_id); else (bands: a band byte and a small doc) the
-    # candidate row groups are read whole, which costs no more than their keys and the groups with matches.
-    whole = sum(end - start for start, end in (_group_span(meta, g) for g in groups))
+    # wanted columns weigh at least as much (exact: lo, doc_id); else (bands: a band byte and a small doc)
+    # the candidate row groups' wanted columns are read whole, which costs no more than their keys and the
+    # groups with matches.
+    whole = sum(end - start for start, end in (_group_span(meta, g, read) for g in groups))
     if groups and keys_file is not None and 2 * 8 * int(sizes[groups].sum()) <= whole:
         spans = coalesce([(int(firsts[g]) * 8, int(firsts[g] + sizes[g]) * 8) for g in groups], hole=0)
         found, matched = [], []
@@ -211,17 +253,18 @@ def _read_run_ranged(store: Store, key: str, probe_keys: np.ndarray, keys_file: 
             matched.append(keys[at])
         rows, values = np.concatenate(found), np.concatenate(matched).astype(np.uint64)
     elif groups:
-        handle.fetch(_group_span(meta, g) for g in groups)
+        handle.fetch(_group_span(meta, g, read) for g in groups)
         rows = _rows_by_key_column(parquet, probe_keys, sizes)
     if not len(rows):
-        return pl.from_arrow(meta.schema.to_arrow_schema().empty_table())  # type: ignore[return-value]
-    # The matching rows' other columns (their key is known when it came from the key file), from the row
-    # groups holding them only.
-    names = meta.schema.to_arrow_schema().names
-    columns = list(range(1 if values is not None else 0, len(names)))
-    handle.fetch(_group_span(meta, int(g), columns) for g in np.unique(np.searchsorted(np.cumsum(sizes), rows, side="right")))
-    table = _take_rows(parquet, rows, sizes, [names[i] for i in columns])
-    return table if values is None else table.insert_column(0, pl.Series("key", values, dtype=pl.UInt64))
+        return pl.from_arrow(meta.schema.to_arrow_schema().empty_table().select(columns or names))  # type: ignore[return-value]
+    # The matching rows' other wanted columns (their key is known when it came from the key file), from
+    # the row groups holding them only.
+    other = [i for i in wanted if values is None or i != 0]
+    frame = pl.DataFrame({"key": pl.Series(values, dtype=pl.UInt64)} if values is not None else {})
+    if other:
+        handle.fetch(_group_span(meta, int(g), other) for g in np.unique(np.searchsorted(np.cumsum(sizes), rows, side="right")))
+        frame = pl.concat([frame, _take_rows(parquet, rows, sizes, [names[i] for i in other])], how="horizontal")
+    return frame.select(columns or names)
 
 
 def _matches(keys: np.ndarray, probe_keys: np.ndarray) -> np.ndarray:

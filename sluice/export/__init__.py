@@ -25,7 +25,22 @@ are produced a block of ~2^18 tokens at a time, one shard is open, and document 
 scratch table (`sluice.export.samples`).
 """
 
-from sluice.export.run import FORMATS, SHARD_BYTES, export_split
-from sluice.export.samples import ExportError
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.export.errors import ExportError
+
+if TYPE_CHECKING:
+    from sluice.export.run import FORMATS, SHARD_BYTES, export_split
 
 __all__ = ["FORMATS", "SHARD_BYTES", "ExportError", "export_split"]
+
+
+def __getattr__(name: str) -> object:
+    # The writers need the loader (torch); the code location imports this package for ExportError alone.
+    if name in ("FORMATS", "SHARD_BYTES", "export_split"):
+        from sluice.export import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'sluice.export' has no attribute {name!r}")

@@ -21,13 +21,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sluice.export.errors import ExportError
 from sluice.layout import read_parquet_file
 from sluice.loader import PACK_TOKENS, GlobalOrder, MixedTokens, pack_arrays
 from sluice.storage import Store
-
-
-class ExportError(ValueError):
-    """An export that cannot be written as asked (destination, split, format); the message says why."""
 
 
 class DocIdTable:

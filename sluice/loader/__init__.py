@@ -15,25 +15,58 @@ The package, in reading order:
     torch_loader.py  the IterableDataset, DataLoader workers, `TrainingLoader` (state, devices, stall metric)
 """
 
-from sluice.loader.cache import MAX_OPEN_SHARDS, CacheStats, LocalShards, ShardCache, ShardFile, ShardRef
-from sluice.loader.data import MixedTokens, default_cache_dir
-from sluice.loader.order import GlobalOrder, RankPlan
-from sluice.loader.packing import (
-    IGNORE_INDEX,
-    PACK_TOKENS,
-    pack_arrays,
-    pack_samples,
-    read_windows,
-    split_packed,
-)
-from sluice.loader.torch_loader import (
-    STATE_VERSION,
-    LoaderStats,
-    RankBatches,
-    TrainingLoader,
-    in_order,
-    unpack_group,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Names are imported on first use (PEP 562): the code location imports `sluice.loader.skip` for the blocklist,
+# and must not pay for torch (about 1 s per process) in every Dagster run and step process.
+_MODULE_OF = {
+    "MAX_OPEN_SHARDS": "cache", "CacheStats": "cache", "LocalShards": "cache", "ShardCache": "cache",
+    "ShardFile": "cache", "ShardRef": "cache",
+    "MixedTokens": "data", "default_cache_dir": "data",
+    "GlobalOrder": "order", "RankPlan": "order",
+    "IGNORE_INDEX": "packing", "PACK_TOKENS": "packing", "pack_arrays": "packing", "pack_samples": "packing",
+    "read_windows": "packing", "split_packed": "packing",
+    "STATE_VERSION": "torch_loader", "LoaderStats": "torch_loader", "RankBatches": "torch_loader",
+    "TrainingLoader": "torch_loader", "in_order": "torch_loader", "unpack_group": "torch_loader",
+}
+
+if TYPE_CHECKING:
+    from sluice.loader.cache import MAX_OPEN_SHARDS, CacheStats, LocalShards, ShardCache, ShardFile, ShardRef
+    from sluice.loader.data import MixedTokens, default_cache_dir
+    from sluice.loader.order import GlobalOrder, RankPlan
+    from sluice.loader.packing import (
+        IGNORE_INDEX,
+        PACK_TOKENS,
+        pack_arrays,
+        pack_samples,
+        read_windows,
+        split_packed,
+    )
+    from sluice.loader.torch_loader import (
+        STATE_VERSION,
+        LoaderStats,
+        RankBatches,
+        TrainingLoader,
+        in_order,
+        unpack_group,
+    )
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sluice.loader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"sluice.loader.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])
+
 
 __all__ = [
     "IGNORE_INDEX",

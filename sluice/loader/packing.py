@@ -59,16 +59,18 @@ def _arange(size: int, dtype: type) -> np.ndarray:
 
 def window_segments(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     """The segments of the samples' windows (L + 1 tokens each) from one index probe per sample, reading no
-    tokens: records covering each window, their counts, the first record's index, and per segment its row
-    and [seg_begin, seg_end) inside the window."""
+    tokens: records covering each window, their counts, the first record's index (and each record's, where
+    the index read computed it: `indices`, else None), and per segment its row, [seg_begin, seg_end) inside
+    the window and `in_doc`, where it starts inside its document (a record's first token is its document's)."""
     length = data.sequence_length
-    records, counts, first = data.index().sample_records_at(ids)
-    begins = ids * length
+    records, counts, first, indices = data.index().sample_records_indexed(ids)
     row = np.repeat(np.arange(len(ids)), counts)
+    row_begin = ids[row] * length
     offsets = records["offset"].astype(np.int64)
-    seg_begin = np.maximum(offsets - begins[row], 0)
-    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - begins[row], length + 1)
-    return {"records": records, "counts": counts, "first": first, "row": row, "seg_begin": seg_begin, "seg_end": seg_end}
+    seg_begin = np.maximum(offsets - row_begin, 0)
+    seg_end = np.minimum(offsets + records["length"].astype(np.int64) - row_begin, length + 1)
+    in_doc = row_begin + seg_begin - offsets
+    return {"records": records, "counts": counts, "first": first, "indices": indices, "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "in_doc": in_doc}
 
 
 def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
@@ -79,11 +81,13 @@ def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -
     where = window_segments(data, ids)
     row, seg_begin, seg_end = where["row"], where["seg_begin"], where["seg_end"]
     in_inputs = seg_begin < length
-    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    row_in, begin_in = row[in_inputs], seg_begin[in_inputs]
+    input_sizes = np.minimum(seg_end[in_inputs], length) - begin_in
+    records = where["records"][in_inputs]
     return {
-        "segment_starts": row[in_inputs] * length + seg_begin[in_inputs],
-        "segment_records": where["records"][in_inputs],
-        "provenance": segment_provenance(where, ids * length, in_inputs, input_sizes),
+        "segment_starts": row_in * length + begin_in,
+        "segment_records": records,
+        "provenance": segment_provenance(where, in_inputs, row_in, input_sizes, records),
     }
 
 
@@ -98,9 +102,8 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     width = data.sequence_length + 1
     count = len(ids)
     where = window_segments(data, ids)
-    records, counts, first, row, seg_begin, seg_end = (where[k] for k in ("records", "counts", "first", "row", "seg_begin", "seg_end"))
-    offsets = records["offset"].astype(np.int64)
-    source = records["start"].astype(np.int64) + ids[row] * data.sequence_length + seg_begin - offsets  # token offset inside the shard
+    records, seg_begin, seg_end = where["records"], where["seg_begin"], where["seg_end"]
+    source = records["start"].astype(np.int64) + where["in_doc"]  # token offset inside the shard
     sizes = seg_end - seg_begin
     window = np.empty(count * width, dtype=data.token_dtype)  # token dtype: the reads move 2 (or 4) bytes a token
     view = memoryview(window).cast("B")
@@ -118,7 +121,7 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
                 files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
         if pieces:
             np.concatenate(pieces, out=window)
-        return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records, "first": first, "counts": counts}
+        return {**where, "window": window.reshape(count, width)}
     fds = [files[shard].fd for shard in shard_ids]
     ends = np.cumsum(sizes) * item
     read = 0
@@ -128,7 +131,7 @@ def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     if read != len(view):  # a shard shorter than the mix says: name it
         for shard, start, size in zip(shard_ids, source.tolist(), sizes.tolist(), strict=True):
             files[shard].read_into(memoryview(np.empty(size, window.dtype)).cast("B"), start, size)
-    return {"window": window.reshape(count, width), "row": row, "seg_begin": seg_begin, "seg_end": seg_end, "records": records, "first": first, "counts": counts}
+    return {**where, "window": window.reshape(count, width)}
 
 
 def pack_arrays(
@@ -151,48 +154,50 @@ def pack_arrays(
     # Segments of the inputs (the window without its last token): flat starts and lengths; position ids
     # count up from 0 inside each, and cu_seqlens lists their starts over the flattened [count * length].
     in_inputs = seg_begin < length
-    input_starts = row[in_inputs] * length + seg_begin[in_inputs]
-    input_sizes = np.minimum(seg_end[in_inputs], length) - seg_begin[in_inputs]
+    row_in, begin_in = row[in_inputs], seg_begin[in_inputs]
+    input_starts = row_in * length + begin_in
+    input_sizes = np.minimum(seg_end[in_inputs], length) - begin_in
     if out is None:
         out = np.empty((3, count, length), dtype=np.int64)
     inputs, labels, positions = out[0], out[1], out[2]
     # Position ids are j minus the start of j's document inside the row: computed in 16 bits (a third of
     # the memory traffic of int64; positions are < length), then widened once.
     narrow = np.uint16 if length <= 1 << 16 else np.int64
-    document_start = np.repeat(seg_begin[in_inputs].astype(narrow), input_sizes).reshape(count, length)
+    document_start = np.repeat(begin_in.astype(narrow), input_sizes).reshape(count, length)
     np.copyto(positions, np.subtract(_arange(length, narrow), document_start, out=document_start))
     np.copyto(labels, window[:, 1:])
     np.copyto(inputs, window[:, :-1])
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
+    records = read["records"][in_inputs]
     packed = {
         "input_ids": inputs,
         "labels": labels,
         "position_ids": positions,
         "segment_starts": input_starts,
         "segment_sizes": input_sizes,
-        "segment_records": read["records"][in_inputs],
+        "segment_records": records,
     }
     if provenance:
-        packed["provenance"] = segment_provenance(read, ids * length, in_inputs, input_sizes)
+        packed["provenance"] = segment_provenance(read, in_inputs, row_in, input_sizes, records)
     return packed
 
 
-def segment_provenance(read: dict[str, np.ndarray], begins: np.ndarray, in_inputs: np.ndarray, input_sizes: np.ndarray) -> np.ndarray:
-    """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result."""
-    counts, records = read["counts"], read["records"]
-    keep = np.flatnonzero(in_inputs)
-    chosen = records[keep]
-    out = np.empty((len(keep), len(PROVENANCE_COLUMNS)), dtype=np.int64)
-    # A sample's records are consecutive in the index: record k of sample i is first[i] + k, i.e. over all
-    # records, first[i] minus the records of the samples before i plus the record's own position.
-    out[:, 0] = np.repeat(read["first"] - (np.cumsum(counts) - counts), counts)[keep] + keep
-    out[:, 1] = chosen["shard"]
-    out[:, 2] = chosen["doc"]
-    # Where the segment starts inside its document: its stream position minus the record's (a record is a
-    # document or its head, so its first token is the document's first).
-    out[:, 3] = begins[read["row"][keep]] + read["seg_begin"][keep]
-    out[:, 3] -= chosen["offset"].astype(np.int64)
+def segment_provenance(read: dict[str, np.ndarray], in_inputs: np.ndarray, row_in: np.ndarray, input_sizes: np.ndarray, records: np.ndarray) -> np.ndarray:
+    """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result, from what
+    reading and packing computed already: the input segments' rows, sizes and records (`read["records"]
+    [in_inputs]`), each segment's start inside its document (`in_doc`) and, on a memory-mapped index, each
+    record's index. A few whole-array numpy calls per packed group; no per-sample Python object."""
+    out = np.empty((len(row_in), len(PROVENANCE_COLUMNS)), dtype=np.int64)
+    indices = read["indices"]
+    if indices is not None:
+        out[:, 0] = indices[in_inputs]
+    else:  # a sample's records are consecutive: record k of sample i is first[i] + k
+        counts = read["counts"]
+        np.add((read["first"] - (np.cumsum(counts) - counts))[row_in], np.flatnonzero(in_inputs), out=out[:, 0])
+    out[:, 1] = records["shard"]
+    out[:, 2] = records["doc"]
+    out[:, 3] = read["in_doc"][in_inputs]
     np.add(out[:, 3], input_sizes, out=out[:, 4])
     return out
 

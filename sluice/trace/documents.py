@@ -45,6 +45,7 @@ class DocumentTracer:
         self.measures = measures and config is not None
         self.reader = RowReader(data.store)
         self.clusters: dict[tuple[int, int], GlobalCluster | None] = {}  # (shard, document) -> its global dedup cluster
+        self.cluster_rows: dict[tuple[int, int], dict[str, Any]] = {}  # (shard, document) -> its dedup_clusters row
         self.cluster_error: str | None = None
         self.tokenizer = None
         self.tokenizer_note = None
@@ -126,7 +127,9 @@ class DocumentTracer:
         out["fetch_date"] = out.get("fetch_date") or raw.get("fetch_date")
         out["url"] = out.get("url") or raw.get("url")
         settings = None if self.config is None or self.cluster_error else self.config.dedup
-        cluster = dedup_cluster(self.reader, ref, part, doc_id, settings, first_row + doc, self.clusters.get((shard, doc)))
+        known = self.cluster_rows.get((shard, doc))
+        known = known if known is not None and known["doc_id"] == doc_id else None
+        cluster = dedup_cluster(self.reader, ref, part, doc_id, settings, first_row + doc, self.clusters.get((shard, doc)), known)
         if self.cluster_error:
             out["problems"].append(self.cluster_error)
         out["dedup_cluster"], out["dedup_cluster_size"] = cluster.get("cluster_id"), cluster.get("cluster_size")
@@ -163,6 +166,7 @@ class DocumentTracer:
             doc_id = self.reader.rows(f"{info['prefix']}/{info['name']}.docs.parquet", [doc], ["doc_id"]).column("doc_id")[0].as_py()
             row = cluster_row(self.reader, ref, part, doc_id, first_row + doc)
             if row is not None:
+                self.cluster_rows[(shard, doc)] = row
                 located.append(((shard, doc), ref, int(row["doc"])))
         try:
             found = global_clusters(self.store, self.config.dedup, [(ref, position) for _, ref, position in located])

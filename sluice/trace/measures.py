@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -40,11 +40,14 @@ class Measure:
     near: bool  # within margin of the threshold (relative to it; absolute 1 for a threshold of 0)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in FIELDS}  # dataclasses.asdict deep-copies: 5x slower, same dict
 
     def describe(self) -> str:
         shown = f"{self.value:.4g}" if isinstance(self.value, float) else str(self.value)
         return f"{self.step}.{self.rule} {shown} (keep {self.keep_if} {self.threshold:g})"
+
+
+FIELDS = tuple(field.name for field in fields(Measure))
 
 
 class Measures:

@@ -8,7 +8,8 @@ partitions one after the other in the global order. Launched two ways:
   "Materialize -> partitions -> Launch backfill" creates (automation stopped).
 
 The daemon (`dagster-daemon run`) and sensor start/stop (`dagster sensor start|stop`) are the commands users
-run; ticks are shortened by SLUICE_SENSOR_INTERVAL_S / SLUICE_AUTOMATION_INTERVAL_S.
+run; ticks are shortened by SLUICE_SENSOR_INTERVAL_S / SLUICE_AUTOMATION_INTERVAL_S, and the backfill daemon's
+fixed 30 s tick by `tests/fast_daemon.py` (the same daemon, started with a 5 s tick).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def test_runs_launched_at_once_equal_a_sequential_run(tmp_path, launch):
     subprocess.run([dagster, "sensor", *sensor, "-w", "workspace.yaml"], cwd=PROJECT_ROOT, env=env, check=True, capture_output=True)
     log = open(tmp_path / "daemon.log", "w")  # noqa: SIM115 - closed below
     daemon = subprocess.Popen(
-        [str(PROJECT_ROOT / ".venv" / "bin" / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+        [str(PROJECT_ROOT / ".venv" / "bin" / "python"), "-m", "tests.fast_daemon", "run", "-w", "workspace.yaml"],
         cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     os.environ["DAGSTER_HOME"], previous = str(home), os.environ.get("DAGSTER_HOME")

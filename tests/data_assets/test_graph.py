@@ -51,6 +51,19 @@ def test_definitions_load():
     assert {"raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset", "tokenizer"} <= keys
 
 
+def test_loading_the_code_location_does_not_import_torch():
+    """Every Dagster run and step process imports the code location; torch (about 1 s of imports) is needed
+    only by the training loader and the export writers, which import it when they run."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT_ROOT
+
+    probe = "import sys, data_assets.definitions; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
 def test_every_asset_and_check_for_every_partition(local_run):
     _, report, _ = local_run
     assert set(report["partitions"]) == {("web", "2026-01"), ("web", "2026-02"), ("reference", "2026-01"), ("reference", "2026-02")}

@@ -111,25 +111,32 @@ class RangedStore(LocalStore):
         return data
 
     def open_read(self, key: str):
-        assert not key.endswith((".parquet", ".keys")) or not key.startswith("dedup_index/"), f"a whole read of {key}"
+        assert not key.endswith((".parquet", ".keys", ".rows")) or not key.startswith("dedup_index/"), f"a whole read of {key}"
         return super().open_read(key)
 
 
-@pytest.mark.parametrize("via", ["key file", "key column", "ranged", "ranged key column"])
+@pytest.mark.parametrize("via", ["key file", "key file, no row file", "key column", "ranged", "ranged key column"])
 @pytest.mark.parametrize("row_group", [7, 1 << 14])
 @pytest.mark.parametrize("table", ["bands", "exact"])
 def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_path, monkeypatch, table, row_group, via):
     """Against all rows filtered by hand; with row groups of 7 rows the probe finds the matching rows (by
-    binary search in the memory-mapped key file, or, where that is not local, in the key column), then reads
-    only the row groups holding matches. `ranged`: as on S3, by ranged reads of the footer, the key file
-    (or key column) of the candidate row groups and the row groups holding matches."""
+    binary search in the memory-mapped key file, or, where that is not local, in the key column), then
+    gathers them from the memory-mapped row file (every column but doc_id) or reads only the row groups
+    holding matches. `ranged`: as on S3, by ranged reads of the footer, the key file (or key column) of the
+    candidate row groups and the row groups holding matches. A probe for some columns returns those
+    columns of the same rows."""
     monkeypatch.setattr(dedup.index, "ROW_GROUP", row_group)
+    real = LocalStore.local_path
     if via == "key column":
-        real = LocalStore.local_path
         monkeypatch.setattr(LocalStore, "local_path", lambda store, key: None if key.endswith(".keys") else real(store, key))
-    if via == "ranged key column":  # the runs of a format-1 index have no key file
+    if via == "key file, no row file":
+        monkeypatch.setattr(LocalStore, "local_path", lambda store, key: None if key.endswith(".rows") else real(store, key))
+    if via == "ranged key column":  # the runs of a format-1 index have no key file (nor row file, nor recorded sizes)
         real_read_run = dedup.index.read_run
-        monkeypatch.setattr(dedup.index, "read_run", lambda store, key, probe_keys=None, keys_file=None, *rest: real_read_run(store, key, probe_keys, None))
+        monkeypatch.setattr(
+            dedup.index, "read_run",
+            lambda store, key, probe_keys=None, keys_file=None, size=None, footer=None, rows_file=None, *rest: real_read_run(store, key, probe_keys, None, None, None, None, *rest),
+        )
     partitions = synthetic(13)
     store = open_store(str(tmp_path / "store"))
     write_all(store, partitions)
@@ -149,6 +156,8 @@ def test_a_probe_returns_exactly_the_matching_rows_of_earlier_partitions(tmp_pat
         expected = before.join(keys, on=match, how="semi").select(found.columns)
         assert found.equals(expected.sort([*match, "snapshot", "source", "doc"]))
         assert position == 0 or found.height > 0
+        fixed = [*match, "part", "doc"]
+        assert index.probe(table, keys, ref, columns=fixed).equals(found.select(*fixed, "partition", "snapshot", "source"))
 
 
 class CountingStore(LocalStore):
@@ -184,7 +193,7 @@ def test_coalesce_merges_close_ranges_then_the_closest_up_to_a_count():
 def test_a_ranged_probe_makes_a_constant_number_of_reads_and_reads_few_bytes_for_few_keys(tmp_path, monkeypatch):
     """As on S3: per run a probe reads the footer, the key file's rows of the candidate row groups and
     the row groups holding matches, at most 1 + 2 x MAX_RANGES ranged reads whatever the run's size; a
-    probe of one document's keys reads a small part of a large run."""
+    probe of one document's keys reads a small part of a large run, less still without doc_id."""
     monkeypatch.setattr(dedup.index, "ROW_GROUP", 64)
     settings = DedupSettings(index_shards=4, index_max_deltas=4, index_fanout=8)
     partitions = synthetic(32, docs=12)
@@ -210,6 +219,16 @@ def test_a_ranged_probe_makes_a_constant_number_of_reads_and_reads_few_bytes_for
         run = manifest["runs"][0]["files"][table]
         read = sum(size for _, size in ranged.ranges)
         assert len(ranged.ranges) <= 3 and read < (run["bytes"] + run["keys"]["bytes"]) / 2, ([(k[-10:], n) for k, n in ranged.ranges], run)
+        # without doc_id (a trace's cluster search): the same rows, and no byte of the doc_id column
+        fixed = [*match, "part", "doc"]
+        ranged.ranges.clear()
+        some = index.probe(table, keys, None, manifest, columns=fixed)
+        assert some.equals(whole.select(*fixed, "partition", "snapshot", "source"))
+        assert len(ranged.ranges) <= 1 + 2 * dedup.index.MAX_RANGES
+        if table == "exact":
+            ranged.ranges.clear()
+            index.probe(table, keys.head(1), None, manifest, columns=fixed)
+            assert sum(size for _, size in ranged.ranges) < read
 
 
 def test_probe_reads_a_bounded_number_of_files_whatever_the_history(tmp_path):
@@ -227,7 +246,7 @@ def test_probe_reads_a_bounded_number_of_files_whatever_the_history(tmp_path):
         counting.calls.clear()
         DedupIndex(counting, settings).probe("bands", keys, ref)
         assert len(DedupIndex(store, settings).manifest()["runs"]) == runs
-        assert counting.calls == Counter(read=1, open=2 * runs)  # manifest; each run and its key file (the one delta is the last partition's)
+        assert counting.calls == Counter(read=1, open=2 * runs)  # manifest; each run's key and row files, no Parquet file (the one delta is the last partition's)
 
 
 def test_each_row_is_rewritten_a_logarithmic_number_of_times(tmp_path):

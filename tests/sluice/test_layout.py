@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+
 from sluice.layout import (
     PartitionRef,
     entry_key,
     partition_prefix,
     read_manifest,
+    sha256_file,
     side_prefix,
     write_manifest,
 )
@@ -35,3 +39,12 @@ def test_manifest_publishes_side_folders_and_removes_their_stale_files(tmp_path)
     assert store.list_files(other_side) == [f"{other_side}/dropped-00000.parquet"]
     assert entry_key(prefix, manifest["side_files"][0]) == f"{side}/dropped-00000.parquet"
     assert entry_key(prefix, manifest["files"][0]) == f"{prefix}/part-00000.parquet"
+
+
+def test_sha256_file_is_the_sha256_of_the_bytes(tmp_path):
+    """Around hashlib.file_digest's read buffer (256 KiB) and the former 1 MiB reads, and empty."""
+    for size in (0, 1, (1 << 18) - 1, 1 << 18, (1 << 18) + 1, (1 << 20) + 7, 3 << 20):
+        path = tmp_path / f"file-{size}"
+        data = os.urandom(size)
+        path.write_bytes(data)
+        assert sha256_file(str(path)) == hashlib.sha256(data).hexdigest()
