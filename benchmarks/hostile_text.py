@@ -22,7 +22,9 @@ such); a deliberately quadratic control function goes through the same timing an
 and a linear one over 16 of the families gives the noise floor of the ratio on the machine it runs on.
 Each timed call follows a full garbage collection and an untimed warm-up call at the same size. The fit
 over the whole range is less disturbed by other jobs on a shared machine than a ratio taken between
-neighbouring sizes or between the two ends. Pairs faster than 50 ms at the largest size are left out of the ratio (on a
+neighbouring sizes or between the two ends. A pair whose fit comes out over 2.2 is measured twice more and
+reported as the median of its three fits (the controls go through the same step): a superlinear function is
+over the limit every time, a burst of load on a shared machine disturbs one measurement. Pairs faster than 50 ms at the largest size are left out of the ratio (on a
 shared machine their times are mostly noise; a superlinear pair is far slower than that at a megabyte),
 not out of seconds per MB; the fit starts at the smallest size taking at least 10 ms.
 """
@@ -34,6 +36,7 @@ import gc
 import math
 import resource
 import signal
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -128,13 +131,30 @@ def measure(function, build, sizes: list[int], repeats: int, limit_s: float) -> 
     return timed(function, [build(size) for size in sizes], repeats, limit_s)
 
 
+LINEAR_LIMIT = 2.2  # the goal: at most this growth per doubling
+
+
+def confirmed_growth(function, build, sizes: list[int], repeats: int, limit_s: float, times: list[float]) -> float:
+    """The doubling ratio of measured `times`; a ratio over LINEAR_LIMIT is measured twice more and the
+    median of the three fits is reported (a superlinear function is over the limit every time; a burst of
+    load on a shared machine disturbs one measurement). Controls go through the same step."""
+    ratio = growth(sizes, times)
+    if ratio <= LINEAR_LIMIT:
+        return ratio
+    fits = [ratio]
+    for _ in range(2):
+        again = measure(function, build, sizes, repeats, limit_s)
+        fits.append(float("inf") if again[-1] is None else growth(sizes, again))
+    return statistics.median(fits)
+
+
 def control_ratio(sizes: list[int], repeats: int, limit_s: float) -> float:
     """The doubling ratio the same measurement gives a deliberately quadratic function, on two families (the
     lowest of the two): proof that the benchmark would flag a superlinear one."""
     ratios = []
     for family in list(FAMILIES)[:2]:
         times = measure(quadratic_control, FAMILIES[family], sizes, repeats, limit_s)
-        ratios.append(float("inf") if times[-1] is None else growth(sizes, times))
+        ratios.append(float("inf") if times[-1] is None else confirmed_growth(quadratic_control, FAMILIES[family], sizes, repeats, limit_s, times))
     return min(ratios)
 
 
@@ -220,11 +240,11 @@ def main() -> int:
                 print(f"  {function_name:24} {family_name:28} STOPPED after {args.limit_s} s at {sizes[len(times) - 1]} characters")
                 continue
             per_mb = times[-1] / (sizes[-1] / 1e6)
-            ratio = growth(sizes, times)
+            ratio = confirmed_growth(function, build, sizes, args.repeats, args.limit_s, times)
             worst_per_mb = max(worst_per_mb, (per_mb, function_name, family_name))
             worst_ratio = max(worst_ratio, (ratio, function_name, family_name))
             function_worst = (max(function_worst[0], per_mb), max(function_worst[1], ratio))
-            if ratio > 2.2 or per_mb > 0.5:
+            if ratio > LINEAR_LIMIT or per_mb > 0.5:
                 print(f"  {function_name:24} {family_name:28} {per_mb:8.4f} s/MB  doubling x{ratio:.2f}")
         per_function[function_name] = function_worst
         print(f"{function_name:26} worst {function_worst[0]:8.4f} s/MB, worst doubling x{function_worst[1]:.2f}", flush=True)
@@ -237,11 +257,14 @@ def main() -> int:
     figure("hostile text worst doubling ratio", worst_ratio[0] if not stopped else float("inf"), "<= 2.2 (linear)")
     figure("hostile text calls stopped", len(stopped), "0")
     sampled = list(families.values())[:: max(1, len(families) // 16)]  # 16 families: its cost is that of a slow function
-    floor = max(growth(sizes, measure(linear_control, build, sizes, args.repeats, args.limit_s)) for build in sampled)
+    floor = max(
+        confirmed_growth(linear_control, build, sizes, args.repeats, args.limit_s, measure(linear_control, build, sizes, args.repeats, args.limit_s))
+        for build in sampled
+    )
     figure(f"hostile text worst doubling ratio of a linear control (same timing, {len(sampled)} families)", floor, "- (this machine's noise floor for the ratio)")
     control = control_ratio(sizes, args.repeats, args.limit_s)
     figure("hostile text doubling ratio of a deliberately quadratic control (same timing)", control, ">= 3 (the benchmark sees superlinear growth)")
-    return 0 if not stopped and worst_ratio[0] <= 2.2 and control >= 3 else 1
+    return 0 if not stopped and worst_ratio[0] <= LINEAR_LIMIT and control >= 3 else 1
 
 
 if __name__ == "__main__":  # (the guard matters: the budget's worker processes import this module)
