@@ -28,15 +28,18 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
-# The slow suites: crash kills, S3 faults, Ray node faults, Postgres instance, hypothesis with more examples,
-# the UI in headless Chromium (Playwright). PostgreSQL and Chromium come from Debian's packages (their tests
-# are skipped where those cannot be installed).
+# The slow suites: crash kills, S3 faults, Ray node faults, Postgres instance, the UI in headless Chromium
+# (Playwright), then the hypothesis properties (25 examples each in `make test`) again with 300 examples.
+# PostgreSQL and Chromium come from Debian's packages (their tests are skipped where those cannot be installed).
+PROPERTY_TESTS = tests/sluice/test_hostile_text.py tests/sluice/test_tokenize_fast.py tests/sluice/test_hostile_input.py
+
 test-slow: setup
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  (apt-get update -qq && apt-get install -y -qq postgresql) || echo "PostgreSQL not installed: its test is skipped"
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) || \
 	  echo "Chromium not installed: the browser test is skipped"
-	SLUICE_HYPOTHESIS_EXAMPLES=300 $(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow
+	SLUICE_HYPOTHESIS_EXAMPLES=300 $(PY) -m pytest -q $(PROPERTY_TESTS)
 
 test-all: test test-slow
 
