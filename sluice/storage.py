@@ -339,6 +339,12 @@ def _describe_client_error(error: Exception) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _error_code(error: StorageError) -> str | None:
+    """The S3 error code behind a StorageError raised by `S3Store._call` (None: not an S3 answer)."""
+    response = getattr(error.__cause__, "response", None) or {}
+    return response.get("Error", {}).get("Code")
+
+
 class S3Store(Store):
     def __init__(self, url: str, spec: StoreSpec) -> None:
         self.url = url.rstrip("/")
@@ -398,17 +404,13 @@ class S3Store(Store):
         return sorted(names)
 
     def exists(self, key: str) -> bool:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
-            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            self._call("read", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
             return True
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        except StorageError as error:
+            if _error_code(error) in ("404", "NoSuchKey", "NotFound"):
                 return False
-            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
-        except BotoCoreError as error:  # connection closed, timeouts: the store, not the key, is the problem
-            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
+            raise
 
     def size(self, key: str) -> int:
         head = self._call("read", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
@@ -429,17 +431,13 @@ class S3Store(Store):
         if not length:  # an empty Range header is not a valid request; a missing key still fails
             self.size(key)
             return b""
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}")
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == "InvalidRange":  # starts at or past the end
-                self.size(key)
-                return b""
-            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
-        except BotoCoreError as error:  # connection closed, timeouts
-            raise StorageError(f"cannot read {self.uri(key)}: {_describe_client_error(error)}") from error
+            response = self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}")
+        except StorageError as error:
+            if _error_code(error) != "InvalidRange":
+                raise
+            self.size(key)  # the range starts at or past the end: empty, but a missing key still fails
+            return b""
         with _StreamingBodyReader(response["Body"], self.uri(key)) as body:
             return body.read()
 
