@@ -284,13 +284,7 @@ def _rows_by_key_file(path: str, probe_keys: np.ndarray) -> np.ndarray:
 
 def _rows_by_key_column(parquet: pq.ParquetFile, probe_keys: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Matching row numbers, from the key column of the row groups whose key range holds a probe key."""
-    groups = []
-    for group in range(parquet.num_row_groups):
-        stats = parquet.metadata.row_group(group).column(0).statistics
-        low, high = (int(stats.min), int(stats.max)) if stats is not None and stats.has_min_max else (0, (1 << 64) - 1)
-        at = int(np.searchsorted(probe_keys, np.uint64(low)))
-        if at < len(probe_keys) and int(probe_keys[at]) <= high:
-            groups.append(group)
+    groups = _candidate_groups(parquet.metadata, probe_keys)
     if not groups:
         return np.empty(0, np.int64)
     keys = parquet.read_row_groups(groups, columns=["key"]).column("key").to_numpy()
