@@ -81,9 +81,10 @@ _WORD_P = np.uint64(0x100000001B3)  # odd base of the per-word code point polyno
 _WORD_P_INVERSE = np.uint64(pow(0x100000001B3, -1, 1 << 64))  # its inverse modulo 2^64
 _SHINGLE_K = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the word-hash polynomial (golden ratio)
 _BAND_K = np.uint64(0xC2B2AE3D27D4EB4F)  # odd multiplier folding a band's rows (xxhash prime 2)
-# Code points per vectorized tokenizer batch, and shingles per signature block
-# ((block x num_perm) uint32 values: ~0.9 MB at 112 permutations, sized for the CPU cache).
-_BATCH_CHARS = 1 << 21
+# Code points per vectorized tokenizer batch (its temporary arrays take ~50 bytes per code point: ~13 MB;
+# smaller batches are no slower), and shingles per signature block ((block x num_perm) uint32 values:
+# ~0.9 MB at 112 permutations, sized for the CPU cache).
+_BATCH_CHARS = 1 << 18
 _BLOCK_SHINGLES = 2048
 
 # Character classes of the tokenizer, one byte per Unicode code point.

@@ -36,10 +36,11 @@ from sluice.layout import read_manifest, read_parquet_file
 from sluice.minhash import MinHasher
 from sluice.storage import StorageError, Store, StoreSpec
 
-# Shingles looked up per block of pairs in `pair_jaccard` (bounds its temporary arrays to ~25 MB).
-_JACCARD_BLOCK = 1 << 19
-# Characters of candidate texts shingled at once when verifying (the tokenizer's arrays grow with it).
-_SHINGLE_BATCH_CHARS = 1 << 21
+# Shingles looked up per block of pairs in `pair_jaccard` (bounds its temporary arrays to ~3 MB).
+_JACCARD_BLOCK = 1 << 16
+# Characters of candidate texts shingled at once when verifying (the tokenizer's arrays grow with it:
+# ~50 bytes per character, as `sluice.minhash._BATCH_CHARS`).
+_SHINGLE_BATCH_CHARS = 1 << 18
 # Candidate pairs per verification task, and distinct documents (whose shingle sets a task holds at once):
 # tasks run one after another in process, so this bounds verification's memory whatever the candidates
 # (dedup_scaling.py's 16x input, VmHWM: 541-555 MB without it, 509 with 1,024 documents, 453-476 with 256,
