@@ -62,6 +62,7 @@ from sluice.layout import (
     write_manifest,
     write_parquet,
 )
+from sluice.memory import releasing_memory
 from sluice.storage import Store
 
 
@@ -78,6 +79,7 @@ def _signatures_manifest(store: Store, ref: PartitionRef, settings: DedupSetting
     return manifest
 
 
+@releasing_memory
 def index_partition(store: Store, ref: PartitionRef, settings: DedupSettings, executor: Executor | None = None, s3: S3Settings | None = None) -> dict[str, Any]:
     """Insert a signed partition into the global index (a no-op when indexed from the same signatures)."""
     manifest = _signatures_manifest(store, ref, settings)
@@ -152,6 +154,7 @@ def _verified(pairs: pl.DataFrame, ordinals: PartitionOrdinals, store: Store, se
     return pairs.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
+@releasing_memory
 def cluster_partition(
     store: Store,
     ref: PartitionRef,
@@ -278,6 +281,7 @@ def removed_rows(store: Store, ref: PartitionRef, clusters: pl.DataFrame, text_h
     )
 
 
+@releasing_memory
 def dedup_partition(store: Store, ref: PartitionRef, settings: DedupSettings | None = None) -> DedupResult:
     """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest) and its removed rows
     (`deduped_removed`), from its `dedup_clusters` and those of the earlier partitions its parents name."""

@@ -43,6 +43,7 @@ from sluice.layout import (
     write_manifest,
     write_parquet,
 )
+from sluice.memory import releasing_memory
 from sluice.minhash import MAX_HASH32, MinHasher
 from sluice.storage import Store, StoreSpec
 from sluice.tasks import (
@@ -149,6 +150,7 @@ class SignResult:
     tasks: TaskCounts | None = None  # signing tasks run / reused from completion records (when signed)
 
 
+@releasing_memory
 def sign_partition(
     store: Store, ref: PartitionRef, settings: DedupSettings, executor: Executor | None = None, s3: S3Settings | None = None
 ) -> SignResult:
