@@ -281,7 +281,7 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
     assert {"ingest_job", "tokenizer_job", "mix_job", "trace_batch_job", "export_job"} <= {job["name"] for job in repository["jobs"]}
-    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor"]
+    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor", "report_automation"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 
     log = webserver.log()
