@@ -377,7 +377,7 @@ def test_ui_shows_a_config_error_as_its_message_without_a_traceback(tmp_path):
     error = load_error(env)
     (cause,) = [link["error"] for link in error["errorChain"]]
     assert cause["className"] == "ConfigError"
-    assert cause["message"].strip() == f"sluice.config.ConfigError: {raised.value}"
+    assert cause["message"].strip() == f"{ConfigError.__module__}.ConfigError: {raised.value}"
     assert "did you mean 'min_chars'" in cause["message"]
     assert error["stack"] == [] and cause["stack"] == []
 
