@@ -954,7 +954,7 @@ def config_path_from_env(default_dir: Path | None = None) -> Path:
 def _parsed_yaml(text: str) -> Any:
     """The YAML document `text`, parsed once per process (callers copy it): every Dagster run builds its
     resources again and loads the config, ~3 times per run, and parsing is most of what a load costs. The
-    document is still validated on every load (paths, sources that must exist)."""
+    document is still validated (and its relative paths resolved) on every load."""
     return yaml.safe_load(text)
 
 
