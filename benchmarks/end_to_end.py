@@ -127,22 +127,40 @@ def process_tree(root: int) -> dict[int, tuple[int, float]]:
     return tree
 
 
+def proportional_set_size(pids: Any) -> int:
+    """Bytes of the processes' PSS (/proc/<pid>/smaps_rollup): each shared page divided among the processes
+    that map it. Unlike a sum of RSS it counts once the pages forked workers share with their forkserver, and
+    a fork in the moment before it execs (Dagster's log-capture helpers) adds nothing."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str, float]:
     """Run `command`, output to `log`; wall seconds, CPU seconds of the process tree and its peak RSS.
 
     CPU: the reaped descendants' rusage; a process the tree never waited for is not in it, so the CPU
     seen in /proc samples (every 0.2 s, per process its last value) is taken when larger."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak, sampled_cpu, timeline, at_peak = 0, {}, [], {}
+    peak, peak_pss, sampled_cpu, timeline, at_peak = 0, 0, {}, [], {}
     started = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         done = threading.Event()
 
         def sample() -> None:
-            nonlocal peak
+            nonlocal peak, peak_pss
             while not done.wait(0.2):
                 tree = process_tree(process.pid)
+                peak_pss = max(peak_pss, proportional_set_size(tree))
                 rss = sum(rss for rss, _ in tree.values())
                 if rss > peak:
                     peak = rss
@@ -164,7 +182,7 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     sampled = sum(sampled_cpu.values())
     return {"wall_s": wall, "cpu_s": max(reaped, sampled), "cpu_reaped_s": reaped, "cpu_sampled_s": sampled,
-            "cpu_command_s": sampled_cpu.get(process.pid, 0.0), "peak_rss_bytes": peak, "rss_timeline": timeline,
+            "cpu_command_s": sampled_cpu.get(process.pid, 0.0), "peak_rss_bytes": peak, "peak_pss_bytes": peak_pss, "rss_timeline": timeline,
             "at_peak": at_peak}
 
 
@@ -379,7 +397,7 @@ def print_run(r: dict[str, Any]) -> None:
     steps = sum(r["stages"].values())
     print(f"  {r['runs']} Dagster runs, {r['runs_s']:.1f} s inside runs, {steps:.1f} s inside steps, "
           f"{r['wall_s'] - steps:.1f} s of the command outside steps")
-    print(f"  peak RSS of the command's own process {r['command_peak_rss'] / 2**20:.0f} MiB")
+    print(f"  peak RSS of the command's own process {r['command_peak_rss'] / 2**20:.0f} MiB; peak PSS of the process tree {r['peak_pss_bytes'] / 2**20:.0f} MiB")
     print(f"  at the tree's peak ({r['peak_stage']}): {peak_composition(r['at_peak'])}")
     print(f"  {'stage':14s} {'step s':>8s} {'CPU s':>7s} {'MB written':>11s} {'peak RSS MiB (tree, command)':>29s}")
     for stage in (*STAGES, "other", "outside steps"):
@@ -415,7 +433,7 @@ def run_datatrove(sluice_1x: dict[str, Any]) -> dict[str, Any]:
     measured.pop("rss_timeline")
     result = {**json.loads(out.read_text()), **measured}
     pages = sluice_1x["pages"]
-    print(f"  wall {measured['wall_s']:.1f} s, CPU {measured['cpu_s']:.1f} s (reaped {measured['cpu_reaped_s']:.1f}, sampled {measured['cpu_sampled_s']:.1f}), peak RSS {measured['peak_rss_bytes'] / 2**20:.0f} MiB; "
+    print(f"  wall {measured['wall_s']:.1f} s, CPU {measured['cpu_s']:.1f} s (reaped {measured['cpu_reaped_s']:.1f}, sampled {measured['cpu_sampled_s']:.1f}), peak RSS {measured['peak_rss_bytes'] / 2**20:.0f} MiB (PSS {measured['peak_pss_bytes'] / 2**20:.0f} MiB); "
           f"{pages / measured['wall_s']:.1f} pages/s wall, {pages / measured['cpu_s']:.1f} pages/s per core; "
           f"cleaned {result['cleaned_documents']} documents, {result['tokens']} tokens")
     print(f"  {'stage':24s} {'wall s':>8s} {'CPU s':>7s}")
@@ -449,6 +467,7 @@ def main() -> int:
         marginal = 1000 * (results[top]["cpu_s"] - results[1]["cpu_s"]) / (results[top]["pages"] - results[1]["pages"])
         figure(f"end_to_end_marginal_cpu_ms_per_page_{top:g}x_vs_1x", marginal, "-", config + ", (CPU top - CPU 1x) / (pages top - pages 1x)")
         figure(f"end_to_end_peak_rss_ratio_{top:g}x_over_1x", results[top]["peak_rss_bytes"] / results[1]["peak_rss_bytes"], "<= 1.3", config + ", process tree")
+        figure(f"end_to_end_peak_pss_ratio_{top:g}x_over_1x", results[top]["peak_pss_bytes"] / results[1]["peak_pss_bytes"], "-", config + ", process tree, PSS")
     if peer is not None:
         ours, theirs = results[1]["pages"] / results[1]["cpu_s"], results[1]["pages"] / peer["cpu_s"]
         config = (f"1x synthetic crawl, {results[1]['pages']} pages, whole sluice graph vs datatrove WarcReader + resiliparse + LID + "
