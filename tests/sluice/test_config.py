@@ -76,7 +76,7 @@ def test_config_path_from_env(tmp_path, monkeypatch):
 
 
 def test_a_reloaded_config_reflects_the_file_and_shares_nothing_with_the_last(tmp_path):
-    """The parsed YAML is reused while the file's text is the same (sluice.config._parsed_yaml): a changed file
+    """The parsed YAML is reused while the file's text is the same (sluice.config.file._parsed_yaml): a changed file
     loads its new values, and one load's config shares no mutable value with the next."""
     raw = base_config(str(tmp_path / "data"))
     path = write(tmp_path, raw)
