@@ -28,8 +28,8 @@ printed with each run.
 
 Figures: `rerun_work_share` = re-run CPU / uninterrupted run CPU (goal <= 0.55 at 50 %, <= 0.15 at 90 %),
 `outputs_identical` = 1 when every re-run's published files and completion records are byte-identical to
-the uninterrupted run's. Also printed: a re-run with every task recorded (nothing left to run): the fixed
-cost a run pays whatever is left (Dagster's run, the workers' start, verifying every reused output's
+the uninterrupted run's. Also printed: a re-run with every task recorded but the manifest not written (a
+kill after the last task: nothing left to run): the fixed cost a run pays whatever is left (Dagster's run, the workers' start, verifying every reused output's
 SHA-256). The share is about (files left) + (fixed cost) / (full run).
 
     .venv/bin/python benchmarks/resume.py --crawl ../shared/corpus/web/2026-02 --concat 7 --stages raw_documents
@@ -224,9 +224,10 @@ def build_upto(config: str, stage: str, done: list[str]) -> None:
         done.append(name)
 
 
-def copy_without(base: Path, target: Path, stage: str) -> None:
-    """Copy the base storage root but `stage`'s outputs and records for web/2026-02."""
-    skipped = {base / folder / FOLDER for folder in WRITTEN[stage]}
+def copy_without(base: Path, target: Path, stage: str, keep_records: bool = False) -> None:
+    """Copy the base storage root but `stage`'s outputs and records for web/2026-02 (all of it, with
+    `keep_records`)."""
+    skipped = set() if keep_records else {base / folder / FOLDER for folder in WRITTEN[stage]}
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(base, target, ignore=lambda folder, names: [n for n in names if Path(folder) / n in skipped])
 
@@ -242,7 +243,13 @@ def measure_stage(args: argparse.Namespace, stage: str, base: Path, crawl: Path,
     reference = tree(base / "data", written)  # hashes what a re-run's verification hashes (+ the records)
     hashed = sum((base / "data" / key).stat().st_size for key in reference)
     print(f"{name}: hashing the stage's {len(reference)} files ({hashed / 2**20:.0f} MiB) once takes {cpu_seconds() - started:.2f} CPU s")
-    fixed = run_stage(str(base / "sluice.yaml"), stage)  # every task recorded: nothing left to run
+    folder = WORK / "run"
+    # Every task recorded, the manifest not yet written (a kill after the last task): nothing left to run.
+    copy_without(base / "data", folder / "data", stage, keep_records=True)
+    (folder / "data" / written[0] / FOLDER / "_manifest.json").unlink()
+    fixed = run_stage(make_config(folder, crawl, args.workers), stage)
+    if fixed.metadata.get("tasks_reused", 0) == 0:
+        raise SystemExit(f"{stage} reused no task: {fixed.metadata}")
     print(
         f"  a re-run with every task recorded: {fixed.cpu:.2f} CPU s ({fixed.lifetime_cpu:.2f} with the process's "
         f"start, imports and exit), load {load()}",
@@ -250,7 +257,6 @@ def measure_stage(args: argparse.Namespace, stage: str, base: Path, crawl: Path,
     )
     shares: dict[float, list[float]] = {share: [] for share in args.kill_at}
     identical = True
-    folder = WORK / "run"
     for repeat in range(args.repeats):
         copy_without(base / "data", folder / "data", stage)
         config = make_config(folder, crawl, args.workers)
