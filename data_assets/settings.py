@@ -43,15 +43,27 @@ def config_error_hook(previous: Callable[..., Any]) -> Callable[..., Any]:
 
 def load_location_config(path: str) -> SluiceConfig:
     """The config the code location is built from. When it is invalid, the ConfigError propagates (the load
-    fails) and, unless $SLUICE_DEBUG is set, a process that dies of it (`dagster asset materialize -m
-    data_assets.definitions`, `dagster definitions validate`) prints the message without Dagster's loader
-    traceback."""
+    fails) and, unless $SLUICE_DEBUG is set, it reaches people without Dagster's loader traceback:
+    - a process that dies of it (`dagster asset materialize -m data_assets.definitions`, `dagster
+      definitions validate`) prints the message alone;
+    - a code server (`dagster dev`, `dagster-webserver -w workspace.yaml`, `dagster code-server start`)
+      reports it to the UI with no stack frames: the UI shows Dagster's one-line "error occurred during the
+      loading of Dagster definitions" and, as its cause, the ConfigError's message. That process serves
+      only this failed load (a reload starts a new one), so dropping frames there hides nothing else."""
     try:
         return load_config(path)
     except ConfigError:
         if not os.environ.get(DEBUG_ENV_VAR):
             sys.excepthook = config_error_hook(sys.excepthook)
+            if is_code_server(sys.argv):
+                sys.tracebacklimit = 0  # read by the traceback module, which serializes the error for the UI
         raise
+
+
+def is_code_server(argv: list[str]) -> bool:
+    """Whether this process is a Dagster code server (`dagster api grpc`, `dagster code-server start`)."""
+    arguments = argv[1:4]
+    return arguments[:2] == ["api", "grpc"] or arguments[:2] == ["code-server", "start"]
 
 
 CONFIG_PATH = config_path()

@@ -23,6 +23,7 @@ of that language.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 # Scripts written without spaces between words (one character = one token).
 NO_SPACE = (
@@ -141,8 +142,30 @@ _SIMPLE_SUFFIX = frozenset(",.;:!?)")
 
 def tokenize(text: str, multilingual: bool = True) -> list[str]:
     """The tokens of `text` (see the module docstring)."""
+    return _tokens(text, multilingual and NO_SPACE_CHAR.search(text) is not None)
+
+
+_WHITESPACE = re.compile(r"\s")  # what str.split() splits at (both use Python's Unicode whitespace test)
+
+
+def token_windows(text: str, multilingual: bool = True, window: int = 1 << 16) -> Iterator[list[str]]:
+    """`tokenize(text, multilingual)` in pieces: the tokens of consecutive windows of about `window`
+    characters, each cut at whitespace. Tokens never span whitespace, so the pieces concatenate to tokenize's
+    list; a caller that consumes them one at a time keeps a small working set (a multi-megabyte text
+    otherwise becomes one list of hundreds of thousands of strings, and the cost per character grows as
+    it outgrows the CPU caches)."""
+    spaceless = multilingual and NO_SPACE_CHAR.search(text) is not None  # decided once, as tokenize does
+    start, end = 0, len(text)
+    while start < end:
+        cut = _WHITESPACE.search(text, start + window) if start + window < end else None
+        stop = cut.start() if cut is not None else end
+        yield _tokens(text[start:stop], spaceless)
+        start = stop
+
+
+def _tokens(text: str, spaceless: bool) -> list[str]:
     out: list[str] = []
-    if multilingual and NO_SPACE_CHAR.search(text) is not None:
+    if spaceless:
         for chunk in text.split():
             _split_chunk(chunk, out, True)
         return out

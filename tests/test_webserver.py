@@ -341,3 +341,45 @@ def test_asset_checks(webserver: Webserver):
         assert {check["name"]: check["blocking"] for check in checks} == expected, key
         assert all("/".join(check["assetKey"]["path"]) == key for check in checks), key
 
+
+
+LOAD_ERROR_QUERY = """
+query { workspaceOrError { ... on Workspace { locationEntries { name locationOrLoadError { __typename
+  ... on PythonError { message stack errorChain { error { message stack className } } } } } } } }
+"""
+
+
+def test_ui_shows_a_config_error_as_its_message_without_a_traceback(tmp_path):
+    """A config with a typo, served by `dagster-webserver -w workspace.yaml` (the code server `dagster dev`
+    starts too): the location's load error, as the UI receives it, carries the ConfigError's one-line message
+    (file, key, suggestion) and no stack frames, Dagster's or ours; SLUICE_DEBUG=1 brings the frames back."""
+    from sluice.config import ConfigError, load_config
+    from tests.conftest import base_config, write_config
+
+    raw = base_config(str(tmp_path / "data"))
+    raw["cleaning"]["min_char"] = raw["cleaning"].pop("min_chars")
+    path = write_config(tmp_path / "sluice.yaml", raw)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SLUICE_CONFIG": path}
+    env.pop("SLUICE_DEBUG", None)
+
+    def load_error(env: dict[str, str]) -> dict[str, Any]:
+        with serve_webserver(tmp_path, env) as server:
+            (entry,) = server.graphql(LOAD_ERROR_QUERY)["workspaceOrError"]["locationEntries"]
+        error = entry["locationOrLoadError"]
+        assert error["__typename"] == "PythonError", error
+        return error
+
+    error = load_error(env)
+    (cause,) = [link["error"] for link in error["errorChain"]]
+    assert cause["className"] == "ConfigError"
+    assert cause["message"].strip() == f"sluice.config.ConfigError: {raised.value}"
+    assert "did you mean 'min_chars'" in cause["message"]
+    assert error["stack"] == [] and cause["stack"] == []
+
+    debug = load_error({**env, "SLUICE_DEBUG": "1"})
+    assert any("settings.py" in frame for link in debug["errorChain"] for frame in link["error"]["stack"])

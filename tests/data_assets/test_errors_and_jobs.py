@@ -106,3 +106,12 @@ def test_dagster_cli_loading_a_bad_config_prints_the_message_without_a_traceback
 
     debug = subprocess.run(command, cwd=PROJECT_ROOT, env={**env, "SLUICE_DEBUG": "1"}, capture_output=True, text=True, timeout=300)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and message in debug.stderr
+
+
+def test_only_dagster_code_server_processes_count_as_code_servers():
+    from data_assets.settings import is_code_server
+
+    assert is_code_server(["/venv/lib/dagster/__main__.py", "api", "grpc", "--lazy-load-user-code", "--port", "1"])
+    assert is_code_server(["/venv/bin/dagster", "code-server", "start", "-m", "data_assets.definitions"])
+    assert not is_code_server(["/venv/bin/dagster", "asset", "materialize", "-m", "data_assets.definitions"])
+    assert not is_code_server(["/venv/bin/pytest", "tests/"])

@@ -101,6 +101,46 @@ def test_tokenize_equals_the_reference_on_hostile_text(text, multilingual):
     assert tokenize(text, multilingual) == reference_tokenize(text, multilingual)
 
 
+WINDOW_ALPHABET = HOSTILE_ALPHABET + "ΟΔΣσς ΑΣ\u2028\x1c\x85\u3000"  # Greek sigma; every kind of Unicode whitespace
+
+
+@PROPERTY
+@given(st.lists(st.one_of(hostile_text, st.text(WINDOW_ALPHABET, max_size=80)), max_size=6).map("".join), st.booleans(), st.integers(1, 40))
+def test_token_windows_concatenate_to_tokenize(text, multilingual, window):
+    pieces = list(words.token_windows(text, multilingual, window))
+    assert [token for piece in pieces for token in piece] == tokenize(text, multilingual)
+    if len(text) > 2 * window and any(c.isspace() for c in text[window:-window]):
+        assert len(pieces) > 1  # it does cut
+
+
+@PROPERTY
+@given(st.lists(st.text(WINDOW_ALPHABET.replace(" ", "") + "ΣΣΣ123", min_size=1, max_size=6), max_size=40), st.integers(1, 5))
+def test_lm_line_in_batches_equals_one_lowercasing(tokens, batch):
+    from sluice import perplexity
+
+    whole = " ".join(tokens).lower().translate(perplexity._DIGITS)
+    saved = perplexity._BATCH_TOKENS
+    perplexity._BATCH_TOKENS = batch
+    try:
+        assert perplexity.lm_line(tokens) == whole
+    finally:
+        perplexity._BATCH_TOKENS = saved
+
+
+@PROPERTY
+@given(st.lists(st.one_of(hostile_text, st.text(WINDOW_ALPHABET, max_size=80)), max_size=6).map("".join), st.integers(1, 40), st.integers(1, 5))
+def test_text_line_equals_the_line_of_all_tokens(text, window, batch):
+    from sluice import perplexity
+
+    whole = " ".join(tokenize(text, True)).lower().translate(perplexity._DIGITS)
+    saved = perplexity._WINDOW_CHARS, perplexity._BATCH_TOKENS
+    perplexity._WINDOW_CHARS, perplexity._BATCH_TOKENS = window, batch
+    try:
+        assert perplexity.text_line(text) == whole
+    finally:
+        perplexity._WINDOW_CHARS, perplexity._BATCH_TOKENS = saved
+
+
 @PROPERTY
 @given(st.text(HOSTILE_ALPHABET + "'’.", max_size=60))
 def test_multilingual_word_pattern_equals_the_reference(text):
