@@ -35,8 +35,7 @@ SHA-256). The share is about (files left) + (fixed cost) / (full run).
     .venv/bin/python benchmarks/resume.py --crawl ../shared/corpus/web/2026-02 --concat 7 --stages raw_documents
     # the later stages on distinct pages (copies of the same files leave tokenization nothing after dedup):
     .venv/bin/python -m benchmarks.synth_crawl --scale 1.02 --snapshots 1 --pages-per-file 10 --out .bench_data/synth-204
-    .venv/bin/python benchmarks/resume.py --crawl .bench_data/synth-204/web/2025-01 --repeats 1 \
-        --stages cleaned_documents dedup_signatures tokenized_shards
+    .venv/bin/python benchmarks/resume.py --crawl .bench_data/synth-204/web/2025-01 --repeats 1 --stages cleaned_documents dedup_signatures tokenized_shards
 """
 
 from __future__ import annotations
