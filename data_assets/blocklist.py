@@ -45,9 +45,18 @@ def code_version() -> str:
         return "1-blocklist-unreadable"
 
 
+# When it has never been published (blocklist_matches, and so every new partition's tail, waits for it) or its
+# list changed (its code version is the list's hash, read when the code location loads).
+BLOCKLIST_AUTOMATION = (
+    (AutomationCondition.newly_missing() | AutomationCondition.code_version_changed().since_last_handled())
+    & ~AutomationCondition.in_progress()
+).with_label("when missing or its list changed")
+
+
 @asset(
     name=ASSET,
     code_version=code_version(),
+    automation_condition=BLOCKLIST_AUTOMATION,
     group_name="training",
     kinds={"python"},
     owners=["team:data-engineering"],

@@ -65,6 +65,16 @@ dedup_automation = AutomationConditionSensorDefinition(
     description="Declarative automation of dedup_clusters, deduped_documents, decontamination, blocklist_matches and tokenized_shards (see data_assets/deduped.py).",
 )
 
+# Publishes the blocklist when it is missing or its list changed, and redraws the quality report hourly when
+# its stages have new data.
+report_automation = AutomationConditionSensorDefinition(
+    "report_automation",
+    target=AssetSelection.assets("blocklist", "quality_report"),
+    default_status=DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=int(os.environ.get("SLUICE_AUTOMATION_INTERVAL_S", "30")),
+    description="Declarative automation of blocklist (when missing or changed) and quality_report (hourly, on new data).",
+)
+
 
 def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict[str, object]:
     settings = SluiceSettings(config_path=config_path)
@@ -79,9 +89,9 @@ def build_resources(config_path: str = CONFIG_PATH, **compute_overrides) -> dict
 
 
 defs = Definitions(
-    assets=[*ASSETS, *source_views],  # the per-source views: external assets the quality report observes
+    assets=[*ASSETS, *source_views],  # the per-source views: external assets the quality report records
     jobs=JOBS,
-    sensors=[new_snapshot_sensor, dedup_automation],
+    sensors=[new_snapshot_sensor, dedup_automation, report_automation],
     schedules=[daily_mix_rebuild],
     resources=build_resources(),
 )

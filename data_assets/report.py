@@ -3,17 +3,24 @@ written to `<root>/quality_report/` and shown on the asset's page (the PNG embed
 UI's markdown renderer allows `data:` images).
 
 Per-source views: one external asset per source, `quality_by_source/<source>`, partitioned by snapshot. The
-report records an observation of each (source, snapshot) on it, so the UI's metadata plots of a view are that
-source's figures over its snapshots: one continuous line per metric, never two sources interleaved."""
+report records a materialization of each (source, snapshot) partition of it whose figures changed since the
+last report (their digests are kept in the report's manifest), so the UI's metadata plots of a view are that
+source's figures over its snapshots (x axis "Partitions": the latest figures of each snapshot; "Events": their
+history), one continuous line per metric, never two sources interleaved, and a re-run adds nothing new.
+
+Automation (`report_automation`): the report runs hourly when any of its stages has new data."""
 
 import base64
+import hashlib
+import json
 
 from dagster import (
     AssetDep,
     AssetExecutionContext,
     AssetKey,
-    AssetObservation,
+    AssetMaterialization,
     AssetSpec,
+    AutomationCondition,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -22,6 +29,7 @@ from dagster import (
 from data_assets.partitions import registered_partitions, snapshot_partitions
 from data_assets.settings import CONFIG
 from resources import SluiceSettings, StorageResource
+from sluice.layout import read_manifest
 from sluice.report import HTML_NAME, PNG_NAME, REPORT_DATASET, PartitionQuality, collect, write_report
 
 ASSET = REPORT_DATASET
@@ -38,7 +46,7 @@ source_views = [
         deps=[ASSET],
         partitions_def=snapshot_partitions,
         group_name="reporting",
-        description=f"Quality figures of source {source!r} per snapshot, observed by quality_report: plot them (Overview -> Metadata -> Plots) for this source alone.",
+        description=f"Quality figures of source {source!r} per snapshot, recorded by quality_report: plot them (Overview -> Metadata -> Plots) for this source alone.",
     )
     for source in CONFIG.source_names
 ]
@@ -63,12 +71,31 @@ def view_metadata(row: PartitionQuality, reasons: list[str], languages: list[str
     }
 
 
-def observe_sources(context: AssetExecutionContext, rows: list[PartitionQuality]) -> None:
+def view_digest(metadata: dict[str, float]) -> str:
+    return hashlib.sha256(json.dumps(metadata, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def record_source_views(context: AssetExecutionContext, rows: list[PartitionQuality], previous: dict[str, str]) -> dict[str, str]:
+    """Materialize the source-view partition of every row whose figures differ from `previous` (label -> digest,
+    from the last report's manifest); returns every row's digest."""
     reasons = sorted({reason for row in rows for reason in row.drops})
     languages = sorted({code for row in rows for code in row.languages})
+    digests = {}
     for row in rows:
         metadata = view_metadata(row, reasons, languages)
-        context.log_event(AssetObservation(asset_key=source_view_key(row.source), partition=row.snapshot, metadata=metadata))
+        digests[row.label] = view_digest(metadata)
+        if previous.get(row.label) != digests[row.label]:
+            context.log_event(AssetMaterialization(asset_key=source_view_key(row.source), partition=row.snapshot, metadata=metadata))
+    return digests
+
+
+# Hourly, once any stage it reads has new data since it last ran (or it has never run): a report reads every
+# partition's manifests, so it is not re-drawn after each of a backfill's partitions.
+REPORT_AUTOMATION = (
+    AutomationCondition.cron_tick_passed("0 * * * *", "UTC").since_last_handled()
+    & (AutomationCondition.missing() | AutomationCondition.any_deps_updated().since_last_handled())
+    & ~AutomationCondition.in_progress()
+).with_label("hourly, when its stages have new data")
 
 
 @asset(
@@ -76,6 +103,7 @@ def observe_sources(context: AssetExecutionContext, rows: list[PartitionQuality]
     deps=[AssetDep(stage) for stage in ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards")],
     group_name="reporting",
     kinds={"python", "html"},
+    automation_condition=REPORT_AUTOMATION,
     owners=["team:data-engineering"],
     description=(
         "Per source and snapshot: the cleaning funnel, drop reasons, language shares, dedup removal against earlier "
@@ -86,8 +114,9 @@ def observe_sources(context: AssetExecutionContext, rows: list[PartitionQuality]
 def quality_report(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> MaterializeResult:
     store = storage.store()
     rows = collect(store, registered_partitions(context, settings.config.source_names))
-    manifest = write_report(store, rows)
-    observe_sources(context, rows)
+    previous = read_manifest(store, ASSET) or {}
+    digests = record_source_views(context, rows, previous.get("view_digests", {}))
+    manifest = write_report(store, rows, {"view_digests": digests})
     png = store.read_bytes(f"{ASSET}/{PNG_NAME}")
     return MaterializeResult(
         metadata={

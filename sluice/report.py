@@ -217,8 +217,9 @@ def render_html(rows: Sequence[PartitionQuality], png_name: str = PNG_NAME, titl
     )
 
 
-def write_report(store: Store, rows: Sequence[PartitionQuality]) -> dict[str, Any]:
-    """Write `report.png`, `index.html` and the folder's manifest under `quality_report/`; returns the manifest."""
+def write_report(store: Store, rows: Sequence[PartitionQuality], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write `report.png`, `index.html` and the folder's manifest (with `extra`'s entries) under
+    `quality_report/`; returns the manifest."""
     png = render_png(rows)
     page = render_html(rows).encode("utf-8")
     store.write_bytes(f"{REPORT_DATASET}/{PNG_NAME}", png)
@@ -228,6 +229,7 @@ def write_report(store: Store, rows: Sequence[PartitionQuality]) -> dict[str, An
         "partitions": [row.label for row in rows],
         "extra_keys": [PNG_NAME, HTML_NAME],
         "png_bytes": len(png),
+        **(extra or {}),
     }
     write_manifest(store, REPORT_DATASET, manifest)
     return manifest

@@ -177,18 +177,20 @@ def test_quality_report_picture_is_on_its_asset_page(served_graph, materialized,
 
 
 def test_per_source_view_plots_one_source_over_its_snapshots(served_graph, materialized, page, tmp_path):
-    """`quality_by_source/web` holds one observation per web snapshot (the Events tab names both, no
-    reference partition), and its metadata plots (x axis "Events") are drawn."""
+    """`quality_by_source/web` holds one materialization per web snapshot (the Events tab names both, no
+    reference partition), and its metadata plots are drawn on the "Partitions" x axis (one point per
+    snapshot) as on the "Events" one."""
     page.goto(f"{served_graph.url}/assets/quality_by_source/web?view=events")
     for snapshot in ("2026-01", "2026-02"):
         page.get_by_text(snapshot, exact=True).first.wait_for(state="visible")
     assert "reference" not in page.inner_text("body")
     page.goto(f"{served_graph.url}/assets/quality_by_source/web")
     page.get_by_role("button", name="Plots").first.click()
-    page.get_by_role("button", name="Events").first.click()
-    for metric in ("tokens", "drop_rate", "deduped_documents"):
-        page.get_by_text(metric, exact=True).first.wait_for(state="visible")
-    assert page.locator("canvas").count() >= 3
+    for axis in ("Partitions", "Events"):
+        page.get_by_role("button", name=axis).first.click()
+        for metric in ("tokens", "drop_rate", "deduped_documents"):
+            page.get_by_text(metric, exact=True).first.wait_for(state="visible")
+        assert page.locator("canvas").count() >= 3, axis
     shot = tmp_path / "quality-by-source-web.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000

@@ -281,7 +281,7 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
     assert {"ingest_job", "tokenizer_job", "mix_job", "trace_batch_job", "export_job"} <= {job["name"] for job in repository["jobs"]}
-    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor"]
+    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor", "report_automation"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 
     log = webserver.log()
@@ -377,7 +377,7 @@ def test_ui_shows_a_config_error_as_its_message_without_a_traceback(tmp_path):
     error = load_error(env)
     (cause,) = [link["error"] for link in error["errorChain"]]
     assert cause["className"] == "ConfigError"
-    assert cause["message"].strip() == f"sluice.config.ConfigError: {raised.value}"
+    assert cause["message"].strip() == f"{ConfigError.__module__}.ConfigError: {raised.value}"
     assert "did you mean 'min_chars'" in cause["message"]
     assert error["stack"] == [] and cause["stack"] == []
 

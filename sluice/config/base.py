@@ -1,0 +1,77 @@
+"""What every config section builds on: the strict base model, the config error, and the checks of names,
+snapshots, locations and language codes that several sections share."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+CONFIG_ENV_VAR = "SLUICE_CONFIG"
+DEFAULT_CONFIG_NAME = "sluice.yaml"
+
+# Names become partition keys, folder names and S3 key parts: keep them to a safe alphabet.
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+SNAPSHOT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file, the key and what is allowed."""
+
+
+def check_name(value: str, what: str) -> str:
+    if not NAME_PATTERN.match(value):
+        raise ValueError(
+            f"{what} {value!r} must match {NAME_PATTERN.pattern} (lowercase letters, digits, '_' or '-')"
+        )
+    return value
+
+
+def check_snapshot_name(value: str) -> str:
+    if not SNAPSHOT_PATTERN.match(value) or ".." in value:
+        raise ValueError(
+            f"snapshot {value!r} must match {SNAPSHOT_PATTERN.pattern} and contain no '..'"
+        )
+    return value
+
+
+# S3 bucket names (the DNS-compatible rules) and the characters a key part may hold without quoting.
+S3_BUCKET_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+S3_KEY_PART_PATTERN = re.compile(r"^[A-Za-z0-9._=+-]+$")
+
+
+def check_location(value: str, what: str) -> str:
+    """A local path or s3://bucket/prefix whose parts are safe: no `..`/`.`/empty segments, no control
+    characters, and in S3 only characters that need no quoting in keys (`A-Za-z0-9._=+-`)."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError(f"{what} {value!r} contains control characters")
+    if value.startswith("s3://"):
+        bucket, _, prefix = value[len("s3://") :].partition("/")
+        if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
+            raise ValueError(
+                f"{what} {value!r}: bucket {bucket!r} is not a valid S3 bucket name "
+                "(3-63 characters: lowercase letters, digits, '.', '-')"
+            )
+        parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
+        for part in parts:
+            if part in ("", ".", "..") or not S3_KEY_PART_PATTERN.match(part):
+                raise ValueError(
+                    f"{what} {value!r}: key part {part!r} is not allowed "
+                    "(no empty, '.' or '..' parts; characters A-Z a-z 0-9 . _ = + - only)"
+                )
+        return value
+    if "://" in value:
+        raise ValueError(f"{what} {value!r}: unsupported URL scheme; use a local path or s3://bucket/prefix")
+    return value  # local paths are resolved against the config file's folder (`..` is fine there)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def check_language(value: str, what: str) -> str:
+    from sluice.langid import LID176_LANGUAGES
+
+    if value not in LID176_LANGUAGES:
+        raise ValueError(f"{what} {value!r} is not a lid.176 language code (such as en, de, zh, pt; see sluice/langid.py)")
+    return value

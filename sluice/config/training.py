@@ -1,0 +1,153 @@
+"""Everything after cleaning: tokenizer, compute, dedup, blocklist, checks, export and the training mixes."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from sluice.config.base import (
+    _Model,
+    check_name,
+)
+
+
+class TokenizerSettings(_Model):
+    path: str | None = None  # an existing tokenizer.json; None = train byte-level BPE on `train_sources`
+    vocab_size: int = Field(8192, ge=256, le=1 << 22)
+    train_sources: tuple[str, ...] = ()  # empty = every source
+    max_training_documents: int = Field(20_000, ge=1)
+    eos_token: str = "<|endoftext|>"
+    # A tokenized shard is closed when the next document would take it past this many tokens
+    # (2**28 tokens = 512 MiB of uint16); one document longer than this gets a shard of its own.
+    max_shard_tokens: int = Field(1 << 28, ge=1024)
+
+
+class ComputeSettings(_Model):
+    backend: Literal["local", "ray"] = "local"
+    max_workers: int = Field(2, ge=1, le=4096)  # processes of the local pool / CPUs of a local Ray
+    ray_address: str | None = None  # None with backend=ray starts a local Ray; "auto" or ray://host:10001 joins one
+
+
+class DedupSettings(_Model):
+    """Near-duplicate detection (MinHash LSH, see sluice.minhash); defaults as datatrove's."""
+
+    fuzzy: bool = True  # False: exact dedup only
+    ngram_size: int = Field(5, ge=1, le=64)  # words per shingle
+    bands: int = Field(14, ge=1, le=255)  # LSH bands; candidates share at least one band
+    rows_per_band: int = Field(8, ge=1, le=64)  # signature values per band (num_perm = bands * rows)
+    seed: int = Field(1, ge=0, lt=1 << 32)  # seed of the permutations (datasketch's default is 1)
+    hash_function: Literal["poly", "sha1"] = "poly"  # shingle hash; sha1 = datasketch's default (slow)
+    # A candidate pair (sharing an LSH bucket) is linked only if the Jaccard similarity of the two shingle
+    # sets, computed from their texts, is at least this: the false-positive check of NeMo Curator's fuzzy
+    # dedup. 0.8 by default (LSH alone links many pairs below 0.8: precision 0.53 vs 1.0 on
+    # benchmarks/dedup_quality.py); reads only the candidates' texts. None: documents sharing a bucket are
+    # near duplicates (datatrove's rule, no texts read).
+    verify_min_jaccard: float | None = Field(0.8, ge=0.0, le=1.0)
+    # With verification, each document of a bucket is checked against the bucket's first `verify_anchors`
+    # documents in the global order (its anchors), not against every member: the pairs to verify grow
+    # linearly with a bucket, not quadratically (NeMo Curator's num_anchors, 2 there). Members near-equal to
+    # an anchor are linked through it.
+    verify_anchors: int = Field(4, ge=1, le=1024)
+    # The global index (sluice/dedup/index.py): keys are split into this many hash ranges (a power of two;
+    # a probe reads only the row groups of the ranges its keys fall in, a merge holds one range in memory).
+    # The newest partitions stay separate delta runs until there are `index_max_deltas`; the others form
+    # leveled runs, each level `index_fanout` times the one below (a partition's rows are rewritten at most
+    # fanout - 1 times per level; a probe reads one file per level and delta).
+    index_shards: int = Field(16, ge=1, le=4096)
+    index_fanout: int = Field(8, ge=2, le=1024)
+    index_max_deltas: int = Field(8, ge=1, le=1024)
+
+    @field_validator("index_shards")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (1, 2, 4, ... 4096), got {value}")
+        return value
+    # Share of a partition's documents removed (exact + fuzzy) outside these bounds makes the
+    # `removed_share_within_bounds` check warn.
+    min_removed_share: float = Field(0.0, ge=0.0, le=1.0)
+    max_removed_share: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class BlocklistSettings(_Model):
+    """The training blocklist (see sluice.blocklist): documents, URLs, domains and text patterns that no mix
+    may contain. Matched once per deduplicated partition (`blocklist_matches`) and left out of every mix."""
+
+    path: str | None = None  # the blocklist file; null = none (an empty list)
+    regex_timeout_s: float = Field(0.05, gt=0.0)  # per document and pattern; a search that runs out counts as a match
+
+
+class CheckSettings(_Model):
+    max_quarantined_file_share: float = Field(0.25, ge=0.0, le=1.0)
+    min_cleaned_drop_rate: float = Field(0.0, ge=0.0, le=1.0)
+    max_cleaned_drop_rate: float = Field(0.95, ge=0.0, le=1.0)
+    mix_share_tolerance: float = Field(0.01, gt=0.0, le=1.0)  # realized vs configured token share, absolute
+    tokenized_sample_documents: int = Field(16, ge=1)
+
+
+class ExportSettings(_Model):
+    """`sluice export` and `export_job`: a mix split as Parquet, WebDataset or MDS shards (`sluice.export`)."""
+
+    root: str | None = None  # default destination (local or s3://); None = <storage.root>/mixed_export
+    # Uncompressed sample bytes per shard file (Parquet files are smaller after zstd); MDS offsets are 32-bit
+    shard_bytes: int = Field(1 << 27, ge=1 << 12, lt=1 << 32)
+    mask_document_boundaries: bool = False  # labels = -100 where the next token starts another document (the loader's option)
+    seed: int | None = None  # order of the rows: the loader's with this seed; None = the mix's seed
+
+
+LANGUAGE_PATTERN = re.compile(r"^[a-z]{2,3}(_[a-z]+)?$")
+
+
+def split_weight_key(key: str) -> tuple[str, str | None]:
+    """`web` -> ("web", None): all of a source; `web:en` -> ("web", "en"): its documents in one language."""
+    source, _, language = key.partition(":")
+    return source, (language or None)
+
+
+class MixSettings(_Model):
+    """A named training mix; each is one partition of `mixed_dataset`."""
+
+    # Share of the mix's training tokens per source (`web`) or per source and lid.176 language (`web:en`),
+    # normalised to sum 1. A source is given either whole or by language, not both.
+    weights: dict[str, float]
+    token_budget: int = Field(ge=1)  # training tokens, met exactly
+    sequence_length: int = Field(2048, ge=8)
+    seed: int = 0
+    max_epochs: float = Field(4.0, ge=1.0)  # how often a source's tokens may repeat to meet its weight
+    # Share of each source's documents held out for validation, chosen by a hash of the document id, so the
+    # same documents are held out by every mix and every rebuild; validation never shares a document with training.
+    validation_share: float = Field(0.0, ge=0.0, le=0.5)
+    # JSONL files (local or s3://) of evaluation texts; training and validation documents sharing a word
+    # n-gram of `decontamination_ngram` words with any of them are removed from the mix and counted.
+    eval_sets: tuple[str, ...] = ()
+    eval_text_field: str = "text"
+    decontamination_ngram: int = Field(13, ge=3, le=64)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if not value:
+            raise ValueError("a mix needs at least one source weight")
+        whole, by_language = set(), set()
+        for key, weight in value.items():
+            source, language = split_weight_key(key)
+            check_name(source, "source name")
+            if language is not None:
+                if not LANGUAGE_PATTERN.match(language):
+                    raise ValueError(f"{key!r}: language {language!r} must be a lid.176 code such as 'en' or 'zh'")
+                by_language.add(source)
+            else:
+                whole.add(source)
+            if weight < 0:
+                raise ValueError(f"weight of {key!r} must be >= 0, got {weight}")
+        if whole & by_language:
+            raise ValueError(f"source(s) {sorted(whole & by_language)} are weighted both whole and by language; use one")
+        if sum(value.values()) <= 0:
+            raise ValueError("the weights must not all be zero")
+        return value
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({split_weight_key(key)[0] for key in self.weights})
