@@ -261,20 +261,22 @@ def run_pipeline(warc_folder: str, model_path: str, tokenizer: str, work: str, w
             ],
         ),
     ]
-    seconds = {}
+    seconds, stage_cpu = {}, {}
     started, cpu = time.perf_counter(), cpu_seconds()
     for name, tasks, pipeline in stages:
-        stage_start = time.perf_counter()
+        stage_start, stage_cpu_start = time.perf_counter(), cpu_seconds()
         LocalPipelineExecutor(
             pipeline=pipeline, tasks=tasks, workers=min(workers, tasks), logging_dir=os.path.join(folder["logs"], name), start_method="fork"
         ).run()
         seconds[name] = time.perf_counter() - stage_start
+        stage_cpu[name] = cpu_seconds() - stage_cpu_start  # its forked workers are reaped by then
     elapsed, cpu = time.perf_counter() - started, cpu_seconds() - cpu
     tokens = sum(os.path.getsize(os.path.join(folder["tokens"], p)) // 2 for p in os.listdir(folder["tokens"]) if p.endswith(".ds"))
     result = {
         "seconds": elapsed,
         "cpu_seconds": cpu,
         "stage_seconds": seconds,
+        "stage_cpu_seconds": stage_cpu,
         "cleaned_documents": count_jsonl_gz(folder["cleaned"]),
         "tokens": tokens,
         "bytes": {name: folder_bytes(path) for name, path in folder.items() if name != "logs"},

@@ -127,26 +127,47 @@ def process_tree(root: int) -> dict[int, tuple[int, float]]:
     return tree
 
 
+def proportional_set_size(pids: Any) -> int:
+    """Bytes of the processes' PSS (/proc/<pid>/smaps_rollup): each shared page divided among the processes
+    that map it. Unlike a sum of RSS it counts once the pages forked workers share with their forkserver, and
+    a fork in the moment before it execs (Dagster's log-capture helpers) adds nothing."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str, float]:
     """Run `command`, output to `log`; wall seconds, CPU seconds of the process tree and its peak RSS.
 
     CPU: the reaped descendants' rusage; a process the tree never waited for is not in it, so the CPU
     seen in /proc samples (every 0.2 s, per process its last value) is taken when larger."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak, sampled_cpu, timeline = 0, {}, []
+    peak, peak_pss, sampled_cpu, timeline, at_peak = 0, 0, {}, [], {}
     started = time.perf_counter()
     with open(log, "w") as out:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         done = threading.Event()
 
         def sample() -> None:
-            nonlocal peak
+            nonlocal peak, peak_pss
             while not done.wait(0.2):
                 tree = process_tree(process.pid)
+                peak_pss = max(peak_pss, proportional_set_size(tree))
                 rss = sum(rss for rss, _ in tree.values())
-                peak = max(peak, rss)
-                timeline.append((time.time(), rss, tree.get(process.pid, (0, 0.0))[0]))
+                if rss > peak:
+                    peak = rss
+                    at_peak.clear()
+                    at_peak.update(time=time.time(), processes=sorted(((r, describe(pid, process.pid)) for pid, (r, _) in tree.items()), reverse=True))
                 sampled_cpu.update({pid: cpu for pid, (_, cpu) in tree.items()})
+                timeline.append((time.time(), rss, tree.get(process.pid, (0, 0.0))[0], sum(sampled_cpu.values())))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -161,7 +182,47 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     sampled = sum(sampled_cpu.values())
     return {"wall_s": wall, "cpu_s": max(reaped, sampled), "cpu_reaped_s": reaped, "cpu_sampled_s": sampled,
-            "cpu_command_s": sampled_cpu.get(process.pid, 0.0), "peak_rss_bytes": peak, "rss_timeline": timeline}
+            "cpu_command_s": sampled_cpu.get(process.pid, 0.0), "peak_rss_bytes": peak, "peak_pss_bytes": peak_pss, "rss_timeline": timeline,
+            "at_peak": at_peak}
+
+
+def describe(pid: int, root: int) -> str:
+    """Where a process sits in the tree: its ancestry from the command, each process named `command`,
+    `forkserver` (a multiprocessing forkserver), `child` (a fork of a forkserver) or its command line."""
+    path = []
+    while pid != root and pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                text = cmdline.read()
+            with open(f"/proc/{pid}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return "exited"
+        path.append(text)
+        pid = parent
+    # A forkserver's forks keep its command line: a forkserver is one whose parent is not a forkserver.
+    names, previous = ["command"], False
+    for text in reversed(path):
+        is_forkserver = b"forkserver" in text
+        if is_forkserver:
+            names.append("child" if previous else "forkserver")
+        else:
+            words = [word.decode(errors="replace").rsplit("/", 1)[-1] for word in text.split(b"\0") if word]
+            names.append(" ".join(words[:3])[:48] or "child")
+        previous = is_forkserver and not previous
+    return ">".join(names)
+
+
+def cpu_per_stage(timeline: list[tuple[float, int, int, float]], intervals: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+    """CPU seconds of the process tree per stage: each sampling interval's CPU (0.2 s apart) goes to the stage
+    whose steps ran at its end, else to "outside steps" (run start-up, Dagster's bookkeeping, the driver)."""
+    out: dict[str, float] = defaultdict(float)
+    previous = 0.0
+    for when, _, _, cpu in timeline:
+        stage = next((stage for stage, spans in intervals.items() if any(start <= when <= end for start, end in spans)), "outside steps")
+        out[stage] += cpu - previous
+        previous = cpu
+    return dict(out)
 
 
 def stage_of(name: str) -> str:
@@ -309,16 +370,19 @@ def run_sluice(scale: float) -> dict[str, Any]:
     intervals, runs_total, runs = step_seconds(home)
     timeline = measured.pop("rss_timeline")
     stages = {stage: sum(end - start for start, end in spans) for stage, spans in intervals.items()}
-    during = {stage: [(rss, own) for when, rss, own in timeline if any(start <= when <= end for start, end in spans)] for stage, spans in intervals.items()}
+    during = {stage: [(rss, own) for when, rss, own, _ in timeline if any(start <= when <= end for start, end in spans)] for stage, spans in intervals.items()}
+    stage_cpu = cpu_per_stage(timeline, intervals)
     stage_peak_rss = {stage: max((rss for rss, _ in samples), default=0) for stage, samples in during.items()}
     stage_peak_command_rss = {stage: max((own for _, own in samples), default=0) for stage, samples in during.items()}
+    peak_time = measured["at_peak"].get("time", 0.0)
+    peak_stage = next((stage for stage, spans in intervals.items() if any(start <= peak_time <= end for start, end in spans)), "outside steps")
     from sluice.storage import open_store
 
     store = open_store(str(work / "data"))
     counts = {asset: manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
     quality = near_duplicate_quality(work / "data", crawl_folder)
     result = {"scale": scale, "pages": pages, **measured, "stages": stages, "stage_peak_rss": stage_peak_rss,
-              "stage_peak_command_rss": stage_peak_command_rss, "command_peak_rss": max((own for _, _, own in timeline), default=0), "runs_s": runs_total, "runs": runs,
+              "stage_peak_command_rss": stage_peak_command_rss, "peak_stage": peak_stage, "command_peak_rss": max((own for _, _, own, _ in timeline), default=0), "stage_cpu": stage_cpu, "runs_s": runs_total, "runs": runs,
               "bytes": bytes_per_stage(work / "data"), "counts": counts, "quality": quality, "tokenizer": str(work / "data" / "tokenizer" / "tokenizer.json"),
               "crawl": str(crawl_folder)}
     print_run(result)
@@ -333,16 +397,25 @@ def print_run(r: dict[str, Any]) -> None:
     steps = sum(r["stages"].values())
     print(f"  {r['runs']} Dagster runs, {r['runs_s']:.1f} s inside runs, {steps:.1f} s inside steps, "
           f"{r['wall_s'] - steps:.1f} s of the command outside steps")
-    print(f"  peak RSS of the command's own process {r['command_peak_rss'] / 2**20:.0f} MiB")
-    print(f"  {'stage':14s} {'step s':>8s} {'MB written':>11s} {'peak RSS MiB (tree, command)':>29s}")
-    for stage in (*STAGES, "other"):
-        if stage in r["stages"] or stage in r["bytes"]:
-            print(f"  {stage:14s} {r['stages'].get(stage, 0.0):8.1f} {r['bytes'].get(stage, 0) / 1e6:11.1f} "
+    print(f"  peak RSS of the command's own process {r['command_peak_rss'] / 2**20:.0f} MiB; peak PSS of the process tree {r['peak_pss_bytes'] / 2**20:.0f} MiB")
+    print(f"  at the tree's peak ({r['peak_stage']}): {peak_composition(r['at_peak'])}")
+    print(f"  {'stage':14s} {'step s':>8s} {'CPU s':>7s} {'MB written':>11s} {'peak RSS MiB (tree, command)':>29s}")
+    for stage in (*STAGES, "other", "outside steps"):
+        if stage in r["stages"] or stage in r["bytes"] or stage in r["stage_cpu"]:
+            print(f"  {stage:14s} {r['stages'].get(stage, 0.0):8.1f} {r['stage_cpu'].get(stage, 0.0):7.1f} {r['bytes'].get(stage, 0) / 1e6:11.1f} "
                   f"{r['stage_peak_rss'].get(stage, 0) / 2**20:20.0f} {r['stage_peak_command_rss'].get(stage, 0) / 2**20:8.0f}")
     q = r["quality"]
     print(f"  near duplicates: {q['should_remove']} cleaned documents with an earlier copy of their planted group at J >= {THRESHOLD} "
           f"({q['planted_copies_cleaned']} planted copies cleaned); removed {q['removed']} ({q['removed_should']} of those, "
           f"{q['removed_unplanted_justified']} other removals at J >= {THRESHOLD} to their keeper): recall {q['recall']:.4f}, precision {q['precision']:.4f}")
+
+
+def peak_composition(at_peak: dict[str, Any]) -> str:
+    """The processes at the peak, grouped by place in the tree: `count x name total MiB`."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for rss, name in at_peak.get("processes", []):
+        groups[name].append(rss)
+    return ", ".join(f"{len(sizes)} x {name} {sum(sizes) / 2**20:.0f} MiB" for name, sizes in sorted(groups.items(), key=lambda item: -sum(item[1])))
 
 
 def run_datatrove(sluice_1x: dict[str, Any]) -> dict[str, Any]:
@@ -360,11 +433,12 @@ def run_datatrove(sluice_1x: dict[str, Any]) -> dict[str, Any]:
     measured.pop("rss_timeline")
     result = {**json.loads(out.read_text()), **measured}
     pages = sluice_1x["pages"]
-    print(f"  wall {measured['wall_s']:.1f} s, CPU {measured['cpu_s']:.1f} s (reaped {measured['cpu_reaped_s']:.1f}, sampled {measured['cpu_sampled_s']:.1f}), peak RSS {measured['peak_rss_bytes'] / 2**20:.0f} MiB; "
+    print(f"  wall {measured['wall_s']:.1f} s, CPU {measured['cpu_s']:.1f} s (reaped {measured['cpu_reaped_s']:.1f}, sampled {measured['cpu_sampled_s']:.1f}), peak RSS {measured['peak_rss_bytes'] / 2**20:.0f} MiB (PSS {measured['peak_pss_bytes'] / 2**20:.0f} MiB); "
           f"{pages / measured['wall_s']:.1f} pages/s wall, {pages / measured['cpu_s']:.1f} pages/s per core; "
           f"cleaned {result['cleaned_documents']} documents, {result['tokens']} tokens")
+    print(f"  {'stage':24s} {'wall s':>8s} {'CPU s':>7s}")
     for stage, seconds in result["stage_seconds"].items():
-        print(f"  {stage:24s} {seconds:8.1f} s")
+        print(f"  {stage:24s} {seconds:8.1f} {result.get('stage_cpu_seconds', {}).get(stage, float('nan')):7.1f}")
     return result
 
 
@@ -393,6 +467,7 @@ def main() -> int:
         marginal = 1000 * (results[top]["cpu_s"] - results[1]["cpu_s"]) / (results[top]["pages"] - results[1]["pages"])
         figure(f"end_to_end_marginal_cpu_ms_per_page_{top:g}x_vs_1x", marginal, "-", config + ", (CPU top - CPU 1x) / (pages top - pages 1x)")
         figure(f"end_to_end_peak_rss_ratio_{top:g}x_over_1x", results[top]["peak_rss_bytes"] / results[1]["peak_rss_bytes"], "<= 1.3", config + ", process tree")
+        figure(f"end_to_end_peak_pss_ratio_{top:g}x_over_1x", results[top]["peak_pss_bytes"] / results[1]["peak_pss_bytes"], "-", config + ", process tree, PSS")
     if peer is not None:
         ours, theirs = results[1]["pages"] / results[1]["cpu_s"], results[1]["pages"] / peer["cpu_s"]
         config = (f"1x synthetic crawl, {results[1]['pages']} pages, whole sluice graph vs datatrove WarcReader + resiliparse + LID + "

@@ -36,7 +36,7 @@ def tokenizer(
     else:
         sources = list(config.tokenizer.train_sources or config.source_names)
         task = TrainingTask(store.spec, tuple(sources), config.tokenizer.max_training_documents,
-                            config.tokenizer.vocab_size, config.tokenizer.eos_token)
+                            config.tokenizer.vocab_size, config.tokenizer.eos_token, config.tokenizer.max_training_bytes)
         json_text, used = compute.executor().isolated(train_from_store, task)  # its memory leaves with the worker
         if not used:
             raise FileNotFoundError(f"no deduped_documents partitions of {sources} exist to train the tokenizer on")

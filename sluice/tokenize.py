@@ -56,8 +56,9 @@ from sluice.storage import Store, StoreSpec, local_temp_dir
 ENCODE_BATCH = 1024  # documents per encode call: large enough for the tokenizer's thread pool
 
 
-def train_bpe(texts: Iterator[str], vocab_size: int, eos_token: str) -> Any:
-    """Train a byte-level BPE. Deterministic for the same texts in the same order."""
+def train_bpe(texts: Iterator[str] | Iterator[list[str]], vocab_size: int, eos_token: str) -> Any:
+    """Train a byte-level BPE on texts (or batches of texts: the same training). Deterministic for the same
+    texts in the same order."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -75,35 +76,56 @@ def train_bpe(texts: Iterator[str], vocab_size: int, eos_token: str) -> Any:
 
 @dataclass(frozen=True)
 class TrainingTask:
-    """Train a BPE on the deduplicated documents of `sources` (at most `limit`), reading `store`."""
+    """Train a BPE on the deduplicated documents of `sources` (at most `limit` documents and `max_bytes`
+    UTF-8 bytes of text), reading `store`."""
 
     store: StoreSpec
     sources: tuple[str, ...]
     limit: int
     vocab_size: int
     eos_token: str
+    max_bytes: int = 1 << 62
 
 
-def training_texts(store: Store, sources: Sequence[str], limit: int, used: list[str], scratch: str) -> Iterator[str]:
-    """Texts of deduplicated partitions of `sources`, in the global partition order, at most `limit`;
-    appends each partition read to `used`. Remote parts are downloaded into `scratch`."""
-    count = 0
+TRAINING_BATCH = 256  # texts per list handed to the trainer (one Parquet batch)
+
+
+def training_texts(store: Store, sources: Sequence[str], limit: int, used: list[str], scratch: str,
+                   max_bytes: int = 1 << 62) -> Iterator[list[str]]:
+    """Batches of texts of deduplicated partitions of `sources`, in the global partition order: the first
+    `limit` texts, and no more than `max_bytes` UTF-8 bytes of them (the text that reaches it is cut there, at
+    a character boundary). Appends each partition read to `used`; remote parts are downloaded into
+    `scratch`, one at a time. BPE training holds every distinct word it is given, so the byte bound is what
+    bounds its memory, whatever the crawl's size."""
+    documents = size = 0
     for ref in list_partitions(store, "deduped_documents"):
         if ref.source not in sources:
             continue
+        if documents >= limit or size >= max_bytes:
+            return
         prefix = partition_prefix("deduped_documents", ref)
         manifest = read_manifest(store, prefix) or {"files": []}
         used.append(ref.key)
         for entry in manifest["files"]:
             path = store.fetch(f"{prefix}/{entry['key']}", scratch)
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=512, columns=["text"]):
-                for text in batch.column("text").to_pylist():
-                    if count >= limit:
+            try:
+                for batch in pq.ParquetFile(path).iter_batches(batch_size=TRAINING_BATCH, columns=["text"]):
+                    column = batch.column("text").slice(0, limit - documents)
+                    ends = size + np.cumsum(pc.binary_length(column).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+                    whole = int(np.searchsorted(ends, max_bytes, side="right"))  # texts that end within the bound
+                    texts = [text for text in column.slice(0, whole).to_pylist() if text is not None]
+                    before = int(ends[whole - 1]) if whole else size
+                    if whole < len(column) and before < max_bytes:  # the text that crosses the bound: its bytes up to it
+                        texts.append(column[whole].as_py().encode()[: max_bytes - before].decode("utf-8", "ignore"))
+                    documents += len(column) if whole == len(column) else whole + 1
+                    size = min(int(ends[-1]) if len(ends) else size, max_bytes)
+                    if texts:
+                        yield texts
+                    if documents >= limit or size >= max_bytes:
                         return
-                    count += 1
-                    yield text
-            if path.startswith(scratch):  # a download: scratch holds one part at a time
-                os.remove(path)
+            finally:
+                if path.startswith(scratch):  # a download: scratch holds one part at a time
+                    os.remove(path)
 
 
 def train_from_store(task: TrainingTask) -> tuple[str, list[str]]:
@@ -112,7 +134,7 @@ def train_from_store(task: TrainingTask) -> tuple[str, list[str]]:
     used: list[str] = []
     scratch = local_temp_dir()
     try:
-        texts = training_texts(task.store.open(), task.sources, task.limit, used, scratch)
+        texts = training_texts(task.store.open(), task.sources, task.limit, used, scratch, task.max_bytes)
         return train_bpe(texts, task.vocab_size, task.eos_token).to_str(), used
     finally:
         _remove_tree(scratch)

@@ -3,6 +3,8 @@ which turn YAML into it or into one `ConfigError` naming the file, the key and w
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import re
 from pathlib import Path
@@ -290,6 +292,14 @@ def config_path_from_env(default_dir: Path | None = None) -> Path:
     return ((default_dir or Path.cwd()) / DEFAULT_CONFIG_NAME).resolve()
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed_yaml(text: str) -> Any:
+    """The YAML document `text`, parsed once per process (callers copy it): every Dagster run builds its
+    resources again and loads the config, ~3 times per run, and parsing is most of what a load costs. The
+    document is still validated (and its relative paths resolved) on every load."""
+    return yaml.safe_load(text)
+
+
 def load_config(path: str | os.PathLike[str] | None = None) -> SluiceConfig:
     """Load and validate the YAML config at `path` (default: `$SLUICE_CONFIG`, else ./sluice.yaml)."""
     config_path = Path(path).expanduser().resolve() if path else config_path_from_env()
@@ -300,7 +310,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> SluiceConfig:
             f"config file {config_path} does not exist (set {CONFIG_ENV_VAR} to the path of your sluice.yaml)"
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        raw = copy.deepcopy(_parsed_yaml(text))
     except yaml.YAMLError as error:
         raise ConfigError(f"{config_path}: not valid YAML: {error}") from None
     return parse_config(raw, origin=str(config_path), base_dir=config_path.parent)

@@ -17,7 +17,12 @@ class TokenizerSettings(_Model):
     path: str | None = None  # an existing tokenizer.json; None = train byte-level BPE on `train_sources`
     vocab_size: int = Field(8192, ge=256, le=1 << 22)
     train_sources: tuple[str, ...] = ()  # empty = every source
+    # BPE training reads the deduplicated documents of `train_sources` in the global partition order, up to
+    # both bounds. HF's BPE trainer holds every distinct word it is given (its memory grows with the text
+    # read), so `max_training_bytes` (UTF-8 bytes of text; the document that reaches it is cut there) is what
+    # keeps the tokenizer step's memory flat as the crawl grows.
     max_training_documents: int = Field(20_000, ge=1)
+    max_training_bytes: int = Field(16_000_000, ge=1)
     eos_token: str = "<|endoftext|>"
     # A tokenized shard is closed when the next document would take it past this many tokens
     # (2**28 tokens = 512 MiB of uint16); one document longer than this gets a shard of its own.

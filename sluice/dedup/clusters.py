@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from sluice.compute import Executor
 from sluice.dedup.schemas import CLUSTERS, CLUSTERS_FILE, parquet_file, prefix_of
@@ -39,6 +37,11 @@ def forest(edges: np.ndarray) -> np.ndarray:
     for every other node."""
     if not len(edges):
         return np.empty((0, 2), np.int64)
+    # Imported here: every signing worker imports the sluice.dedup package, and scipy (~0.2 CPU s per
+    # process) is needed only for clustering.
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     nodes, inverse = np.unique(edges.reshape(-1), return_inverse=True)
     inverse = inverse.reshape(-1, 2)
     graph = coo_matrix((np.ones(len(edges), np.int8), (inverse[:, 0], inverse[:, 1])), shape=(len(nodes), len(nodes)))

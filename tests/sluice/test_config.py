@@ -73,3 +73,16 @@ def test_config_path_from_env(tmp_path, monkeypatch):
     raw["mixes"]["default"]["seed"] = 99
     monkeypatch.setenv("SLUICE_CONFIG", write(tmp_path, raw))
     assert load_config().mixes["default"].seed == 99
+
+
+def test_a_reloaded_config_reflects_the_file_and_shares_nothing_with_the_last(tmp_path):
+    """The parsed YAML is reused while the file's text is the same (sluice.config.file._parsed_yaml): a changed file
+    loads its new values, and one load's config shares no mutable value with the next."""
+    raw = base_config(str(tmp_path / "data"))
+    path = write(tmp_path, raw)
+    first = load_config(path)
+    first.mixes["default"].weights["web"] = 123.0  # a frozen model's dict can still be changed in place
+    assert load_config(path).mixes["default"].weights["web"] != 123.0
+    raw["compute"]["max_workers"] = first.compute.max_workers + 1
+    write(tmp_path, raw)
+    assert load_config(path).compute.max_workers == first.compute.max_workers + 1

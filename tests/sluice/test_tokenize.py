@@ -124,20 +124,47 @@ def _pid(_: object) -> int:
 
 def test_training_from_the_store_in_a_worker_equals_training_in_process(tmp_path):
     from sluice.compute import LocalPoolExecutor
+    from sluice.tokenize import TrainingTask, train_from_store
+
+    store = two_partition_store(tmp_path)
+    executor = LocalPoolExecutor(1)
+    assert executor.isolated(_pid, None) != os.getpid()  # a worker process, even with one worker
+    json_text, used = executor.isolated(train_from_store, TrainingTask(store.spec, ("web",), 30, 400, "<|endoftext|>"))
+    assert used == ["web/2026-01", "web/2026-02"]
+    assert json_text == train_bpe(iter(TEXTS[:30]), 400, "<|endoftext|>").to_str()  # the first 30 texts in partition order
+
+
+def two_partition_store(tmp_path):
     from sluice.layout import PartitionRef, partition_prefix, write_manifest
     from sluice.storage import open_store
-    from sluice.tokenize import TrainingTask, train_from_store
 
     store = open_store(str(tmp_path / "store"))
     for snapshot, texts in (("2026-01", TEXTS[:20]), ("2026-02", TEXTS[20:])):
         prefix = partition_prefix("deduped_documents", PartitionRef("web", snapshot))
         deduped_part(tmp_path / "store" / prefix, texts)
         write_manifest(store, prefix, {"files": [{"key": "part-00000.parquet"}]})
-    executor = LocalPoolExecutor(1)
-    assert executor.isolated(_pid, None) != os.getpid()  # a worker process, even with one worker
-    json_text, used = executor.isolated(train_from_store, TrainingTask(store.spec, ("web",), 30, 400, "<|endoftext|>"))
+    return store
+
+
+def test_training_reads_at_most_max_training_bytes_and_cuts_the_last_text_at_a_character(tmp_path):
+    """The byte bound: whole texts while they fit, then the crossing text's first bytes (a multi-byte
+    character that does not fit is left out), nothing after; a partition past the bound is not read."""
+    from sluice.tokenize import TrainingTask, train_from_store
+
+    store = two_partition_store(tmp_path)
+    sizes = [len(text.encode()) for text in TEXTS]
+    crossing = 22  # the Chinese text of the second partition: 3-byte characters
+    assert "配置" in TEXTS[crossing]
+    bound = sum(sizes[:crossing]) + 4  # one whole character (3 bytes) and a third of the next
+    expected = [*TEXTS[:crossing], TEXTS[crossing][:1]]
+    json_text, used = train_from_store(TrainingTask(store.spec, ("web",), 1000, 400, "<|endoftext|>", max_bytes=bound))
     assert used == ["web/2026-01", "web/2026-02"]
-    assert json_text == train_bpe(iter(TEXTS[:30]), 400, "<|endoftext|>").to_str()  # the first 30 texts in partition order
+    assert json_text == train_bpe(iter(expected), 400, "<|endoftext|>").to_str()
+    assert json_text != train_bpe(iter(TEXTS[: crossing + 1]), 400, "<|endoftext|>").to_str()  # the cut matters
+
+    json_text, used = train_from_store(TrainingTask(store.spec, ("web",), 1000, 400, "<|endoftext|>", max_bytes=sum(sizes[:20])))
+    assert used == ["web/2026-01"]  # the bound is reached at the end of the first partition
+    assert json_text == train_bpe(iter(TEXTS[:20]), 400, "<|endoftext|>").to_str()
 
 
 def test_binary_files_go_to_their_side_folder_and_the_manifest_names_it(tmp_path):
