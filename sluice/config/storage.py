@@ -53,12 +53,17 @@ class StorageSettings(_Model):
         return check_location(value, "storage.root")
 
 
-class JsonlOptions(_Model):
+class RecordFields(_Model):
+    """Which fields of a JSONL object / Parquet row hold a document's text, id, URL and date, and what the text is."""
+
     text_field: str = "text"
     id_field: str | None = "id"
     url_field: str | None = "url"
     date_field: str | None = "date"
     content_type: Literal["text/plain", "text/html"] = "text/plain"
+
+
+class JsonlOptions(RecordFields):
     # A longer line (after decompression) is quarantined as record_too_large; reading goes on at the next.
     max_line_bytes: int = Field(64 << 20, ge=1024)
     # A compressed file (.gz/.zst/.bz2) whose decompressed bytes exceed this many times the compressed bytes
@@ -67,12 +72,7 @@ class JsonlOptions(_Model):
     max_expansion_ratio: float = Field(1000.0, ge=10.0)
 
 
-class ParquetOptions(_Model):
-    text_field: str = "text"
-    id_field: str | None = "id"
-    url_field: str | None = "url"
-    date_field: str | None = "date"
-    content_type: Literal["text/plain", "text/html"] = "text/plain"
+class ParquetOptions(RecordFields):
     batch_rows: int = Field(1024, ge=1)
     # A longer text cell is quarantined as record_too_large; a row group whose page headers declare a page
     # larger than this (decompressed) is quarantined unread (Arrow allocates a page at once).
