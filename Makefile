@@ -48,6 +48,7 @@ ui: setup
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 # Every benchmark, then the README's results table rewritten from their figure: lines (peers install on first use).
+# `make bench BENCHMARKS="cleaning perplexity_auc"` re-runs some: the other scripts' rows are kept, with their dates.
 BENCHMARKS ?= hostile_text cleaning curation_steps perplexity_auc tokenization minhash_throughput dedup_quality dedup_scaling loader loader_scale provenance trace_lookup mix_scale end_to_end
 BENCH_SCALES ?= 1 4 16
 BENCH_RESULTS := .bench_data/results
@@ -60,7 +61,8 @@ bench: setup
 	  echo "== benchmarks/$$name.py $$args"; \
 	  $(PY) benchmarks/$$name.py $$args 2>&1 | tee $(BENCH_RESULTS)/$$name.log || exit 1; \
 	done
-	$(PY) scripts/update_readme_figures.py $(addprefix $(BENCH_RESULTS)/,$(addsuffix .log,$(BENCHMARKS)))
+	$(PY) scripts/update_readme_figures.py $(addprefix $(BENCH_RESULTS)/,$(addsuffix .log,$(BENCHMARKS))) \
+	  $(if $(filter command line,$(origin BENCHMARKS)),--keep-others)
 
 lint: setup
 	$(VENV)/bin/ruff check .

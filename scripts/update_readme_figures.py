@@ -1,11 +1,13 @@
 """Rewrite the README's benchmark results table from the `figure:` lines the benchmark scripts printed.
 
-    python scripts/update_readme_figures.py .bench_data/results/*.log [--readme README.md]
+    python scripts/update_readme_figures.py .bench_data/results/*.log [--readme README.md] [--keep-others]
 
 Each log is one script's output (`make bench` writes them); every line
 `figure: name[configuration] = value (goal ...)` becomes a table row (script, figure, configuration, value,
-goal, met). The table replaces what stands between the README's marker comments FIGURES_BEGIN and FIGURES_END,
-with the machine and date it was measured on, so the README's figures are the scripts' output, never typed.
+goal, met, measured: the log's modification time). The table replaces what stands between the README's marker
+comments FIGURES_BEGIN and FIGURES_END, with the machine it was measured on, so the README's figures are the
+scripts' output, never typed. `--keep-others` re-runs only some scripts: the rows of scripts without a log
+stay as they were, with their own measured time.
 """
 
 from __future__ import annotations
@@ -58,14 +60,43 @@ def machine() -> str:
     return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores{extra}"
 
 
-def table(logs: list[Path]) -> str:
-    rows = ["| script | figure | configuration | value | goal | met |", "|---|---|---|---|---|---|"]
+HEADER = ["| script | figure | configuration | value | goal | met | measured |", "|---|---|---|---|---|---|---|"]
+ROW_SCRIPT = re.compile(r"^\| `(?P<script>[^`]+)` \|")
+OLD_STAMP = re.compile(r"^Measured (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d \S+) on ")
+
+
+def stamp_of(log: Path) -> str:
+    return dt.datetime.fromtimestamp(log.stat().st_mtime, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def kept_rows(block: str, replaced: set[str]) -> list[str]:
+    """The rows of the current table whose script is not in `replaced`; a row of a table written before the
+    measured column gets that table's date."""
+    old = OLD_STAMP.match(block.strip())
+    rows = []
+    for line in block.splitlines():
+        match = ROW_SCRIPT.match(line)
+        if match and match["script"] not in replaced:
+            rows.append(line if line.count(" | ") >= 6 or old is None else f"{line} {old['stamp']} |")
+    return rows
+
+
+def table(logs: list[Path], others: list[str] = ()) -> str:
+    rows = [*HEADER, *others]
     for log in logs:
+        stamp = stamp_of(log)
         for item in parse(log.read_text(encoding="utf-8", errors="replace")):
             config = (item["config"] or "").replace("|", "\\|")
-            rows.append(f"| `{log.stem}` | `{item['name']}` | {config} | {item['value']} | {item['goal']} | {goal_met(item['value'], item['goal'])} |")
-    stamp = dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    return "\n".join([f"Measured {stamp} on {machine()}; `make bench` (scripts: {', '.join(log.stem for log in logs)}).", "", *rows])
+            rows.append(
+                f"| `{log.stem}` | `{item['name']}` | {config} | {item['value']} | {item['goal']} | {goal_met(item['value'], item['goal'])} | {stamp} |"
+            )
+    scripts = sorted({ROW_SCRIPT.match(row)["script"] for row in rows[2:]})
+    return "\n".join([f"Measured on {machine()}; `make bench` (scripts: {', '.join(scripts)}).", "", *rows])
+
+
+def block_of(readme: str) -> str:
+    begin, end = readme.find(FIGURES_BEGIN), readme.find(FIGURES_END)
+    return readme[begin + len(FIGURES_BEGIN) : end] if 0 <= begin < end else ""
 
 
 def rewrite(readme: str, body: str) -> str:
@@ -79,12 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--keep-others", action="store_true", help="keep the rows of scripts without a log here")
     args = parser.parse_args(argv)
     logs = [log for log in args.logs if log.exists()]
     if not any(parse(log.read_text(encoding="utf-8", errors="replace")) for log in logs):
         print("no figure: lines in " + ", ".join(map(str, args.logs)), file=sys.stderr)
         return 1
-    args.readme.write_text(rewrite(args.readme.read_text(encoding="utf-8"), table(logs)), encoding="utf-8")
+    readme = args.readme.read_text(encoding="utf-8")
+    others = kept_rows(block_of(readme), {log.stem for log in logs}) if args.keep_others else []
+    args.readme.write_text(rewrite(readme, table(logs, others)), encoding="utf-8")
     print(f"{args.readme}: results table rewritten from {len(logs)} logs")
     return 0
 

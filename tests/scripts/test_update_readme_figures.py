@@ -61,3 +61,26 @@ def test_a_readme_without_markers_or_logs_without_figures_is_an_error(tmp_path):
         update.main([str(log), "--readme", str(readme)])
     log.write_text("nothing here\n")
     assert update.main([str(log), "--readme", str(readme)]) == 1
+
+
+def test_keep_others_replaces_only_the_rows_of_the_scripts_given(tmp_path):
+    readme = tmp_path / "README.md"
+    old_table = (
+        "Measured 2026-11-23 21:17 UTC on some machine; `make bench` (scripts: cleaning, loader).\n\n"
+        "| script | figure | configuration | value | goal | met |\n|---|---|---|---|---|---|\n"
+        "| `cleaning` | `cleaning_docs_per_s_ratio` | old config | 6.5 | >= 10 | **no** |\n"
+        "| `loader` | `loader_resume_ms` | 1e6 ranges \\| mapped | 5.1 | <= 50 | yes |\n"
+    )
+    readme.write_text(f"{update.FIGURES_BEGIN}\n{old_table}{update.FIGURES_END}\n")
+    log = tmp_path / "cleaning.log"
+    log.write_text(LOG)
+    assert update.main([str(log), "--readme", str(readme), "--keep-others"]) == 0
+    text = readme.read_text()
+    assert "old config" not in text and "| 7.21 | >= 10 | **no** |" in text
+    # the other script's row stays, dated by the table it came from; the new rows by their log
+    assert "| `loader` | `loader_resume_ms` | 1e6 ranges \\| mapped | 5.1 | <= 50 | yes | 2026-11-23 21:17 UTC |" in text
+    assert f"| {update.stamp_of(log)} |" in text and "(scripts: cleaning, loader)" in text
+    assert update.main([str(log), "--readme", str(readme), "--keep-others"]) == 0  # a second run keeps the same rows
+    assert readme.read_text().count("`loader_resume_ms`") == 1
+    assert update.main([str(log), "--readme", str(readme)]) == 0  # without the option only the logs' rows remain
+    assert "`loader_resume_ms`" not in readme.read_text()
