@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from itertools import chain
 
 # Scripts written without spaces between words (one character = one token).
 NO_SPACE = (
@@ -163,22 +164,49 @@ def token_windows(text: str, multilingual: bool = True, window: int = 1 << 16) -
         start = stop
 
 
-def _tokens(text: str, spaceless: bool) -> list[str]:
-    out: list[str] = []
-    if spaceless:
-        for chunk in text.split():
-            _split_chunk(chunk, out, True)
-        return out
-    append = out.append
-    for chunk in text.split():
+def _chunk_tokens(chunk: str, spaceless: bool) -> tuple[str, ...]:
+    """The tokens of one whitespace-free chunk (in a text whose spaceless-script decision is `spaceless`)."""
+    if not spaceless:
         if chunk.isalnum() or len(chunk) == 1:  # most chunks: a plain word (or one symbol)
-            append(chunk)
-        elif chunk[-1] in _SIMPLE_SUFFIX and chunk[:-1].isalnum():  # a word and one comma, period, ...
-            append(chunk[:-1])
-            append(chunk[-1])
-        else:
-            _split_chunk(chunk, out, False)
-    return out
+            return (chunk,)
+        if chunk[-1] in _SIMPLE_SUFFIX and chunk[:-1].isalnum():  # a word and one comma, period, ...
+            return (chunk[:-1], chunk[-1])
+    out: list[str] = []
+    _split_chunk(chunk, out, spaceless)
+    return tuple(out)
+
+
+# Tokens of the chunks seen lately, per spaceless decision (what spaCy's tokenizer does too: its cache maps a
+# chunk to its tokens). Text repeats its words, and the filters tokenize a text again after C4 edits it, so
+# most chunks are looked up, not split. Bounded: cleared when full; chunks longer than _KNOWN_CHARS are not
+# kept (a hostile megabyte-long chunk must not stay in memory).
+_KNOWN: dict[bool, dict[str, tuple[str, ...]]] = {False: {}, True: {}}
+_KNOWN_MAX = 1 << 15
+_KNOWN_CHARS = 32
+
+
+def _tokens(text: str, spaceless: bool) -> list[str]:
+    """The tokens of each whitespace-separated chunk, in order: each distinct chunk is split once (dict
+    lookups and a C-level flatten for the rest)."""
+    chunks = text.split()
+    known = _KNOWN[spaceless]
+    new = set(chunks).difference(known)
+    if new:
+        if len(known) + len(new) > _KNOWN_MAX:
+            known.clear()
+            new = set(chunks)
+        long = [chunk for chunk in new if len(chunk) > _KNOWN_CHARS]
+        if not spaceless:  # plain words, their own token, without a Python-level loop
+            plain = list(filter(str.isalnum, new))
+            known.update(zip(plain, zip(plain), strict=True))
+            new.difference_update(plain)
+        known.update({chunk: _chunk_tokens(chunk, spaceless) for chunk in new})
+        try:
+            return list(chain.from_iterable(map(known.__getitem__, chunks)))
+        finally:
+            for chunk in long:
+                del known[chunk]
+    return list(chain.from_iterable(map(known.__getitem__, chunks)))
 
 
 def spaceless_share(text: str, n_words: int) -> float:
