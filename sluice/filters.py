@@ -23,7 +23,7 @@ With `english` word splitting every language is treated as datatrove treats it b
 from __future__ import annotations
 
 import re
-from itertools import compress
+from itertools import compress, filterfalse
 
 import numpy as np
 
@@ -37,9 +37,15 @@ ASCII_TERMINAL = (".", "?", "!", '"', "'")
 OTHER_TERMINAL = ("。", "！", "？", "．", "」", "』", "”", "’", "»", "؟", "۔", "।", "॥", "።", "჻")
 # Sentence ends, counted by findall. Each starts only at the first mark of a run (the lookbehinds): a match
 # attempted inside a run of 100,000 dots would rescan the rest of the run from every position (quadratic).
-_SENTENCE_END = re.compile(r"(?<![.!?])[.!?]+[\"'”’)\]]*\s+(?=\S)")
+# Each pattern opens with a plain character class (the run's first mark; the lookbehind after it looks at the
+# mark before): the regex engine then skips to the next mark at C speed instead of trying a match at every
+# position (the same matches as `(?<![.!?])[.!?]+...`, several times faster on ordinary text).
+_ENDS, _CJK_ENDS = ".!?", "。！？؟۔।॥።"
+_SENTENCE_END = re.compile(rf"[{_ENDS}](?<![{_ENDS}][{_ENDS}])[{_ENDS}]*[\"'”’)\]]*\s+(?=\S)")
 _SENTENCE_END_MULTI = re.compile(
-    r"(?<![.!?])[.!?]+[\"'”’)\]»]*\s+(?=\S)|(?<![。！？؟۔।॥።])[。！？؟۔।॥።]+[」』”’)）]*(?=\S)"
+    rf"[{_ENDS}{_CJK_ENDS}]"
+    rf"(?:(?<=[{_ENDS}])(?<![{_ENDS}][{_ENDS}])[{_ENDS}]*[\"'”’)\]»]*\s+(?=\S)"
+    rf"|(?<=[{_CJK_ENDS}])(?<![{_CJK_ENDS}][{_CJK_ENDS}])[{_CJK_ENDS}]*[」』”’)）]*(?=\S))"
 )
 
 
@@ -97,8 +103,9 @@ class GopherQualityFilter(Step):
             if ellipsis_lines > s.max_ellipsis_lines_ratio:
                 return Drop("gopher_too_many_end_ellipsis", f"{ellipsis_lines:.2f} of lines end with an ellipsis")
         if s.max_non_alpha_words_ratio:
-            # Over distinct tokens only; most are all letters (isalpha), the rest need the regex.
-            no_letter = sum(n for token, n in counts.items() if not token.isalpha() and HAS_LETTER(token) is None)
+            # Over distinct tokens only; most are all letters (isalpha, filtered out at C speed), the rest
+            # need the regex.
+            no_letter = sum(counts[token] for token in filterfalse(str.isalpha, counts) if HAS_LETTER(token) is None)
             alpha = (n_words - no_letter) / n_words
             if alpha < s.max_non_alpha_words_ratio:
                 return Drop("gopher_below_alpha_threshold", f"{alpha:.2f} of words contain a letter")
@@ -285,7 +292,7 @@ class C4QualityFilter(Step):
             if not line:
                 continue
             words = line.split()
-            if s.max_word_length != -1 and any(len(word) > s.max_word_length for word in words):
+            if s.max_word_length != -1 and max(map(len, words)) > s.max_word_length:
                 continue
             if s.remove_citations and "[" in line:
                 line = _CITATION.sub("", line)

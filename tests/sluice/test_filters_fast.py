@@ -1,0 +1,162 @@
+"""The cheaper filter code gives what the plain code gave: hypothesis against straightforward references
+(datatrove's n-gram rules written on token tuples, the earlier regexes, loop-based counts, tokenizing without
+the chunk cache)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice import words
+from sluice.config import GopherRepetitionSettings
+from sluice.filters import (
+    _LINE_BREAKS,
+    _PARAGRAPH_BREAK,
+    _SENTENCE_END,
+    _SENTENCE_END_MULTI,
+    GopherRepetitionFilter,
+    _duplicates,
+)
+from sluice.steps import Document
+
+EXAMPLES = int(os.environ.get("SLUICE_HYPOTHESIS_EXAMPLES", "25"))
+PROPERTY = settings(max_examples=EXAMPLES * 8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# The patterns as they were: the lookbehind first, so no fast skip to the next candidate.
+OLD_SENTENCE_END = re.compile(r"(?<![.!?])[.!?]+[\"'”’)\]]*\s+(?=\S)")
+OLD_SENTENCE_END_MULTI = re.compile(
+    r"(?<![.!?])[.!?]+[\"'”’)\]»]*\s+(?=\S)|(?<![。！？؟۔।॥።])[。！？؟۔।॥።]+[」』”’)）]*(?=\S)"
+)
+OLD_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+OLD_LINE_BREAKS = re.compile(r"\n+")
+
+
+def old_duplicates(items: list[str]) -> tuple[int, int]:
+    seen: set[str] = set()
+    count = chars = 0
+    for item in items:
+        if item in seen:
+            count += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return count, chars
+
+
+def reference_repetition(doc: Document, s: GopherRepetitionSettings) -> str | None:
+    """datatrove's GopherRepetitionFilter n-gram rules on sluice's tokens (tuples, no hashing, no bound)."""
+    text = doc.text or ""
+    length = len(text) or 1
+    paragraphs = OLD_PARAGRAPH_BREAK.split(text.strip())
+    dup, chars = old_duplicates(paragraphs)
+    if s.dup_para_frac and dup / len(paragraphs) > s.dup_para_frac:
+        return "dup_para_frac"
+    if s.dup_para_char_frac and chars / length > s.dup_para_char_frac:
+        return "dup_para_char_frac"
+    lines = OLD_LINE_BREAKS.split(text)
+    dup, chars = old_duplicates(lines)
+    if s.dup_line_frac and dup / len(lines) > s.dup_line_frac:
+        return "dup_line_frac"
+    if s.dup_line_char_frac and chars / length > s.dup_line_char_frac:
+        return "dup_line_char_frac"
+    tokens = doc.tokens(True)
+    if not tokens:
+        return None
+    scale = 2 if doc.mostly_spaceless() else 1
+    for n, threshold in sorted(s.top_n_grams.items()):
+        span = n * scale
+        if len(tokens) < span:
+            continue
+        grams = Counter(tuple(tokens[i : i + span]) for i in range(len(tokens) - span + 1))
+        gram, count = grams.most_common(1)[0]
+        if len(" ".join(gram)) * count / length > threshold:
+            return f"top_{n}_gram"
+    for n, threshold in sorted(s.dup_n_grams.items()):
+        span = n * scale
+        if len(tokens) < span:
+            continue
+        seen: set[tuple[str, ...]] = set()
+        repeated, at = 0, 0
+        while at < len(tokens) - span + 1:
+            gram = tuple(tokens[at : at + span])
+            if gram in seen:
+                repeated += sum(map(len, gram))
+                at += span
+            else:
+                seen.add(gram)
+                at += 1
+        if repeated / length > threshold:
+            return f"duplicated_{n}_n_grams"
+    return None
+
+
+# Texts with many repeats: a few short words, punctuation and line breaks.
+_PIECES = st.sampled_from(["a", "bb", "ccc", "a.", "dd,", "中", "文", "\n", "\n\n", " "])
+# A phrase repeated a few times among other pieces.
+repetitive = st.builds(
+    lambda head, phrase, times, tail: " ".join(head + phrase * times + tail),
+    st.lists(_PIECES, max_size=20),
+    st.lists(_PIECES, min_size=1, max_size=12),
+    st.integers(1, 6),
+    st.lists(_PIECES, max_size=40),
+)
+thresholds = st.floats(0.0, 0.6)
+
+
+@PROPERTY
+@given(
+    repetitive,
+    st.dictionaries(st.integers(2, 4), thresholds, max_size=3),
+    st.dictionaries(st.integers(3, 10), st.floats(0.0, 0.25), max_size=6),
+    st.booleans(),
+)
+def test_gopher_repetition_decides_as_the_reference(text, top, dup, only_dup_n_grams):
+    s = GopherRepetitionSettings(top_n_grams=top, dup_n_grams=dup)
+    if only_dup_n_grams:  # the other rules off, so the repeated n-gram rules decide
+        s = GopherRepetitionSettings(
+            top_n_grams={}, dup_n_grams=dup, dup_line_frac=None, dup_para_frac=None, dup_line_char_frac=None, dup_para_char_frac=None
+        )
+    drop = GopherRepetitionFilter(s).apply(Document.from_text(text))
+    assert (None if drop is None else drop.reason) == reference_repetition(Document.from_text(text), s)
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from(["", "a", "ab", "b", "ab"]), max_size=20))
+def test_duplicates_counts_as_the_loop(items):
+    assert _duplicates(items) == old_duplicates(items)
+
+
+@PROPERTY
+@given(st.text("\na \r", max_size=40))
+def test_line_and_paragraph_breaks_split_as_before(text):
+    assert _PARAGRAPH_BREAK.split(text.strip()) == OLD_PARAGRAPH_BREAK.split(text.strip())
+    assert _LINE_BREAKS.split(text) == OLD_LINE_BREAKS.split(text)
+
+
+@PROPERTY
+@given(st.text(".!?。！？؟\"'”’)]» \t\nab」』）", max_size=60))
+def test_sentence_end_patterns_match_as_the_lookbehind_first_ones(line):
+    assert _SENTENCE_END.findall(line) == OLD_SENTENCE_END.findall(line)
+    assert _SENTENCE_END_MULTI.findall(line) == OLD_SENTENCE_END_MULTI.findall(line)
+
+
+@PROPERTY
+@given(st.lists(st.text("ab.,'(-中 \n", max_size=12), max_size=8), st.booleans())
+def test_tokenize_with_a_small_chunk_cache_equals_splitting_every_chunk(texts, multilingual):
+    """Clearing the cache when full and dropping long chunks never changes a text's tokens."""
+    saved = words._KNOWN_MAX, words._KNOWN_CHARS
+    words._KNOWN_MAX, words._KNOWN_CHARS = 4, 2
+    try:
+        for text in texts:
+            spaceless = multilingual and words.NO_SPACE_CHAR.search(text) is not None
+            expected = [token for chunk in text.split() for token in words._chunk_tokens(chunk, spaceless)]
+            assert words.tokenize(text, multilingual) == expected
+            assert all(len(chunk) <= 2 for chunk in words._KNOWN[spaceless])
+    finally:
+        words._KNOWN_MAX, words._KNOWN_CHARS = saved
+        for known in words._KNOWN.values():
+            known.clear()
