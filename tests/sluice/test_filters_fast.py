@@ -160,3 +160,11 @@ def test_tokenize_with_a_small_chunk_cache_equals_splitting_every_chunk(texts, m
         words._KNOWN_MAX, words._KNOWN_CHARS = saved
         for known in words._KNOWN.values():
             known.clear()
+
+
+@PROPERTY
+@given(st.text("0123456789١٢ aZéΣ中", max_size=40))
+def test_zero_digits_equals_translate(text):
+    from sluice import perplexity
+
+    assert perplexity._zero_digits(text) == text.translate(perplexity._DIGITS)
