@@ -178,11 +178,13 @@ def _chunk_tokens(chunk: str, spaceless: bool) -> tuple[str, ...]:
 
 # Tokens of the chunks seen lately, per spaceless decision (what spaCy's tokenizer does too: its cache maps a
 # chunk to its tokens). Text repeats its words, and the filters tokenize a text again after C4 edits it, so
-# most chunks are looked up, not split. Bounded: cleared when full; chunks longer than _KNOWN_CHARS are not
-# kept (a hostile megabyte-long chunk must not stay in memory).
+# most chunks are looked up, not split. Bounded: cleared when it holds _KNOWN_MAX chunks; a chunk longer than
+# _KNOWN_CHARS or of more than _KNOWN_TOKENS tokens is not kept (a hostile megabyte-long chunk must not stay
+# in memory). About 10 MB on ordinary text, 50 MB at most.
 _KNOWN: dict[bool, dict[str, tuple[str, ...]]] = {False: {}, True: {}}
-_KNOWN_MAX = 1 << 15
+_KNOWN_MAX = 1 << 16
 _KNOWN_CHARS = 32
+_KNOWN_TOKENS = 4
 
 
 def _tokens(text: str, spaceless: bool) -> list[str]:
@@ -191,22 +193,24 @@ def _tokens(text: str, spaceless: bool) -> list[str]:
     chunks = text.split()
     known = _KNOWN[spaceless]
     new = set(chunks).difference(known)
-    if new:
-        if len(known) + len(new) > _KNOWN_MAX:
-            known.clear()
-            new = set(chunks)
-        long = [chunk for chunk in new if len(chunk) > _KNOWN_CHARS]
-        if not spaceless:  # plain words, their own token, without a Python-level loop
-            plain = list(filter(str.isalnum, new))
-            known.update(zip(plain, zip(plain), strict=True))
-            new.difference_update(plain)
-        known.update({chunk: _chunk_tokens(chunk, spaceless) for chunk in new})
-        try:
-            return list(chain.from_iterable(map(known.__getitem__, chunks)))
-        finally:
-            for chunk in long:
-                del known[chunk]
-    return list(chain.from_iterable(map(known.__getitem__, chunks)))
+    if not new:
+        return list(chain.from_iterable(map(known.__getitem__, chunks)))
+    if len(known) + len(new) > _KNOWN_MAX:
+        known.clear()
+        new = set(chunks)
+    transient = [chunk for chunk in new if len(chunk) > _KNOWN_CHARS]
+    if not spaceless:  # plain words, their own token, without a Python-level loop
+        plain = list(filter(str.isalnum, new))
+        known.update(zip(plain, zip(plain), strict=True))
+        new.difference_update(plain)
+    split = {chunk: _chunk_tokens(chunk, spaceless) for chunk in new}
+    known.update(split)
+    transient += [chunk for chunk, tokens in split.items() if len(tokens) > _KNOWN_TOKENS and len(chunk) <= _KNOWN_CHARS]
+    try:
+        return list(chain.from_iterable(map(known.__getitem__, chunks)))
+    finally:
+        for chunk in transient:
+            del known[chunk]
 
 
 def spaceless_share(text: str, n_words: int) -> float:

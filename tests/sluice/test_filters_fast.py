@@ -148,16 +148,16 @@ def test_sentence_end_patterns_match_as_the_lookbehind_first_ones(line):
 @given(st.lists(st.text("ab.,'(-中 \n", max_size=12), max_size=8), st.booleans())
 def test_tokenize_with_a_small_chunk_cache_equals_splitting_every_chunk(texts, multilingual):
     """Clearing the cache when full and dropping long chunks never changes a text's tokens."""
-    saved = words._KNOWN_MAX, words._KNOWN_CHARS
-    words._KNOWN_MAX, words._KNOWN_CHARS = 4, 2
+    saved = words._KNOWN_MAX, words._KNOWN_CHARS, words._KNOWN_TOKENS
+    words._KNOWN_MAX, words._KNOWN_CHARS, words._KNOWN_TOKENS = 4, 2, 1
     try:
         for text in texts:
             spaceless = multilingual and words.NO_SPACE_CHAR.search(text) is not None
             expected = [token for chunk in text.split() for token in words._chunk_tokens(chunk, spaceless)]
             assert words.tokenize(text, multilingual) == expected
-            assert all(len(chunk) <= 2 for chunk in words._KNOWN[spaceless])
+            assert all(len(chunk) <= 2 and len(tokens) <= 1 for chunk, tokens in words._KNOWN[spaceless].items())
     finally:
-        words._KNOWN_MAX, words._KNOWN_CHARS = saved
+        words._KNOWN_MAX, words._KNOWN_CHARS, words._KNOWN_TOKENS = saved
         for known in words._KNOWN.values():
             known.clear()
 
