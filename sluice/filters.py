@@ -316,7 +316,7 @@ class C4QualityFilter(Step):
             kept.append(line)
         if sentences < s.min_num_sentences:
             return Drop("too_few_sentences", f"{sentences} sentences < {s.min_num_sentences}")
-        doc.text = "\n".join(kept).strip()
+        doc.keep_part_of_text("\n".join(kept).strip())
         return None
 
 

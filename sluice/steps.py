@@ -57,11 +57,27 @@ class Document:
             self._cache[key] = compute(text)
         return self._cache[key]
 
-    def tokens(self, multilingual: bool) -> list[str]:
-        """Tokens of the current text (see sluice.words), computed once per text version."""
-        from sluice.words import tokenize
+    def keep_part_of_text(self, text: str) -> None:
+        """Replace the text by `text`, made only of characters of the current text and line breaks (C4's kept
+        lines): a text without spaceless-script characters stays without, so that is not searched again."""
+        had = self._cache.get("has-spaceless") if self._cache.get("text") is (self.text or "") else None
+        self.text = text
+        if had is False:
+            self._cache = {"text": text, "has-spaceless": False}
 
-        return self._cached(f"tokens-{multilingual}", lambda text: tokenize(text, multilingual))
+    def has_spaceless(self) -> bool:
+        """The current text holds a character of a spaceless script (sluice.words.NO_SPACE_CHAR): what
+        tokenize decides its word splitting by, searched once per text version."""
+        from sluice.words import NO_SPACE_CHAR
+
+        return self._cached("has-spaceless", lambda text: NO_SPACE_CHAR.search(text) is not None)
+
+    def tokens(self, multilingual: bool) -> list[str]:
+        """Tokens of the current text (`sluice.words.tokenize(text, multilingual)`), computed once per text
+        version."""
+        from sluice.words import tokens_of
+
+        return self._cached(f"tokens-{multilingual}", lambda text: tokens_of(text, multilingual and self.has_spaceless()))
 
     def token_counts(self, multilingual: bool) -> Counter[str]:
         """How often each token occurs (Counter's C loop; the filters sum over small word sets)."""
@@ -72,7 +88,7 @@ class Document:
         from sluice.words import NO_SPACE_CHAR, PUNCTUATION
 
         def compute(text: str) -> bool:
-            if NO_SPACE_CHAR.search(text) is None:
+            if not self.has_spaceless():
                 return False
             counts = self.token_counts(True)
             words = sum(counts.values()) - sum(counts[p] for p in PUNCTUATION.intersection(counts))

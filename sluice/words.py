@@ -146,6 +146,12 @@ def tokenize(text: str, multilingual: bool = True) -> list[str]:
     return _tokens(text, multilingual and NO_SPACE_CHAR.search(text) is not None)
 
 
+def tokens_of(text: str, spaceless: bool) -> list[str]:
+    """tokenize's result for a text whose spaceless decision (`multilingual` and a spaceless-script
+    character in it) the caller already knows."""
+    return _tokens(text, spaceless)
+
+
 _WHITESPACE = re.compile(r"\s")  # what str.split() splits at (both use Python's Unicode whitespace test)
 
 

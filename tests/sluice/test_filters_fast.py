@@ -168,3 +168,18 @@ def test_zero_digits_equals_translate(text):
     from sluice import perplexity
 
     assert perplexity._zero_digits(text) == text.translate(perplexity._DIGITS)
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from(["One two three four.", "Kept line here too!", "中文的句子。", "no end", "[1] x y z.", "a {b} c d."]), max_size=12))
+def test_tokens_after_c4_are_those_of_the_kept_text(lines):
+    """C4 replaces the text by its kept lines (keep_part_of_text); the cached word splitting follows."""
+    from sluice.config import C4Settings
+    from sluice.filters import C4QualityFilter
+
+    doc = Document.from_text("\n".join(lines))
+    doc.tokens(True)
+    doc.mostly_spaceless()
+    if C4QualityFilter(C4Settings(min_num_sentences=1)).apply(doc) is None:
+        assert doc.tokens(True) == words.tokenize(doc.text or "", True)
+        assert doc.has_spaceless() == (words.NO_SPACE_CHAR.search(doc.text or "") is not None)
