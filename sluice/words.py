@@ -115,10 +115,11 @@ def split_affixes(chunk: str) -> tuple[str, str, str]:
     tail = end
     while tail > start and chunk[tail - 1] in _SUFFIX_CHARS:
         tail -= 1
-    for contraction in _CONTRACTIONS:
-        if tail - len(contraction) >= start and chunk.endswith(contraction, 0, tail):
-            tail -= len(contraction)
-            break
+    if "'" in chunk or "’" in chunk:  # every contraction has an apostrophe
+        for contraction in _CONTRACTIONS:
+            if tail - len(contraction) >= start and chunk.endswith(contraction, 0, tail):
+                tail -= len(contraction)
+                break
     return chunk[:start], chunk[start:tail], chunk[tail:]
 
 
@@ -128,6 +129,8 @@ def _split_chunk(chunk: str, out: list[str], spaceless: bool) -> None:
     if core:
         if spaceless and NO_SPACE_CHAR.search(core):
             out.extend(MULTILINGUAL_TOKEN.findall(core))
+        elif core.isalnum():  # no infix mark in it
+            out.append(core)
         # Substring searches, not set.isdisjoint(core): iterating a string makes one object per character
         # outside Latin-1, the largest cost of one megabyte-long token of such characters.
         elif any(mark in core for mark in _INFIX_CHARS) and "://" not in core:
