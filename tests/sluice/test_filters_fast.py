@@ -158,8 +158,7 @@ def test_tokenize_with_a_small_chunk_cache_equals_splitting_every_chunk(texts, m
             assert all(len(chunk) <= 2 and len(tokens) <= 1 for chunk, tokens in words._KNOWN[spaceless].items())
     finally:
         words._KNOWN_MAX, words._KNOWN_CHARS, words._KNOWN_TOKENS = saved
-        for known in words._KNOWN.values():
-            known.clear()
+        words.clear_chunk_cache()
 
 
 @PROPERTY
