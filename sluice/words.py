@@ -208,9 +208,11 @@ def _tokens(text: str, spaceless: bool) -> list[str]:
     lookups and a C-level flatten for the rest)."""
     chunks = text.split()
     known = _KNOWN[spaceless]
-    new = set(chunks).difference(known)
-    if not new:
+    try:  # every chunk known (a text C4 cut from one split before): no set of the chunks needed
         return list(chain.from_iterable(map(known.__getitem__, chunks)))
+    except KeyError:
+        pass
+    new = set(chunks).difference(known)
     if len(known) + len(new) > _KNOWN_MAX:
         known.clear()
         new = set(chunks)

@@ -182,3 +182,76 @@ def test_tokens_after_c4_are_those_of_the_kept_text(lines):
     if C4QualityFilter(C4Settings(min_num_sentences=1)).apply(doc) is None:
         assert doc.tokens(True) == words.tokenize(doc.text or "", True)
         assert doc.has_spaceless() == (words.NO_SPACE_CHAR.search(doc.text or "") is not None)
+
+
+def old_is_code_line(line: str) -> bool:
+    """sluice.codeshare.is_code_line as it was (translate for the symbol count, the first word split early)."""
+    from sluice.codeshare import (
+        _BLOCK,
+        _BULLETS,
+        _CODE_PUNCT,
+        _EDGE_CLOSE,
+        _EDGE_OPEN,
+        _ENDINGS,
+        _OPENERS,
+        _PROMPTS,
+        _SENTENCE_END,
+        _SYMBOLS,
+        KEYWORDS,
+        _first_word,
+        _has_flag,
+        _is_assignment,
+    )
+    from sluice.filters import HAS_LETTER
+
+    stripped = line.strip()
+    if not stripped:
+        return False
+    if stripped.startswith(_PROMPTS) or stripped.startswith(_OPENERS) or ":~$ " in stripped or ":~# " in stripped:
+        return True
+    if stripped.endswith(_BLOCK) or stripped.startswith(_EDGE_CLOSE):
+        return True
+    if stripped[0] == "<" and stripped[-1] == ">" and len(stripped) > 2 and (stripped[1].isalpha() or stripped[1] == "/"):
+        return True
+    word = _first_word(stripped)
+    if stripped.startswith("# ") and len(stripped) > 2:
+        command = _first_word(stripped[2:])
+        if command.isascii() and command.islower() and command in KEYWORDS:
+            return True
+    indented = line[:1] == "\t" or line[:2] == "  "
+    bullet = stripped.startswith(_BULLETS)
+    if not bullet and (indented or stripped.count(";") >= 2) and stripped.endswith((*_ENDINGS, *_EDGE_OPEN)):
+        return True
+    if bullet or (stripped.endswith(_SENTENCE_END) and stripped.count(" ") >= 5):
+        return False
+    if stripped.endswith(_ENDINGS) or stripped.endswith(_EDGE_OPEN):
+        return True
+    if _is_assignment(stripped, word):
+        return True
+    keyword = word in KEYWORDS
+    if keyword:
+        if indented:
+            return True
+        if any(mark in stripped[len(word) :] for mark in _CODE_PUNCT):
+            return True
+    weak = keyword + (len(stripped) - len(stripped.translate(str.maketrans("", "", _SYMBOLS))) >= 0.12 * len(stripped))
+    if weak == 2:
+        return True
+    weak += _has_flag(stripped)
+    if weak == 0:
+        return False
+    return weak + (HAS_LETTER(stripped) is None) >= 2
+
+
+_CODE_PIECES = st.sampled_from(
+    ["  ", "\t", "$ ", "# ", ">>> ", "//", "<div>", "</p>", "{", "}", ";", "(", ")", "[", "=", "==", "x", "def", "echo",
+     "apt", "-r", "--all", "foo_bar", "word", "Wort", "слово", "中文", ".", "!", ":", "•", "- ", ":~$ ", "*/", "@", "1"]
+)
+
+
+@PROPERTY
+@given(st.lists(st.one_of(_CODE_PIECES, st.text(" abc;{}.", max_size=4)), max_size=14).map("".join))
+def test_code_line_test_is_unchanged(line):
+    from sluice.codeshare import is_code_line
+
+    assert is_code_line(line) == old_is_code_line(line)
