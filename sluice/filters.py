@@ -23,7 +23,9 @@ With `english` word splitting every language is treated as datatrove treats it b
 from __future__ import annotations
 
 import re
-from itertools import compress, filterfalse
+from collections.abc import Callable, Iterable
+from itertools import compress, filterfalse, repeat
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +49,12 @@ _SENTENCE_END_MULTI = re.compile(
     rf"(?:(?<=[{_ENDS}])(?<![{_ENDS}][{_ENDS}])[{_ENDS}]*[\"'”’)\]»]*\s+(?=\S)"
     rf"|(?<=[{_CJK_ENDS}])(?<![{_CJK_ENDS}][{_CJK_ENDS}])[{_CJK_ENDS}]*[」』”’)）]*(?=\S))"
 )
+
+
+def _count(test: Callable[[str, Any], bool], lines: Iterable[str], argument: Any) -> int:
+    """How many `lines` pass `test(line, argument)` (e.g. str.endswith and a tuple of endings), counted at C
+    speed (map, not a generator expression)."""
+    return sum(map(test, lines, repeat(argument)))
 
 
 def _duplicates(items: list[str]) -> tuple[int, int]:
@@ -95,11 +103,11 @@ class GopherQualityFilter(Step):
                 return Drop("gopher_too_many_ellipsis", f"{ellipses:.3f} ellipses per word")
         lines = text.splitlines() or [""]
         if s.max_bullet_lines_ratio:
-            bullets = sum(1 for line in lines if line.lstrip().startswith(("•", "-"))) / len(lines)
+            bullets = _count(str.startswith, map(str.lstrip, lines), ("•", "-")) / len(lines)
             if bullets > s.max_bullet_lines_ratio:
                 return Drop("gopher_too_many_bullets", f"{bullets:.2f} of lines start with a bullet")
         if s.max_ellipsis_lines_ratio:
-            ellipsis_lines = sum(1 for line in lines if line.rstrip().endswith(("...", "…"))) / len(lines)
+            ellipsis_lines = _count(str.endswith, map(str.rstrip, lines), ("...", "…")) / len(lines)
             if ellipsis_lines > s.max_ellipsis_lines_ratio:
                 return Drop("gopher_too_many_end_ellipsis", f"{ellipsis_lines:.2f} of lines end with an ellipsis")
         if s.max_non_alpha_words_ratio:
@@ -333,16 +341,16 @@ class FineWebQualityFilter(Step):
         text = doc.text or ""
         lines = text.split("\n")
         ends = self.stop_chars
-        ratio = sum(1 for line in lines if line.endswith(ends)) / len(lines)
+        ratio = _count(str.endswith, lines, ends) / len(lines)
         if ratio <= s.line_punct_thr and not (ratio == 0 and s.line_punct_exclude_zero):
             return Drop("line_punct_ratio", f"{ratio:.2f} of lines end in punctuation")
         short = s.short_line_length
         if self.multilingual and doc.mostly_spaceless():
             short = max(1, short // 3)
-        ratio = sum(1 for line in lines if len(line) <= short) / len(lines)
+        ratio = sum(map(short.__ge__, map(len, lines))) / len(lines)  # lines of at most `short` characters
         if ratio >= s.short_line_thr:
             return Drop("short_line_ratio", f"{ratio:.2f} of lines are <= {short} characters")
-        non_empty = [line for line in lines if line.strip()]
+        non_empty = list(filter(str.strip, lines))
         chars = len(text) - text.count("\n")
         ratio = _duplicates(non_empty)[1] / chars if chars else 0.0
         if ratio >= s.char_duplicates_ratio:
