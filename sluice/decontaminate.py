@@ -7,7 +7,10 @@ GPT-3 paper) occur in an evaluation text. Evaluation texts shorter than n words 
 
 Matching is vectorised: evaluation words get dense ids, a document's words are mapped to those ids (a word
 absent from every evaluation text cannot be part of a match), and each window of n ids is reduced to a
-64-bit polynomial hash compared against the sorted evaluation hashes with numpy.
+64-bit polynomial hash looked up in the sorted evaluation hashes with numpy. A document is split and mapped
+window by window (`word_windows`, about 64 K characters each) and hashed in chunks of ids, so the working set
+stays small whatever the document's length: a multi-megabyte page would otherwise become one list of a
+million short strings, and the cost per character would grow as that list outgrows the CPU caches.
 
 Flags are computed once per deduplicated partition (the `decontamination` asset) for every distinct
 evaluation spec of the configured mixes (`EvalSpec`: eval set files, text field, n), and reused by every mix
@@ -23,7 +26,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +40,42 @@ ASSET = "decontamination"
 FLAGS_FILE = "flags.parquet"
 FLAGS_SCHEMA = pa.schema([("spec", pa.string()), ("doc_id", pa.string()), ("matched_ngrams", pa.int64())])
 
-_WORD = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\W_]+")
+_ONE_CHAR_WORDS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"  # kana, CJK, hangul
+_WORD = re.compile(rf"[{_ONE_CHAR_WORDS}]|[^\W_]+")
+# A character no word contains (neither a letter/digit nor one of the one-character words): a safe cut.
+_NOT_IN_A_WORD = re.compile(rf"[^\w{_ONE_CHAR_WORDS}]|_")
+_WINDOW_CHARS = 1 << 16
+_HASH_CHUNK = 1 << 15  # n-gram windows hashed and looked up at a time
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant; arithmetic wraps modulo 2**64
 
 
 def words(text: str) -> list[str]:
+    """The words of `text` (see the module docstring), as one list."""
     return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+
+
+def word_windows(text: str, window: int = _WINDOW_CHARS) -> Iterator[list[str]]:
+    """`words(text)` in consecutive pieces of about `window` characters of the normalised text each. A piece
+    ends just after a character no word contains, so no word is cut and the pieces concatenate to
+    `words(text)`; a text with no such character after `window` is one piece."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    start, end = 0, len(folded)
+    while start < end:
+        cut = _NOT_IN_A_WORD.search(folded, start + window) if start + window < end else None
+        stop = cut.end() if cut is not None else end
+        yield _WORD.findall(folded, start, stop)
+        start = stop
+
+
+def word_ids(text: str, vocabularies: Sequence[Mapping[str, int]]) -> list[np.ndarray]:
+    """The ids of the text's words in each vocabulary (-1: not in it), mapped window by window
+    (`word_windows`), so the words themselves never all exist at once."""
+    pieces: list[list[np.ndarray]] = [[] for _ in vocabularies]
+    for piece in word_windows(text, _WINDOW_CHARS):
+        for ids, vocabulary in zip(pieces, vocabularies, strict=True):
+            get = vocabulary.get
+            ids.append(np.fromiter((get(word, -1) for word in piece), np.int64, len(piece)))
+    return [np.concatenate(ids) if ids else np.zeros(0, np.int64) for ids in pieces]
 
 
 def _window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
@@ -89,18 +122,19 @@ class EvalNgrams:
 
     def matches(self, text: str) -> int:
         """How many of the text's n-gram windows occur in an evaluation text (0 = clean)."""
-        return self.matches_words(words(text)) if len(self.hashes) else 0
+        return self.matches_ids(word_ids(text, [self.vocabulary])[0]) if len(self.hashes) else 0
 
-    def matches_words(self, tokens: list[str]) -> int:
-        """`matches` for a text already split by `words`."""
-        if not len(self.hashes) or len(tokens) < self.n:
+    def matches_ids(self, ids: np.ndarray) -> int:
+        """`matches` for a text's word ids in this vocabulary (`word_ids`), hashed in chunks of windows."""
+        if not len(self.hashes) or len(ids) < self.n:
             return 0
-        get = self.vocabulary.get
-        ids = np.fromiter((get(w, -1) for w in tokens), np.int64, len(tokens))
-        windows = _window_hashes(ids, self.n)
-        if not len(windows):
-            return 0
-        return int(np.isin(windows, self.hashes, assume_unique=False).sum())
+        found = 0
+        for start in range(0, len(ids) - self.n + 1, _HASH_CHUNK):
+            windows = _window_hashes(ids[start : start + _HASH_CHUNK + self.n - 1], self.n)
+            if len(windows):
+                at = np.minimum(np.searchsorted(self.hashes, windows), len(self.hashes) - 1)
+                found += int(np.count_nonzero(self.hashes[at] == windows))
+        return found
 
 
 def read_eval_texts(location: str, text_field: str, s3: S3Settings | None = None) -> Iterator[str]:
@@ -186,14 +220,15 @@ def find_contaminated(task: ContaminationTask) -> list[dict[str, Any]]:
 
     store = StoreSpec(task.input_url, task.s3).open()
     scratch = local_temp_dir()
+    vocabularies = [ngrams.vocabulary for _, ngrams in task.ngrams]
     flagged = []
     try:
         path = store.fetch(task.input_key, scratch)
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=["doc_id", "text"]):
             for doc_id, text in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist(), strict=True):
-                tokens = words(text)
-                for spec, ngrams in task.ngrams:
-                    hits = ngrams.matches_words(tokens)
+                ids = word_ids(text, vocabularies)
+                for (spec, ngrams), doc_ids in zip(task.ngrams, ids, strict=True):
+                    hits = ngrams.matches_ids(doc_ids)
                     if hits:
                         flagged.append({"spec": spec, "doc_id": doc_id, "matched_ngrams": hits})
     finally:

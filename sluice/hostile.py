@@ -91,7 +91,7 @@ def text_functions() -> dict[str, Callable[[str], object]]:
         GopherRepetitionSettings,
         ToxicitySettings,
     )
-    from sluice.decontaminate import words as eval_words
+    from sluice.decontaminate import EvalNgrams
     from sluice.extract import DecodeText, detect_charset
     from sluice.filters import (
         C4QualityFilter,
@@ -117,6 +117,8 @@ def text_functions() -> dict[str, Callable[[str], object]]:
     url_filter = URLFilter({"example-casino.com"}, {"casino"})
     hasher = MinHasher()  # the default configuration (5-word shingles, 14 x 8)
     decode = DecodeText()
+    # Evaluation texts sharing the families' words, so documents map to known ids and reach the n-gram hashing.
+    eval_ngrams = EvalNgrams.from_texts([build(4096) for build in FAMILIES.values()], 13)
 
     def byte_level_words(text: str) -> object:
         import regex
@@ -148,7 +150,7 @@ def text_functions() -> dict[str, Callable[[str], object]]:
         "meta charset": lambda text: detect_charset(text.encode("utf-8", "surrogatepass"), None, True),
         "hash normalizer": normalize_for_hash,
         "text hash": text_hash,
-        "decontamination words": eval_words,
+        "decontamination match": eval_ngrams.matches,
         "byte-level pre-tokenizer": byte_level_words,
         "minhash signature": lambda text: hasher.signatures([text]),
     }

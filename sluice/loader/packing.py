@@ -76,18 +76,24 @@ def window_segments(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]
 def locate_segments(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
     """What `pack_arrays(..., provenance=True)` says about the samples' input segments (`segment_starts`,
     `segment_records`, `provenance`), from the index alone: no token is read (what a trace needs)."""
-    length = data.sequence_length
-    ids = np.asarray(sample_ids, dtype=np.int64)
-    where = window_segments(data, ids)
-    row, seg_begin, seg_end = where["row"], where["seg_begin"], where["seg_end"]
-    in_inputs = seg_begin < length
-    row_in, begin_in = row[in_inputs], seg_begin[in_inputs]
-    input_sizes = np.minimum(seg_end[in_inputs], length) - begin_in
-    records = where["records"][in_inputs]
+    where = window_segments(data, np.asarray(sample_ids, dtype=np.int64))
+    inputs = input_segments(where, data.sequence_length)
     return {
-        "segment_starts": row_in * length + begin_in,
-        "segment_records": records,
-        "provenance": segment_provenance(where, in_inputs, row_in, input_sizes, records),
+        "segment_starts": inputs["starts"],
+        "segment_records": inputs["records"],
+        "provenance": segment_provenance(where, inputs),
+    }
+
+
+def input_segments(where: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
+    """The segments of `window_segments` that lie in the inputs (a window without its last token): which they
+    are (`mask`), their rows, starts inside the row (`begin`) and over the flattened [rows * length] inputs
+    (`starts`), sizes and records."""
+    mask = where["seg_begin"] < length
+    row, begin = where["row"][mask], where["seg_begin"][mask]
+    return {
+        "mask": mask, "row": row, "begin": begin, "starts": row * length + begin,
+        "sizes": np.minimum(where["seg_end"][mask], length) - begin, "records": where["records"][mask],
     }
 
 
@@ -147,16 +153,13 @@ def pack_arrays(
     ids = np.asarray(sample_ids, dtype=np.int64)
     count = len(ids)
     read = read_windows(data, ids)
-    window, row, seg_begin, seg_end = read["window"], read["row"], read["seg_begin"], read["seg_end"]
+    window, row, seg_begin = read["window"], read["row"], read["seg_begin"]
     # A document starts at every segment start except each window's first (that one starts the sample).
     new_doc = seg_begin > 0
     doc_row, doc_at = row[new_doc], seg_begin[new_doc]
-    # Segments of the inputs (the window without its last token): flat starts and lengths; position ids
-    # count up from 0 inside each, and cu_seqlens lists their starts over the flattened [count * length].
-    in_inputs = seg_begin < length
-    row_in, begin_in = row[in_inputs], seg_begin[in_inputs]
-    input_starts = row_in * length + begin_in
-    input_sizes = np.minimum(seg_end[in_inputs], length) - begin_in
+    # Segments of the inputs: position ids count up from 0 inside each, and cu_seqlens lists their starts.
+    segments = input_segments(read, length)
+    begin_in, input_sizes = segments["begin"], segments["sizes"]
     if out is None:
         out = np.empty((3, count, length), dtype=np.int64)
     inputs, labels, positions = out[0], out[1], out[2]
@@ -169,36 +172,36 @@ def pack_arrays(
     np.copyto(inputs, window[:, :-1])
     if mask_document_boundaries:
         labels[doc_row, doc_at - 1] = IGNORE_INDEX  # label j is token j + 1, the first of another document
-    records = read["records"][in_inputs]
     packed = {
         "input_ids": inputs,
         "labels": labels,
         "position_ids": positions,
-        "segment_starts": input_starts,
+        "segment_starts": segments["starts"],
         "segment_sizes": input_sizes,
-        "segment_records": records,
+        "segment_records": segments["records"],
     }
     if provenance:
-        packed["provenance"] = segment_provenance(read, in_inputs, row_in, input_sizes, records)
+        packed["provenance"] = segment_provenance(read, segments)
     return packed
 
 
-def segment_provenance(read: dict[str, np.ndarray], in_inputs: np.ndarray, row_in: np.ndarray, input_sizes: np.ndarray, records: np.ndarray) -> np.ndarray:
-    """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments of `read_windows`' result, from what
-    reading and packing computed already: the input segments' rows, sizes and records (`read["records"]
-    [in_inputs]`), each segment's start inside its document (`in_doc`) and, on a memory-mapped index, each
-    record's index. A few whole-array numpy calls per packed group; no per-sample Python object."""
-    out = np.empty((len(row_in), len(PROVENANCE_COLUMNS)), dtype=np.int64)
-    indices = read["indices"]
+def segment_provenance(where: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The `provenance` rows (PROVENANCE_COLUMNS) of the input segments (`input_segments`) of a
+    `window_segments` result, from what reading and packing computed already: each segment's start inside
+    its document (`in_doc`) and, on a memory-mapped index, each record's index. A few whole-array numpy
+    calls per packed group; no per-sample Python object."""
+    mask, records = inputs["mask"], inputs["records"]
+    out = np.empty((len(records), len(PROVENANCE_COLUMNS)), dtype=np.int64)
+    indices = where["indices"]
     if indices is not None:
-        out[:, 0] = indices[in_inputs]
+        out[:, 0] = indices[mask]
     else:  # a sample's records are consecutive: record k of sample i is first[i] + k
-        counts = read["counts"]
-        np.add((read["first"] - (np.cumsum(counts) - counts))[row_in], np.flatnonzero(in_inputs), out=out[:, 0])
+        counts = where["counts"]
+        np.add((where["first"] - (np.cumsum(counts) - counts))[inputs["row"]], np.flatnonzero(mask), out=out[:, 0])
     out[:, 1] = records["shard"]
     out[:, 2] = records["doc"]
-    out[:, 3] = read["in_doc"][in_inputs]
-    np.add(out[:, 3], input_sizes, out=out[:, 4])
+    out[:, 3] = where["in_doc"][mask]
+    np.add(out[:, 3], inputs["sizes"], out=out[:, 4])
     return out
 
 

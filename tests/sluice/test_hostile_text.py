@@ -141,6 +141,51 @@ def test_text_line_equals_the_line_of_all_tokens(text, window, batch):
         perplexity._WINDOW_CHARS, perplexity._BATCH_TOKENS = saved
 
 
+# NFKC/casefold changes (℡ → tel, ﬁ → fi, ß → ss, full-width letters, jamo composing to hangul), characters
+# in the one-character-word ranges that are not letters (・), underscores and ideographs next to letters.
+DECONTAMINATION_ALPHABET = WINDOW_ALPHABET + "℡ﬁßＡｂ\u1100\u1161\u11a8가・_中文a1 "
+
+
+@PROPERTY
+@given(st.lists(st.one_of(hostile_text, st.text(DECONTAMINATION_ALPHABET, max_size=80)), max_size=6).map("".join), st.integers(1, 40))
+def test_decontamination_word_windows_concatenate_to_words(text, window):
+    from sluice.decontaminate import word_windows
+    from sluice.decontaminate import words as eval_words
+
+    pieces = list(word_windows(text, window))
+    assert [word for piece in pieces for word in piece] == eval_words(text)
+
+
+def reference_matches(eval_texts: list[str], text: str, n: int) -> int:
+    """Windows of n consecutive words of `text` equal to n consecutive words of an evaluation text (tuples in a
+    set: no hashing, no ids)."""
+    from sluice.decontaminate import words as eval_words
+
+    grams = set()
+    for eval_text in eval_texts:
+        tokens = eval_words(eval_text)
+        grams.update(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+    tokens = eval_words(text)
+    return sum(tuple(tokens[i : i + n]) in grams for i in range(len(tokens) - n + 1))
+
+
+VOCABULARY_TEXT = st.lists(st.sampled_from(["a", "b", "c", "Ab", "中", "文", "_", " ", "。", "ﬁ"]), max_size=60).map(" ".join)
+
+
+@PROPERTY
+@given(st.lists(VOCABULARY_TEXT, min_size=1, max_size=3), VOCABULARY_TEXT, st.integers(1, 4), st.integers(1, 12), st.integers(1, 7))
+def test_decontamination_matches_in_windows_and_chunks_equal_the_reference(eval_texts, text, n, window, chunk):
+    from sluice import decontaminate
+
+    saved = decontaminate._WINDOW_CHARS, decontaminate._HASH_CHUNK
+    decontaminate._WINDOW_CHARS, decontaminate._HASH_CHUNK = window, chunk
+    try:
+        ngrams = decontaminate.EvalNgrams.from_texts(eval_texts, n)
+        assert ngrams.matches(text) == reference_matches(eval_texts, text, n)
+    finally:
+        decontaminate._WINDOW_CHARS, decontaminate._HASH_CHUNK = saved
+
+
 @PROPERTY
 @given(st.text(HOSTILE_ALPHABET + "'’.", max_size=60))
 def test_multilingual_word_pattern_equals_the_reference(text):
