@@ -295,16 +295,17 @@ class C4QualityFilter(Step):
         s = self.s
         sentences = 0
         kept: list[str] = []
+        # The three line tests before the first that can drop the document only skip lines, so their order
+        # is free: the cheap terminal-punctuation test (most lines that fail, fail it) goes first.
         for line in (doc.text or "").splitlines():
-            line = line.strip()
-            if not line:
+            stripped = line.strip()
+            if not stripped:
                 continue
-            words = line.split()
-            if s.max_word_length != -1 and max(map(len, words)) > s.max_word_length:
-                continue
-            if s.remove_citations and "[" in line:
-                line = _CITATION.sub("", line)
+            line = _CITATION.sub("", stripped) if s.remove_citations and "[" in stripped else stripped
             if s.filter_no_terminal_punct and (not line.endswith(self.terminal) or line.endswith("...")):
+                continue
+            words = stripped.split()  # (before the citations are removed, as datatrove counts them)
+            if s.max_word_length != -1 and max(map(len, words)) > s.max_word_length:
                 continue
             n_words = len(words)
             if self.multilingual and n_words < s.min_words_per_line:

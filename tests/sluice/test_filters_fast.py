@@ -255,3 +255,63 @@ def test_code_line_test_is_unchanged(line):
     from sluice.codeshare import is_code_line
 
     assert is_code_line(line) == old_is_code_line(line)
+
+
+def old_c4(text: str, s, multilingual: bool = True) -> tuple[str | None, str]:
+    """C4QualityFilter.apply as it was (word-length test first): (drop reason, kept text)."""
+    from sluice.filters import _CITATION, _POLICY, ASCII_TERMINAL, OTHER_TERMINAL
+    from sluice.words import PUNCTUATION, tokenize
+
+    terminal = ASCII_TERMINAL + OTHER_TERMINAL if multilingual else ASCII_TERMINAL
+    sentence_end = _SENTENCE_END_MULTI if multilingual else _SENTENCE_END
+    sentences, kept = 0, []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        words_ = line.split()
+        if s.max_word_length != -1 and any(len(word) > s.max_word_length for word in words_):
+            continue
+        if s.remove_citations and "[" in line:
+            line = _CITATION.sub("", line)
+        if s.filter_no_terminal_punct and (not line.endswith(terminal) or line.endswith("...")):
+            continue
+        n_words = len(words_)
+        if multilingual and n_words < s.min_words_per_line:
+            n_words = sum(1 for w in tokenize(line) if w not in PUNCTUATION)
+        if n_words < s.min_words_per_line:
+            continue
+        lower = line.lower()
+        if s.filter_lorem_ipsum and "lorem ipsum" in lower:
+            return "lorem_ipsum", text
+        if s.filter_javascript and "javascript" in lower:
+            continue
+        if s.filter_curly_bracket and "{" in line:
+            return "curly_bracket", text
+        if s.filter_policy and _POLICY.search(lower):
+            continue
+        sentences += 1 + len(sentence_end.findall(line))
+        kept.append(line)
+    if sentences < s.min_num_sentences:
+        return "too_few_sentences", text
+    return None, "\n".join(kept).strip()
+
+
+_C4_PIECES = st.sampled_from(
+    ["word", "Longword", "two words", "x.", "end.", "[1]", "[edit]", "...", "!", "{", "lorem ipsum", "javascript", "privacy policy",
+     " ", "  ", "\n", "\n", "\n", "中文。", "a.b", "\t"]
+)
+
+
+@PROPERTY
+@given(st.lists(_C4_PIECES, max_size=30).map("".join), st.integers(2, 8), st.integers(-1, 3), st.booleans())
+def test_c4_keeps_and_drops_as_before(text, max_word_length, min_sentences, multilingual):
+    from sluice.config import C4Settings
+    from sluice.filters import C4QualityFilter
+
+    s = C4Settings(max_word_length=max_word_length, min_num_sentences=min_sentences)
+    doc = Document.from_text(text)
+    drop = C4QualityFilter(s, multilingual).apply(doc)
+    reason, kept = old_c4(text, s, multilingual)
+    assert (None if drop is None else drop.reason) == reason
+    assert (doc.text or "") == kept
