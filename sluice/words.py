@@ -187,13 +187,31 @@ def _chunk_tokens(chunk: str, spaceless: bool) -> tuple[str, ...]:
 
 # Tokens of the chunks seen lately, per spaceless decision (what spaCy's tokenizer does too: its cache maps a
 # chunk to its tokens). Text repeats its words, and the filters tokenize a text again after C4 edits it, so
-# most chunks are looked up, not split. Bounded: cleared when it holds _KNOWN_MAX chunks; a chunk longer than
-# _KNOWN_CHARS or of more than _KNOWN_TOKENS tokens is not kept (a hostile megabyte-long chunk must not stay
-# in memory). About 10 MB on ordinary text, 50 MB at most.
-_KNOWN: dict[bool, dict[str, tuple[str, ...]]] = {False: {}, True: {}}
+# most chunks are looked up at C speed, not split. Bounded: cleared when it holds _KNOWN_MAX chunks; a chunk
+# longer than _KNOWN_CHARS or of more than _KNOWN_TOKENS tokens is not kept (a hostile megabyte-long chunk
+# must not stay in memory). About 10 MB on ordinary text, 50 MB at most.
 _KNOWN_MAX = 1 << 16
 _KNOWN_CHARS = 32
 _KNOWN_TOKENS = 4
+
+
+class _ChunkCache(dict):
+    """chunk -> its tokens for one spaceless decision; a chunk not in it is split (and kept) on lookup."""
+
+    def __init__(self, spaceless: bool) -> None:
+        super().__init__()
+        self.spaceless = spaceless
+
+    def __missing__(self, chunk: str) -> tuple[str, ...]:
+        tokens = _chunk_tokens(chunk, self.spaceless)
+        if len(chunk) <= _KNOWN_CHARS and len(tokens) <= _KNOWN_TOKENS:
+            if len(self) >= _KNOWN_MAX:
+                self.clear()
+            self[chunk] = tokens
+        return tokens
+
+
+_KNOWN = {False: _ChunkCache(False), True: _ChunkCache(True)}
 
 
 def clear_chunk_cache() -> None:
@@ -204,31 +222,9 @@ def clear_chunk_cache() -> None:
 
 
 def _tokens(text: str, spaceless: bool) -> list[str]:
-    """The tokens of each whitespace-separated chunk, in order: each distinct chunk is split once (dict
-    lookups and a C-level flatten for the rest)."""
-    chunks = text.split()
-    known = _KNOWN[spaceless]
-    try:  # every chunk known (a text C4 cut from one split before): no set of the chunks needed
-        return list(chain.from_iterable(map(known.__getitem__, chunks)))
-    except KeyError:
-        pass
-    new = set(chunks).difference(known)
-    if len(known) + len(new) > _KNOWN_MAX:
-        known.clear()
-        new = set(chunks)
-    transient = [chunk for chunk in new if len(chunk) > _KNOWN_CHARS]
-    if not spaceless:  # plain words, their own token, without a Python-level loop
-        plain = list(filter(str.isalnum, new))
-        known.update(zip(plain, zip(plain), strict=True))
-        new.difference_update(plain)
-    split = {chunk: _chunk_tokens(chunk, spaceless) for chunk in new}
-    known.update(split)
-    transient += [chunk for chunk, tokens in split.items() if len(tokens) > _KNOWN_TOKENS and len(chunk) <= _KNOWN_CHARS]
-    try:
-        return list(chain.from_iterable(map(known.__getitem__, chunks)))
-    finally:
-        for chunk in transient:
-            del known[chunk]
+    """The tokens of each whitespace-separated chunk, in order: dict lookups and a flatten at C speed; only
+    a chunk not seen lately is split in Python (_ChunkCache.__missing__)."""
+    return list(chain.from_iterable(map(_KNOWN[spaceless].__getitem__, text.split())))
 
 
 def spaceless_share(text: str, n_words: int) -> float:
