@@ -78,7 +78,7 @@ class GopherQualityFilter(Step):
         words = doc.tokens(self.multilingual)
         counts = doc.token_counts(self.multilingual)
         n_words = len(words)
-        symbols = PUNCTUATION.intersection(counts)
+        symbols = counts.keys() & PUNCTUATION  # (a dict view & a set: looks up the smaller one's items)
         n_non_symbol = n_words - sum(counts[p] for p in symbols)
         if s.min_doc_words and n_non_symbol < s.min_doc_words:
             return Drop("gopher_short_doc", f"{n_non_symbol} words < {s.min_doc_words}")
@@ -88,7 +88,7 @@ class GopherQualityFilter(Step):
             return Drop("gopher_short_doc", "no words")
         spaceless = self.multilingual and doc.mostly_spaceless()
         if not spaceless:
-            chars = sum(map(len, words)) - sum(len(p) * counts[p] for p in symbols)
+            chars = len("".join(words)) - sum(len(p) * counts[p] for p in symbols)
             mean_length = chars / n_non_symbol
             if s.min_avg_word_length and mean_length < s.min_avg_word_length:
                 return Drop("gopher_below_avg_threshold", f"mean word length {mean_length:.2f}")
@@ -123,7 +123,7 @@ class GopherQualityFilter(Step):
             else:
                 stop_words = STOP_WORDS["en"] if not self.multilingual else STOP_WORDS.get(doc.language)
             if stop_words is not None and not spaceless:
-                found = sum(counts[w] for w in stop_words.intersection(counts))
+                found = sum(counts[w] for w in counts.keys() & stop_words)
                 if found < s.min_stop_words:
                     return Drop("gopher_enough_stop_words", f"{found} stop words < {s.min_stop_words}")
         return None

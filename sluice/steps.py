@@ -91,7 +91,7 @@ class Document:
             if not self.has_spaceless():
                 return False
             counts = self.token_counts(True)
-            words = sum(counts.values()) - sum(counts[p] for p in PUNCTUATION.intersection(counts))
+            words = sum(counts.values()) - sum(counts[p] for p in counts.keys() & PUNCTUATION)
             return words > 0 and len(NO_SPACE_CHAR.findall(text)) / words > 0.5
 
         return self._cached("spaceless", compute)
