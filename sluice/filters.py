@@ -295,6 +295,7 @@ class C4QualityFilter(Step):
         s = self.s
         sentences = 0
         kept: list[str] = []
+        chunks: list[str] = []  # the kept text's `split()`, line by line
         # The three line tests before the first that can drop the document only skip lines, so their order
         # is free: the cheap terminal-punctuation test (most lines that fail, fail it) goes first.
         for line in (doc.text or "").splitlines():
@@ -323,9 +324,10 @@ class C4QualityFilter(Step):
                 continue
             sentences += 1 + len(self.sentence_end.findall(line))
             kept.append(line)
+            chunks += words if line is stripped else line.split()
         if sentences < s.min_num_sentences:
             return Drop("too_few_sentences", f"{sentences} sentences < {s.min_num_sentences}")
-        doc.keep_part_of_text("\n".join(kept).strip())
+        doc.keep_part_of_text("\n".join(kept).strip(), chunks)
         return None
 
 

@@ -57,13 +57,15 @@ class Document:
             self._cache[key] = compute(text)
         return self._cache[key]
 
-    def keep_part_of_text(self, text: str) -> None:
+    def keep_part_of_text(self, text: str, chunks: list[str]) -> None:
         """Replace the text by `text`, made only of characters of the current text and line breaks (C4's kept
-        lines): a text without spaceless-script characters stays without, so that is not searched again."""
+        lines), whose whitespace-separated chunks (`text.split()`) the caller has: they are not split again,
+        and a text without spaceless-script characters stays without, so that is not searched again."""
         had = self._cache.get("has-spaceless") if self._cache.get("text") is (self.text or "") else None
         self.text = text
+        self._cache = {"text": text, "chunks": chunks}
         if had is False:
-            self._cache = {"text": text, "has-spaceless": False}
+            self._cache["has-spaceless"] = False
 
     def has_spaceless(self) -> bool:
         """The current text holds a character of a spaceless script (sluice.words.NO_SPACE_CHAR): what
@@ -74,10 +76,11 @@ class Document:
 
     def tokens(self, multilingual: bool) -> list[str]:
         """Tokens of the current text (`sluice.words.tokenize(text, multilingual)`), computed once per text
-        version."""
-        from sluice.words import tokens_of
+        version from its whitespace-separated chunks."""
+        from sluice.words import tokens_of_chunks
 
-        return self._cached(f"tokens-{multilingual}", lambda text: tokens_of(text, multilingual and self.has_spaceless()))
+        chunks = self._cached("chunks", str.split)
+        return self._cached(f"tokens-{multilingual}", lambda text: tokens_of_chunks(chunks, multilingual and self.has_spaceless()))
 
     def token_counts(self, multilingual: bool) -> Counter[str]:
         """How often each token occurs (Counter's C loop; the filters sum over small word sets)."""

@@ -149,10 +149,10 @@ def tokenize(text: str, multilingual: bool = True) -> list[str]:
     return _tokens(text, multilingual and NO_SPACE_CHAR.search(text) is not None)
 
 
-def tokens_of(text: str, spaceless: bool) -> list[str]:
-    """tokenize's result for a text whose spaceless decision (`multilingual` and a spaceless-script
-    character in it) the caller already knows."""
-    return _tokens(text, spaceless)
+def tokens_of_chunks(chunks: list[str], spaceless: bool) -> list[str]:
+    """tokenize's result for a text of these whitespace-separated chunks (`text.split()`) whose spaceless
+    decision (`multilingual` and a spaceless-script character in it) the caller already knows."""
+    return list(chain.from_iterable(map(_KNOWN[spaceless].__getitem__, chunks)))
 
 
 _WHITESPACE = re.compile(r"\s")  # what str.split() splits at (both use Python's Unicode whitespace test)
@@ -224,7 +224,7 @@ def clear_chunk_cache() -> None:
 def _tokens(text: str, spaceless: bool) -> list[str]:
     """The tokens of each whitespace-separated chunk, in order: dict lookups and a flatten at C speed; only
     a chunk not seen lately is split in Python (_ChunkCache.__missing__)."""
-    return list(chain.from_iterable(map(_KNOWN[spaceless].__getitem__, text.split())))
+    return tokens_of_chunks(text.split(), spaceless)
 
 
 def spaceless_share(text: str, n_words: int) -> float:

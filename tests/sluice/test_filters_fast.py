@@ -170,7 +170,7 @@ def test_zero_digits_equals_translate(text):
 
 
 @PROPERTY
-@given(st.lists(st.sampled_from(["One two three four.", "Kept line here too!", "中文的句子。", "no end", "[1] x y z.", "a {b} c d."]), max_size=12))
+@given(st.lists(st.sampled_from(["One two three four.", "Kept line here too!", "中文的句子。", "no end", "[1] x y z.", "p [2] q r.", " a  b\tc. ", "a {b} c d."]), max_size=12))
 def test_tokens_after_c4_are_those_of_the_kept_text(lines):
     """C4 replaces the text by its kept lines (keep_part_of_text); the cached word splitting follows."""
     from sluice.config import C4Settings
@@ -181,6 +181,7 @@ def test_tokens_after_c4_are_those_of_the_kept_text(lines):
     doc.mostly_spaceless()
     if C4QualityFilter(C4Settings(min_num_sentences=1)).apply(doc) is None:
         assert doc.tokens(True) == words.tokenize(doc.text or "", True)
+        assert doc.tokens(False) == words.tokenize(doc.text or "", False)
         assert doc.has_spaceless() == (words.NO_SPACE_CHAR.search(doc.text or "") is not None)
 
 
