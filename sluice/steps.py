@@ -74,13 +74,16 @@ class Document:
 
         return self._cached("has-spaceless", lambda text: NO_SPACE_CHAR.search(text) is not None)
 
+    def chunks(self) -> list[str]:
+        """The current text's whitespace-separated chunks (`text.split()`), computed once per text version."""
+        return self._cached("chunks", str.split)
+
     def tokens(self, multilingual: bool) -> list[str]:
         """Tokens of the current text (`sluice.words.tokenize(text, multilingual)`), computed once per text
         version from its whitespace-separated chunks."""
         from sluice.words import tokens_of_chunks
 
-        chunks = self._cached("chunks", str.split)
-        return self._cached(f"tokens-{multilingual}", lambda text: tokens_of_chunks(chunks, multilingual and self.has_spaceless()))
+        return self._cached(f"tokens-{multilingual}", lambda text: tokens_of_chunks(self.chunks(), multilingual and self.has_spaceless()))
 
     def token_counts(self, multilingual: bool) -> Counter[str]:
         """How often each token occurs (Counter's C loop; the filters sum over small word sets)."""

@@ -316,3 +316,15 @@ def test_c4_keeps_and_drops_as_before(text, max_word_length, min_sentences, mult
     reason, kept = old_c4(text, s, multilingual)
     assert (None if drop is None else drop.reason) == reason
     assert (doc.text or "") == kept
+
+
+def test_language_prediction_from_the_documents_chunks_is_the_same():
+    """LanguageFilter hands over the text's cached split(); texts over the prediction's 10,000 characters
+    are split from their cut as before."""
+    from sluice.langid import PREDICT_CHARS, LanguageIdentifier
+
+    identifier = LanguageIdentifier()
+    short = "Le chat dort sur le canapé pendant que la pluie tombe.\nIl fait froid."
+    long = "Der Hund läuft im Park. " * (PREDICT_CHARS // 20) + "The end of a very long page."
+    for text in (short, long, "", "   \n "):
+        assert identifier.predict(text, text.split()) == identifier.predict(text)
