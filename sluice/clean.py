@@ -110,7 +110,8 @@ class LanguageFilter(Step):
         self.identifier = LanguageIdentifier(model_path)
 
     def apply(self, doc: Document) -> Drop | None:
-        doc.language, doc.language_score = self.identifier.predict(doc.text or "")
+        # The text's chunks are split once, here, and kept for the word tokens of the filters after.
+        doc.language, doc.language_score = self.identifier.predict(doc.text or "", doc.chunks())
         if self.languages and doc.language not in self.languages:
             return Drop("language_not_kept", f"{doc.language} ({doc.language_score:.2f})")
         threshold = self.min_scores.get(doc.language, self.min_score)

@@ -1,7 +1,7 @@
 """Code share: the share of a document's non-empty lines that look like code, shell or markup.
 
-A line looks like code when one of these holds (checked with string methods, no regular expressions, so
-linear in the line's length):
+A line looks like code when one of these holds (checked with string methods and one single-character-class
+count, so linear in the line's length):
 - it ends a block (`{` `}` `*/`) or, unless it is a list item or a sentence of 6+ words ending in
   punctuation, it ends like a statement (`;` `\\` `=>` `->`) or opens a bracket at its end; an indented
   line, or one with two `;`, ending so counts even as a sentence;
@@ -26,6 +26,8 @@ measured only. The step runs before language ID: code defeats language identifie
 
 from __future__ import annotations
 
+import re
+
 from sluice.config import CodeShareSettings
 from sluice.filters import HAS_LETTER
 from sluice.steps import Document, Drop, Route, Step
@@ -45,7 +47,8 @@ KEYWORDS = frozenset(
 )
 _CODE_PUNCT = ("(", "=", "$", ":", "{", "[", "|", ";")
 _SYMBOLS = "{}[]()<>=;$|&*\\/_#@%^~"
-_DELETE_SYMBOLS = str.maketrans("", "", _SYMBOLS)
+# Counted with a character class (str.translate looks every character up in a dict on non-ASCII lines).
+_SYMBOL = re.compile(f"[{re.escape(_SYMBOLS)}]")
 
 
 def _first_word(line: str) -> str:
@@ -53,30 +56,35 @@ def _first_word(line: str) -> str:
     return head[0] if head else ""
 
 
+_PREFIXES = _PROMPTS + _OPENERS
+_STATEMENT_ENDS = _ENDINGS + _EDGE_OPEN
+
+
 def is_code_line(line: str) -> bool:
-    """Whether one line (not empty) looks like code (see the module docstring)."""
+    """Whether one line (not empty) looks like code (see the module docstring). The signs are tested in the
+    docstring's order; the first word is split off only for the lines that reach the tests needing it."""
     stripped = line.strip()
     if not stripped:
         return False
-    if stripped.startswith(_PROMPTS) or stripped.startswith(_OPENERS) or ":~$ " in stripped or ":~# " in stripped:
+    if stripped.startswith(_PREFIXES) or (":~" in stripped and (":~$ " in stripped or ":~# " in stripped)):
         return True
     if stripped.endswith(_BLOCK) or stripped.startswith(_EDGE_CLOSE):
         return True
     if stripped[0] == "<" and stripped[-1] == ">" and len(stripped) > 2 and (stripped[1].isalpha() or stripped[1] == "/"):
         return True
-    word = _first_word(stripped)
     if stripped.startswith("# ") and len(stripped) > 2:
         command = _first_word(stripped[2:])
         if command.isascii() and command.islower() and command in KEYWORDS:
             return True
     indented = line[:1] == "\t" or line[:2] == "  "
     bullet = stripped.startswith(_BULLETS)
-    if not bullet and (indented or stripped.count(";") >= 2) and stripped.endswith((*_ENDINGS, *_EDGE_OPEN)):
+    if not bullet and (indented or stripped.count(";") >= 2) and stripped.endswith(_STATEMENT_ENDS):
         return True
     if bullet or (stripped.endswith(_SENTENCE_END) and stripped.count(" ") >= 5):
         return False  # a list item or a sentence: only the signs above make it code
-    if stripped.endswith(_ENDINGS) or stripped.endswith(_EDGE_OPEN):
+    if stripped.endswith(_STATEMENT_ENDS):
         return True
+    word = _first_word(stripped)
     if _is_assignment(stripped, word):
         return True
     keyword = word in KEYWORDS
@@ -87,7 +95,7 @@ def is_code_line(line: str) -> bool:
         if any(mark in rest for mark in _CODE_PUNCT):
             return True
     # Two of the weak signs, cheapest first, stopping as soon as the answer is known.
-    weak = keyword + (len(stripped) - len(stripped.translate(_DELETE_SYMBOLS)) >= 0.12 * len(stripped))
+    weak = keyword + (len(_SYMBOL.findall(stripped)) >= 0.12 * len(stripped))
     if weak == 2:
         return True
     weak += _has_flag(stripped)

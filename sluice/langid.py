@@ -64,6 +64,7 @@ LID176_LANGUAGES = frozenset(
 )
 
 _MODELS: dict[str, object] = {}
+PREDICT_CHARS = 10_000  # what the prediction reads of a text
 
 
 class LanguageIdentifier:
@@ -84,9 +85,10 @@ class LanguageIdentifier:
             _MODELS[key] = fasttext.load_model(key)
         self.model = _MODELS[key]
 
-    def predict(self, text: str) -> tuple[str, float]:
+    def predict(self, text: str, chunks: list[str] | None = None) -> tuple[str, float]:
+        """`chunks`: `text.split()` where the caller has it (the same line, without splitting again)."""
         # fastText predicts on one line; the first 10k characters are plenty for the language.
-        line = " ".join(text[:10_000].split())
+        line = " ".join(chunks if chunks is not None and len(text) <= PREDICT_CHARS else text[:PREDICT_CHARS].split())
         labels, scores = self.model.predict(line, k=1)
         if not labels:
             return "unknown", 0.0

@@ -52,8 +52,17 @@ def lm_line(tokens: Iterable[str]) -> str:
     tokens = iter(tokens)
     parts = []
     while batch := list(islice(tokens, _BATCH_TOKENS)):
-        parts.append(" ".join(batch).lower().translate(_DIGITS))
+        parts.append(_zero_digits(" ".join(batch).lower()))
     return " ".join(parts)
+
+
+def _zero_digits(text: str) -> str:
+    """`text.translate(_DIGITS)` (ASCII digits 1-9 as 0) by nine `str.replace` passes: translate looks up
+    every character in a dict once the text holds a non-ASCII one (about 50 ns a character); a replace pass
+    is a C-speed scan."""
+    for digit in "123456789":
+        text = text.replace(digit, "0")
+    return text
 
 
 def text_line(text: str) -> str:

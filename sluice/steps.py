@@ -57,11 +57,33 @@ class Document:
             self._cache[key] = compute(text)
         return self._cache[key]
 
-    def tokens(self, multilingual: bool) -> list[str]:
-        """Tokens of the current text (see sluice.words), computed once per text version."""
-        from sluice.words import tokenize
+    def keep_part_of_text(self, text: str, chunks: list[str]) -> None:
+        """Replace the text by `text`, made only of characters of the current text and line breaks (C4's kept
+        lines), whose whitespace-separated chunks (`text.split()`) the caller has: they are not split again,
+        and a text without spaceless-script characters stays without, so that is not searched again."""
+        had = self._cache.get("has-spaceless") if self._cache.get("text") is (self.text or "") else None
+        self.text = text
+        self._cache = {"text": text, "chunks": chunks}
+        if had is False:
+            self._cache["has-spaceless"] = False
 
-        return self._cached(f"tokens-{multilingual}", lambda text: tokenize(text, multilingual))
+    def has_spaceless(self) -> bool:
+        """The current text holds a character of a spaceless script (sluice.words.NO_SPACE_CHAR): what
+        tokenize decides its word splitting by, searched once per text version."""
+        from sluice.words import NO_SPACE_CHAR
+
+        return self._cached("has-spaceless", lambda text: NO_SPACE_CHAR.search(text) is not None)
+
+    def chunks(self) -> list[str]:
+        """The current text's whitespace-separated chunks (`text.split()`), computed once per text version."""
+        return self._cached("chunks", str.split)
+
+    def tokens(self, multilingual: bool) -> list[str]:
+        """Tokens of the current text (`sluice.words.tokenize(text, multilingual)`), computed once per text
+        version from its whitespace-separated chunks."""
+        from sluice.words import tokens_of_chunks
+
+        return self._cached(f"tokens-{multilingual}", lambda text: tokens_of_chunks(self.chunks(), multilingual and self.has_spaceless()))
 
     def token_counts(self, multilingual: bool) -> Counter[str]:
         """How often each token occurs (Counter's C loop; the filters sum over small word sets)."""
@@ -72,10 +94,10 @@ class Document:
         from sluice.words import NO_SPACE_CHAR, PUNCTUATION
 
         def compute(text: str) -> bool:
-            if NO_SPACE_CHAR.search(text) is None:
+            if not self.has_spaceless():
                 return False
             counts = self.token_counts(True)
-            words = sum(counts.values()) - sum(counts[p] for p in PUNCTUATION.intersection(counts))
+            words = sum(counts.values()) - sum(counts[p] for p in counts.keys() & PUNCTUATION)
             return words > 0 and len(NO_SPACE_CHAR.findall(text)) / words > 0.5
 
         return self._cached("spaceless", compute)

@@ -159,7 +159,7 @@ class ToxicityFilter(Step):
         tokens = doc.tokens(self.multilingual)
         counts = doc.token_counts(self.multilingual)
         found = matcher.count(tokens, counts)
-        words = len(tokens) - sum(counts[p] for p in PUNCTUATION.intersection(counts))
+        words = len(tokens) - sum(counts[p] for p in counts.keys() & PUNCTUATION)
         doc.toxic_terms = sum(found.values())
         doc.toxicity_score = doc.toxic_terms / words if words else 0.0
         s = self.s

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from itertools import chain
 
 # Scripts written without spaces between words (one character = one token).
 NO_SPACE = (
@@ -114,10 +115,11 @@ def split_affixes(chunk: str) -> tuple[str, str, str]:
     tail = end
     while tail > start and chunk[tail - 1] in _SUFFIX_CHARS:
         tail -= 1
-    for contraction in _CONTRACTIONS:
-        if tail - len(contraction) >= start and chunk.endswith(contraction, 0, tail):
-            tail -= len(contraction)
-            break
+    if "'" in chunk or "’" in chunk:  # every contraction has an apostrophe
+        for contraction in _CONTRACTIONS:
+            if tail - len(contraction) >= start and chunk.endswith(contraction, 0, tail):
+                tail -= len(contraction)
+                break
     return chunk[:start], chunk[start:tail], chunk[tail:]
 
 
@@ -127,6 +129,8 @@ def _split_chunk(chunk: str, out: list[str], spaceless: bool) -> None:
     if core:
         if spaceless and NO_SPACE_CHAR.search(core):
             out.extend(MULTILINGUAL_TOKEN.findall(core))
+        elif core.isalnum():  # no infix mark in it
+            out.append(core)
         # Substring searches, not set.isdisjoint(core): iterating a string makes one object per character
         # outside Latin-1, the largest cost of one megabyte-long token of such characters.
         elif any(mark in core for mark in _INFIX_CHARS) and "://" not in core:
@@ -143,6 +147,12 @@ _SIMPLE_SUFFIX = frozenset(",.;:!?)")
 def tokenize(text: str, multilingual: bool = True) -> list[str]:
     """The tokens of `text` (see the module docstring)."""
     return _tokens(text, multilingual and NO_SPACE_CHAR.search(text) is not None)
+
+
+def tokens_of_chunks(chunks: list[str], spaceless: bool) -> list[str]:
+    """tokenize's result for a text of these whitespace-separated chunks (`text.split()`) whose spaceless
+    decision (`multilingual` and a spaceless-script character in it) the caller already knows."""
+    return list(chain.from_iterable(map(_KNOWN[spaceless].__getitem__, chunks)))
 
 
 _WHITESPACE = re.compile(r"\s")  # what str.split() splits at (both use Python's Unicode whitespace test)
@@ -163,22 +173,58 @@ def token_windows(text: str, multilingual: bool = True, window: int = 1 << 16) -
         start = stop
 
 
-def _tokens(text: str, spaceless: bool) -> list[str]:
-    out: list[str] = []
-    if spaceless:
-        for chunk in text.split():
-            _split_chunk(chunk, out, True)
-        return out
-    append = out.append
-    for chunk in text.split():
+def _chunk_tokens(chunk: str, spaceless: bool) -> tuple[str, ...]:
+    """The tokens of one whitespace-free chunk (in a text whose spaceless-script decision is `spaceless`)."""
+    if not spaceless:
         if chunk.isalnum() or len(chunk) == 1:  # most chunks: a plain word (or one symbol)
-            append(chunk)
-        elif chunk[-1] in _SIMPLE_SUFFIX and chunk[:-1].isalnum():  # a word and one comma, period, ...
-            append(chunk[:-1])
-            append(chunk[-1])
-        else:
-            _split_chunk(chunk, out, False)
-    return out
+            return (chunk,)
+        if chunk[-1] in _SIMPLE_SUFFIX and chunk[:-1].isalnum():  # a word and one comma, period, ...
+            return (chunk[:-1], chunk[-1])
+    out: list[str] = []
+    _split_chunk(chunk, out, spaceless)
+    return tuple(out)
+
+
+# Tokens of the chunks seen lately, per spaceless decision (what spaCy's tokenizer does too: its cache maps a
+# chunk to its tokens). Text repeats its words, and the filters tokenize a text again after C4 edits it, so
+# most chunks are looked up at C speed, not split. Bounded: cleared when it holds _KNOWN_MAX chunks; a chunk
+# longer than _KNOWN_CHARS or of more than _KNOWN_TOKENS tokens is not kept (a hostile megabyte-long chunk
+# must not stay in memory). About 10 MB on ordinary text, 50 MB at most.
+_KNOWN_MAX = 1 << 16
+_KNOWN_CHARS = 32
+_KNOWN_TOKENS = 4
+
+
+class _ChunkCache(dict):
+    """chunk -> its tokens for one spaceless decision; a chunk not in it is split (and kept) on lookup."""
+
+    def __init__(self, spaceless: bool) -> None:
+        super().__init__()
+        self.spaceless = spaceless
+
+    def __missing__(self, chunk: str) -> tuple[str, ...]:
+        tokens = _chunk_tokens(chunk, self.spaceless)
+        if len(chunk) <= _KNOWN_CHARS and len(tokens) <= _KNOWN_TOKENS:
+            if len(self) >= _KNOWN_MAX:
+                self.clear()
+            self[chunk] = tokens
+        return tokens
+
+
+_KNOWN = {False: _ChunkCache(False), True: _ChunkCache(True)}
+
+
+def clear_chunk_cache() -> None:
+    """Forget the cached chunks (benchmarks that clean the same documents twice in one process start each
+    timed pass cold)."""
+    for known in _KNOWN.values():
+        known.clear()
+
+
+def _tokens(text: str, spaceless: bool) -> list[str]:
+    """The tokens of each whitespace-separated chunk, in order: dict lookups and a flatten at C speed; only
+    a chunk not seen lately is split in Python (_ChunkCache.__missing__)."""
+    return tokens_of_chunks(text.split(), spaceless)
 
 
 def spaceless_share(text: str, n_words: int) -> float:

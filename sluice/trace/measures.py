@@ -193,6 +193,8 @@ def _gopher_repetition(measures: Measures, doc: Document, settings: CleaningSett
         GopherRepetitionFilter,
         _duplicates,
         _ngram_keys,
+        _span_chars,
+        _top_ngram,
     )
 
     s, add = settings.gopher_repetition, measures.add
@@ -211,23 +213,18 @@ def _gopher_repetition(measures: Measures, doc: Document, settings: CleaningSett
         return
     scale = 2 if multilingual and doc.mostly_spaceless() else 1
     ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
-    ends = np.zeros(len(words) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, words), dtype=np.int64, count=len(words)), out=ends[1:])
     for n, threshold in sorted(s.top_n_grams.items()):
         span = n * scale
         if len(words) < span:
             continue
-        keys = _ngram_keys(ids, span)
-        unique, counts = np.unique(keys, return_counts=True)
-        top = int(counts.max())
-        at = 0 if top == 1 else int(np.argmax(np.isin(keys, unique[counts == top])))
-        chars = (int(ends[at + span] - ends[at]) + span - 1) * top
+        top, at = _top_ngram(_ngram_keys(ids, span))
+        chars = (_span_chars(words, at, span) + span - 1) * top
         add("gopher_repetition", f"top_{n}_gram_char_frac", chars / length, threshold, "<=")
     for n, threshold in sorted(s.dup_n_grams.items()):
         span = n * scale
         if len(words) < span:
             continue
-        chars = GopherRepetitionFilter._repeated_ngram_chars(_ngram_keys(ids, span), ends, span)
+        chars = GopherRepetitionFilter._repeated_ngram_chars(_ngram_keys(ids, span), words, span)
         add("gopher_repetition", f"duplicated_{n}_gram_char_frac", chars / length, threshold, "<=")
 
 
