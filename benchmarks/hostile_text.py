@@ -20,8 +20,9 @@ per doubling of the input, 2 ** (the least-squares slope of log2 time on log2 si
 gives ~2, a quadratic one ~4, an exponential one never finishes (each call is stopped after --limit-s and reported as
 such); a deliberately quadratic control function goes through the same timing and must come out near 4,
 and a linear one over 16 of the families gives the noise floor of the ratio on the machine it runs on.
-Each function (and each control) is measured in a fresh Python process; each timed call follows a full
-garbage collection and an untimed warm-up call at the same size. The fit
+Each function (and each control) is measured in a fresh Python process, and each of its families in a fork
+of that process made before any input was run; each timed call follows a full garbage collection and an
+untimed warm-up call at the same size. The fit
 over the whole range is less disturbed by other jobs on a shared machine than a ratio taken between
 neighbouring sizes or between the two ends. A pair whose fit comes out over 2.2 is measured twice more and
 reported as the median of its three fits (the controls go through the same step): a superlinear function is
@@ -151,16 +152,27 @@ def confirmed_growth(function, build, sizes: list[int], repeats: int, limit_s: f
 
 def measure_function(name: str, families: list[str], sizes: list[int], repeats: int, limit_s: float) -> list[tuple[str, list[float | None], float | None]]:
     """(family, best CPU seconds per size, doubling ratio or None when a call was stopped) of one text function
-    (or of a control: "linear control", "quadratic control") on each family."""
+    (or of a control: "linear control", "quadratic control") on each family. Each family is measured in a
+    process forked from this one, which has built the function but run no input: one family's megabyte inputs
+    leave the heap in a state (fragmentation) that would be charged to the families after it."""
+    import multiprocessing
+
+    global _MEASURED
     controls = {"linear control": linear_control, "quadratic control": quadratic_control}
-    function = controls[name] if name in controls else text_functions()[name]
-    results = []
-    for family in families:
-        build = FAMILIES[family]
-        times = measure(function, build, sizes, repeats, limit_s)
-        ratio = None if times[-1] is None else confirmed_growth(function, build, sizes, repeats, limit_s, times)
-        results.append((family, times, ratio))
-    return results
+    _MEASURED = (controls[name] if name in controls else text_functions()[name], sizes, repeats, limit_s)
+    with multiprocessing.get_context("fork").Pool(1, maxtasksperchild=1) as pool:
+        return pool.map(_measure_family, families, chunksize=1)
+
+
+_MEASURED: tuple = ()  # (function, sizes, repeats, limit_s) of measure_function, inherited by its forks
+
+
+def _measure_family(family: str) -> tuple[str, list[float | None], float | None]:
+    function, sizes, repeats, limit_s = _MEASURED
+    build = FAMILIES[family]
+    times = measure(function, build, sizes, repeats, limit_s)
+    ratio = None if times[-1] is None else confirmed_growth(function, build, sizes, repeats, limit_s, times)
+    return family, times, ratio
 
 
 def in_fresh_process(function, *args):
@@ -168,9 +180,11 @@ def in_fresh_process(function, *args):
     functions' megabyte inputs have not fragmented (in one long process, the doubling ratio of a function
     timed late in the run came out up to 0.18 above that of the same function timed alone: 2.26 against 2.08)."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(function, args)
+    # (an executor's worker, unlike a Pool's, may start processes of its own: measure_function forks)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as executor:
+        return executor.submit(function, *args).result()
 
 
 def budget_overhead(pages: int, repeats: int) -> None:
