@@ -187,6 +187,18 @@ def in_fresh_process(function, *args):
         return executor.submit(function, *args).result()
 
 
+def _forget_process_caches() -> None:
+    """Drop what a process keeps between documents and tasks (loaded models, the word splitter's chunk cache):
+    a budgeted pass cleans in a fresh worker that has none of them, so an unbudgeted pass that found them
+    warm from the previous repeat would charge the loading to the budget."""
+    from sluice import langid, perplexity, toxicity, words
+
+    langid._MODELS.clear()
+    perplexity._MODELS.clear()
+    toxicity.load_terms.cache_clear()
+    words.clear_chunk_cache()
+
+
 def budget_overhead(pages: int, repeats: int) -> None:
     """Wall time of clean_part on real corpus pages with the per-document budget (the chain in a supervised
     worker, heartbeat before every step) and without it (the chain in this process), best of `repeats`."""
@@ -222,6 +234,7 @@ def budget_overhead(pages: int, repeats: int) -> None:
         for _ in range(repeats):
             for budget in (None, 10.0):
                 task = CleanTask(folder, "part-00000.parquet", f"{folder}/out-{budget}", 0, CleaningSettings(step_cpu_budget_s=budget))
+                _forget_process_caches()  # the budget's worker starts with none: so does the in-process pass
                 started, own, children = time.perf_counter(), time.process_time(), children_cpu()
                 result = clean_part(task)
                 spent = time.process_time() - own + children_cpu() - children + (result.get("worker_cpu_s") or 0.0)
