@@ -111,7 +111,7 @@ def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None
     settings = chain_settings(models is not None)
     for model in (models or {}).values():
         load_model(model["key"])  # every language's model loaded before the timing, as on datatrove's side
-    wall, cpu = float("inf"), float("inf")
+    passes: list[tuple[float, float]] = []  # (wall, CPU) seconds of each timed pass
     for _ in range(repeats):
         pipeline = CleaningPipeline.from_settings(settings, perplexity_models=(models, lambda key: key) if models else None)
         warm = Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the model</p>", "utf-8")
@@ -124,8 +124,9 @@ def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None
             if pipeline.run(doc) is None:
                 kept[page["id"]] = doc.language
         pipeline.close()  # the extraction helper's CPU time is counted once it has exited
-        wall, cpu = min(wall, time.perf_counter() - started), min(cpu, cpu_seconds() - cpu_start)
-    return kept, wall, cpu
+        passes.append((time.perf_counter() - started, cpu_seconds() - cpu_start))
+    print("  sluice passes (ms CPU per page): " + ", ".join(f"{spent / len(pages) * 1000:.2f}" for _, spent in passes))
+    return kept, min(spent for spent, _ in passes), min(spent for _, spent in passes)
 
 
 def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tuple[dict[str, list[str]], float]:
