@@ -2,8 +2,9 @@
 
     python benchmarks/cleaning.py [--pages-per-file 40] [--snapshot web/2026-01] [--repeats 3] [--trafilatura-peer]
 
-Every timing is the best of `--repeats` passes over the same input on each side, after an untimed warm-up
-(one pass of ~2 s on sluice's side moved by ±8 % between quiet runs of the same code).
+Every timing is the best of `--repeats` passes over the same input on each side, after an untimed warm-up: a
+single pass takes ~2 s on sluice's side, short enough for a shared machine's noise to move it by several per
+cent. Each of sluice's passes is printed, so the spread is visible in the log.
 
 1. Whole chain, same extractor on both sides: sluice's (charset, resiliparse extraction within its budget,
    lid.176, Gopher repetition + quality, C4, FineWeb) against datatrove 0.10.1's (a Resiliparse extractor

@@ -13,7 +13,8 @@ the tokenization fast path. Time per call is the best of `--repeats` (CPU second
 It also measures what the per-document CPU budget costs: clean_part on real corpus pages
 (../shared/corpus) with the budget (the chain in a supervised worker process, a heartbeat before every
 step) against without it: CPU seconds of all the processes involved (this one, the worker, the extraction
-helpers), best of --repeats; wall time printed too.
+helpers), best of --repeats; wall time printed too. Both passes start without loaded models or cached word
+chunks, as the budget's fresh worker does.
 
 Figures: worst seconds per MB over all (family, function) pairs at the largest size, and the worst growth
 per doubling of the input, 2 ** (the least-squares slope of log2 time on log2 size): a linear function
@@ -200,7 +201,7 @@ def _forget_process_caches() -> None:
 
 
 def budget_overhead(pages: int, repeats: int) -> None:
-    """Wall time of clean_part on real corpus pages with the per-document budget (the chain in a supervised
+    """CPU and wall time of clean_part on real corpus pages with the per-document budget (the chain in a supervised
     worker, heartbeat before every step) and without it (the chain in this process), best of `repeats`."""
     import tempfile
 
