@@ -53,3 +53,25 @@ def test_the_benchmark_runs_the_graph_on_a_tiny_crawl(tmp_path):
     assert float(figures["end_to_end_near_dup_precision_0.1x"]) >= 0.9
     assert float(figures["end_to_end_pages_per_s_per_core_0.1x"]) > 0
     assert (tmp_path / "crawl-0.1x" / "truth.parquet").exists()
+
+
+def test_the_same_steps_config_turns_off_what_datatroves_pipeline_lacks_and_nothing_else(tmp_path):
+    from benchmarks.end_to_end import write_config
+    from sluice.config import load_config
+
+    crawl = tmp_path / "crawl"
+    (crawl / "web").mkdir(parents=True)
+    (tmp_path / "default").mkdir()
+    (tmp_path / "same").mkdir()
+    default = load_config(write_config(crawl, tmp_path / "default", 1))
+    same = load_config(write_config(crawl, tmp_path / "same", 1, same_steps=True))
+    assert default.cleaning.toxicity.enabled and default.cleaning.code_share.enabled and default.cleaning.pii.enabled
+    assert default.cleaning.url_blocklist and default.cleaning.min_chars > 0 and default.dedup.verify_min_jaccard is not None
+    off = same.cleaning
+    assert not (off.toxicity.enabled or off.code_share.enabled or off.pii.enabled or off.url_blocklist or off.min_chars)
+    assert same.dedup.verify_min_jaccard is None
+    # the filters datatrove's pipeline has, the language threshold and the rest of the graph are untouched
+    for name in ("gopher_repetition", "gopher_quality", "c4", "fineweb_quality", "min_language_score", "max_chars"):
+        assert getattr(off, name) == getattr(default.cleaning, name), name
+    assert same.mixes == default.mixes and same.tokenizer == default.tokenizer
+    assert same.dedup.model_copy(update={"verify_min_jaccard": 0.8}) == default.dedup.model_copy(update={"verify_min_jaccard": 0.8})
