@@ -26,7 +26,7 @@ environment, the FineWeb example's shape on the same WARC files: WarcReader -> t
 extraction -> LanguageFilter -> Gopher repetition + quality, C4, FineWeb filters -> 4-stage MinHash ->
 DocumentTokenizer with the tokenizer sluice trained; 2 tasks and workers, as sluice's 2 workers. The headline
 ratio (goal >= 10) compares it with a second 1x run of sluice's graph whose cleaning and dedup have the steps
-datatrove's pipeline has (STEPS_DATATROVE_LACKS off); sluice's run still does more (raw Parquet ingest,
+datatrove's pipeline has (STEPS_DATATROVE_LACKS); sluice's run still does more (raw Parquet ingest,
 tokenizer training, the mix and every asset check, each partition a Dagster run), all inside its time. The
 ratio against the default config is printed too. Ratios are pages per CPU second of each process tree;
 wall is printed too.
@@ -80,8 +80,12 @@ def crawl(scale: float, seed: int = 0) -> Path:
     return out
 
 
-# datatrove's pipeline has none of these steps: with `same_steps` they are off in sluice's graph too.
-STEPS_DATATROVE_LACKS = "no length, URL blocklist, PII, toxicity or code-share step; MinHash LSH without Jaccard verification"
+# datatrove's pipeline has none of these steps: with `same_steps` they are off in sluice's graph too. PII
+# redaction stays on: cleaned_documents' blocking `no_pii_left` check would otherwise stop every partition.
+STEPS_DATATROVE_LACKS = (
+    "no length, URL blocklist, toxicity or code-share step; MinHash LSH without Jaccard verification; "
+    "PII redaction kept, which the graph's blocking check needs"
+)
 
 
 def write_config(crawl_folder: Path, work: Path, scale: float, same_steps: bool = False) -> Path:
@@ -102,7 +106,7 @@ def write_config(crawl_folder: Path, work: Path, scale: float, same_steps: bool 
         raw["perplexity_model"] = {**raw["perplexity_model"], "reference_source": None, "sources": {}}
     raw["tokenizer"] = {**raw.get("tokenizer", {}), "train_sources": [synth_crawl.SOURCE]}
     if same_steps:
-        cleaning.update(min_chars=0, url_blocklist=None, pii={"enabled": False}, toxicity={"enabled": False}, code_share={"enabled": False})
+        cleaning.update(min_chars=0, url_blocklist=None, toxicity={"enabled": False}, code_share={"enabled": False})
         raw["dedup"] = {**raw.get("dedup", {}), "verify_min_jaccard": None}
     raw["compute"] = {**raw.get("compute", {}), "backend": "local", "max_workers": 2}
     mix = dict(next(iter(raw["mixes"].values())))
