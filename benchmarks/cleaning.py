@@ -15,8 +15,8 @@ process each.
 1. Whole chain, same extractor on both sides: sluice's (charset, resiliparse extraction within its budget,
    lid.176, Gopher repetition + quality, C4, FineWeb) against datatrove 0.10.1's (a Resiliparse extractor
    making sluice's resiliparse call with sluice's arguments, see benchmarks/_datatrove.py; LanguageFilter,
-   GopherRepetition, GopherQuality, C4Quality, FineWebQuality; all defaults), one process each (plus the
-   extraction helper processes both use). Docs/s per core = documents / CPU seconds (process + helper
+   GopherRepetition, GopherQuality, C4Quality, FineWebQuality; all defaults), a fresh process per side and
+   round (plus the extraction helper processes both use). Docs/s per core = documents / CPU seconds (process + helper
    processes), which the other jobs on a shared machine disturb less than wall time; wall docs/s printed too.
    Both chains keep every language above the 0.65 language score; sluice's length, PII, toxicity and
    code-share steps are off (datatrove's chain has none of them). `--trafilatura-peer` also times datatrove
