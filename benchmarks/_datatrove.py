@@ -50,6 +50,16 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def best_of(repeats: int, run):
+    """`run()`'s result and the least wall and CPU seconds of `repeats` calls (as sluice's side times)."""
+    elapsed, cpu = float("inf"), float("inf")
+    for _ in range(repeats):
+        started, cpu_start = time.perf_counter(), cpu_seconds()
+        result = run()
+        elapsed, cpu = min(elapsed, time.perf_counter() - started), min(cpu, cpu_seconds() - cpu_start)
+    return result, elapsed, cpu
+
+
 def read_jsonl(path: str) -> list[dict]:
     with open(path, encoding="utf-8") as stream:
         return [json.loads(line) for line in stream]
@@ -135,11 +145,7 @@ def run_filters(texts_path: str, out_path: str, repeats: int = 1) -> None:
 
     if docs:
         decide(docs[0])  # warm-up outside the timing: spaCy's tokenizer loads on first use
-    elapsed, cpu = float("inf"), float("inf")
-    for _ in range(repeats):  # best of `repeats` passes, as on sluice's side
-        started, cpu_start = time.perf_counter(), cpu_seconds()
-        decisions = {item["id"]: decide(item) for item in docs}
-        elapsed, cpu = min(elapsed, time.perf_counter() - started), min(cpu, cpu_seconds() - cpu_start)
+    decisions, elapsed, cpu = best_of(repeats, lambda: {item["id"]: decide(item) for item in docs})
     write_json(out_path, {"decisions": decisions, "seconds": elapsed, "cpu_seconds": cpu})
 
 
@@ -209,14 +215,13 @@ def run_chain(
         for page in pages:
             yield Document(text=page["html"], id=page["id"], metadata={"url": page["url"]})
 
-    elapsed, cpu = float("inf"), float("inf")
-    for _ in range(repeats):  # best of `repeats` passes, as on sluice's side
-        started, cpu_start = time.perf_counter(), cpu_seconds()
+    def one_pass() -> dict[str, str]:
         data = documents()
         for step in pipeline:
             data = step.run(data, rank=0, world_size=1)
-        kept = {doc.id: doc.metadata.get("language", "unknown") for doc in data}
-        elapsed, cpu = min(elapsed, time.perf_counter() - started), min(cpu, cpu_seconds() - cpu_start)
+        return {doc.id: doc.metadata.get("language", "unknown") for doc in data}
+
+    kept, elapsed, cpu = best_of(repeats, one_pass)
     write_json(out_path, {"kept": kept, "documents": len(pages), "seconds": elapsed, "cpu_seconds": cpu})
 
 

@@ -160,15 +160,18 @@ def chain_rounds(
     return kept, result, timings
 
 
-def chain_summary(label: str, n: int, kept_sluice: dict, kept_peer: dict, timings: list[tuple[float, float, float, float]]) -> tuple[float, float]:
-    """Print both sides' best passes; (ratio of the best passes, median of the rounds' ratios)."""
+def chain_summary(
+    label: str, n: int, kept_sluice: dict, kept_peer: dict, timings: list[tuple[float, float, float, float]]
+) -> tuple[float, float, float, float]:
+    """Print both sides' best passes; (sluice docs/s per core, datatrove docs/s per core, ratio of the best
+    passes, median of the rounds' ratios)."""
     wall_sluice, cpu_sluice = min(t[0] for t in timings), min(t[1] for t in timings)
     wall_peer, cpu_peer = min(t[2] for t in timings), min(t[3] for t in timings)
     ratio, median_ratio = cpu_peer / cpu_sluice, statistics.median(t[3] / t[1] for t in timings)
     print(f"  sluice:                  {n / wall_sluice:8.1f} docs/s wall, {n / cpu_sluice:8.1f} docs/s per core, kept {len(kept_sluice)}")
     print(f"  datatrove (resiliparse): {n / wall_peer:8.1f} docs/s wall, {n / cpu_peer:8.1f} docs/s per core, kept {len(kept_peer)}")
     print(f"  {label} ratio (per core, best passes): {ratio:.1f}x; median of the rounds' ratios {median_ratio:.1f}x")
-    return ratio, median_ratio
+    return n / cpu_sluice, n / cpu_peer, ratio, median_ratio
 
 
 def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tuple[dict[str, list[str]], float]:
@@ -274,8 +277,7 @@ def main() -> None:
         print(f"\n1. Whole chain, resiliparse on both sides: {args.rounds} rounds, each side in a fresh process per round (+ extraction helpers)")
         kept_sluice, chain, timings = chain_rounds(python, pages, pages_file, model, args.rounds, args.passes)
         kept_peer = chain["kept"]
-        per_core_sluice, per_core_peer = n / min(t[1] for t in timings), n / min(t[3] for t in timings)
-        ratio, ratio_median = chain_summary("whole chain", n, kept_sluice, kept_peer, timings)
+        per_core_sluice, per_core_peer, ratio, ratio_median = chain_summary("whole chain", n, kept_sluice, kept_peer, timings)
         # 1b. the same with issue 19's steps on (both sides' closest equivalents)
         print("\n1b. Whole chain with the issue-19 steps on (sluice: toxicity, code share, perplexity; datatrove: C4BadWordsFilter, CCNet perplexity)")
         models = train_models(args.reference, scratch)
@@ -283,7 +285,7 @@ def main() -> None:
         ensure_peer_package(python, "kenlm", "kenlm==0.3.0")
         print(f"  perplexity models for {sorted(models)} from {args.reference}")
         kept_new, chain_new, timings_new = chain_rounds(python, pages, pages_file, model, args.rounds, args.passes, models, extras_file)
-        ratio_new, ratio_new_median = chain_summary("with the new steps", n, kept_new, chain_new["kept"], timings_new)
+        *_, ratio_new, ratio_new_median = chain_summary("with the new steps", n, kept_new, chain_new["kept"], timings_new)
         repeats = str(args.repeats)
         if args.trafilatura_peer:
             default_chain = peer(python, "chain", str(pages_file), model, "trafilatura", repeats)
