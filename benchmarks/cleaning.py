@@ -111,10 +111,9 @@ def chain_settings(new_steps: bool) -> CleaningSettings:
 def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None = None) -> tuple[dict[str, str], float, float]:
     """Kept page ids -> language, wall and CPU seconds of sluice's chain (best of `repeats` passes in this
     process); with perplexity `models` (benchmarks/curation_steps.train_models) the issue-19 steps are on."""
-    from sluice.clean import CleaningPipeline
+    from sluice.clean import CleaningPipeline, clear_text_caches
     from sluice.perplexity import load_model
     from sluice.steps import Document
-    from sluice.words import clear_chunk_cache
 
     settings = chain_settings(models is not None)
     for model in (models or {}).values():
@@ -124,7 +123,7 @@ def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None
         pipeline = CleaningPipeline.from_settings(settings, perplexity_models=(models, lambda key: key) if models else None)
         warm = Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the model</p>", "utf-8")
         pipeline.run(warm)  # helper process start and model load, outside the timing (as on datatrove's side)
-        clear_chunk_cache()  # each timed pass starts with the word splitter's cache empty (same pages as the last pass)
+        clear_text_caches()  # each timed pass starts with the text caches empty (same pages as the last pass)
         kept: dict[str, str] = {}
         started, cpu_start = time.perf_counter(), cpu_seconds()
         for page in pages:
@@ -177,6 +176,7 @@ def chain_summary(
 def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tuple[dict[str, list[str]], float]:
     """Keep/drop decision per text through sluice's four filters, and the CPU seconds they took (best of
     `repeats` passes)."""
+    from sluice.clean import clear_text_caches
     from sluice.config import CleaningSettings
     from sluice.filters import (
         C4QualityFilter,
@@ -185,7 +185,6 @@ def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tupl
         GopherRepetitionFilter,
     )
     from sluice.steps import Document
-    from sluice.words import clear_chunk_cache
 
     s = CleaningSettings(word_splitting=word_splitting)
     multilingual = word_splitting == "multilingual"
@@ -208,7 +207,7 @@ def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tupl
         decide(texts[0])  # warm-up outside the timing, as on datatrove's side
     best = float("inf")
     for _ in range(repeats):
-        clear_chunk_cache()  # the same texts went through the chains before: start each timing with the cache empty
+        clear_text_caches()  # the same texts went through the chains before: start each timing with the cache empty
         cpu = time.process_time()
         decisions = {item["id"]: decide(item) for item in texts}
         best = min(best, time.process_time() - cpu)

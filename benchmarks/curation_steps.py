@@ -69,10 +69,9 @@ def main() -> None:
     parser.add_argument("--reference", default="reference/2026-01")
     args = parser.parse_args()
 
-    from sluice.clean import CleaningPipeline
+    from sluice.clean import CleaningPipeline, clear_text_caches
     from sluice.config import CleaningSettings, PerplexitySettings, PIISettings
     from sluice.steps import Document, Route
-    from sluice.words import clear_chunk_cache
 
     pages = load_pages(args.snapshot, args.pages_per_file)
     skipped = [p for p in pages if b"....." in p["content"]]
@@ -97,7 +96,7 @@ def main() -> None:
             step.apply = timed  # type: ignore[method-assign]
         warm = Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the models</p>", "utf-8")
         pipeline.run(warm)
-        clear_chunk_cache()  # training the models above split the reference pages: start the timing cold
+        clear_text_caches()  # training the models above split the reference pages: start the timing cold
         spent.clear()
         reached_before = dict(pipeline.stats.reached)
         shares, buckets, routed = [], Counter(), 0

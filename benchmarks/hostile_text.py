@@ -189,15 +189,16 @@ def in_fresh_process(function, *args):
 
 
 def _forget_process_caches() -> None:
-    """Drop what a process keeps between documents and tasks (loaded models, the word splitter's chunk cache):
+    """Drop what a process keeps between documents and tasks (loaded models, the word splitter's chunks, code share's lines):
     a budgeted pass cleans in a fresh worker that has none of them, so an unbudgeted pass that found them
     warm from the previous repeat would charge the loading to the budget."""
-    from sluice import langid, perplexity, toxicity, words
+    from sluice import langid, perplexity, toxicity
+    from sluice.clean import clear_text_caches
 
     langid._MODELS.clear()
     perplexity._MODELS.clear()
     toxicity.load_terms.cache_clear()
-    words.clear_chunk_cache()
+    clear_text_caches()
 
 
 def budget_overhead(pages: int, repeats: int) -> None:

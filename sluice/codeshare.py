@@ -17,7 +17,8 @@ count, so linear in the line's length):
 - two of the weaker signs: operator/bracket density (characters of `{}[]()<>=;$|&*\\/_#@%^~` make up 12 % or
   more of the line), a `-x` / `--option` token, a first word that is a keyword, no letter at all.
 
-`code_share` = code-like lines / non-empty lines. The step records it on every document; with
+`code_share` = code-like lines / non-empty lines. Lines seen lately are looked up, not tested again (pages of
+a site repeat their short lines), and a line with nothing any sign needs (`_may_be_code`) skips the tests. The step records it on every document; with
 `route_above` a document above it goes to the side dataset `cleaned_code` (a Route: it is language-
 identified and PII-redacted but not put through the prose filters, which would drop it), with `max_share`
 a document above it is dropped (`code_heavy`). Documents with fewer than `min_lines` non-empty lines are
@@ -27,6 +28,7 @@ measured only. The step runs before language ID: code defeats language identifie
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from sluice.config import CodeShareSettings
 from sluice.filters import HAS_LETTER
@@ -133,14 +135,58 @@ def _has_flag(line: str) -> bool:
     return False
 
 
+_BLANK, _PROSE, _CODE = 0, 1, 2
+# Lines seen lately -> _BLANK / _PROSE / _CODE. Pages of one site repeat their short lines (headings, notices,
+# table rows), so most lines are a dict lookup at C speed. Bounded like sluice.words' chunk cache: cleared
+# at _KNOWN_MAX lines, and a line longer than _KNOWN_CHARS (prose, rarely repeated) is tested but not kept.
+_KNOWN_MAX = 1 << 16
+_KNOWN_CHARS = 200
+
+
+# What every sign needs (see the module docstring): a prompt, opener or bracket at the start of the stripped
+# line, a keyword as its first word, a block or statement ending at its end, `=` or `:~` in it, or, for two weak
+# signs without a keyword, an option token or no letter. A line with none of them is prose without the tests.
+_START_CHARS = frozenset("#<)]}")
+_STARTS = ("$ ", "% ", ">>> ", "PS> ", "PS C:\\", "C:\\>", "mysql> ", "sqlite> ", "//", "/*", "-->")
+_ENDS = _BLOCK + _STATEMENT_ENDS
+
+
+def _may_be_code(stripped: str) -> bool:
+    return (
+        stripped[0] in _START_CHARS
+        or stripped.endswith(_ENDS)
+        or "=" in stripped
+        or ":~" in stripped
+        or " -" in stripped
+        or stripped.startswith(_STARTS)
+        or stripped.split(None, 1)[0] in KEYWORDS
+        or HAS_LETTER(stripped) is None
+    )
+
+
+class _LineCache(dict):
+    def __missing__(self, line: str) -> int:
+        stripped = line.strip()
+        kind = _BLANK if not stripped else _CODE if _may_be_code(stripped) and is_code_line(line) else _PROSE
+        if len(line) <= _KNOWN_CHARS:
+            if len(self) >= _KNOWN_MAX:
+                self.clear()
+            self[line] = kind
+        return kind
+
+
+_KNOWN = _LineCache()
+
+
+def clear_line_cache() -> None:
+    """Forget the lines seen (benchmarks that measure the same documents twice in one process)."""
+    _KNOWN.clear()
+
+
 def code_line_counts(text: str) -> tuple[int, int]:
     """(code-like lines, non-empty lines) of a text."""
-    code = total = 0
-    for line in text.splitlines():
-        if line and not line.isspace():
-            total += 1
-            code += is_code_line(line)
-    return code, total
+    kinds = Counter(map(_KNOWN.__getitem__, text.splitlines()))
+    return kinds[_CODE], kinds[_PROSE] + kinds[_CODE]
 
 
 class CodeShare(Step):

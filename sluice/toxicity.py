@@ -8,9 +8,11 @@ installed package (no import of it, nothing downloaded at run time) and maps the
 Matching is a lookup, not a regular expression: each term is split with the cleaning tokenizer
 (sluice.words, lower-cased) into a tuple of tokens, so `blow job` is two tokens and `三级片` three characters
 (spaceless scripts split per character in `multilingual` word splitting); a document matches where its
-lower-cased tokens equal a term's tokens. One-token terms are counted from the document's token counts (one
-set intersection; most documents stop there); multi-token terms are checked only at positions whose token
-starts one. Linear in the document's length, whole words only, so `class` never matches `ass`. Terms without
+lower-cased tokens equal a term's tokens. One C-level pass keeps the tokens that can matter (spellings of
+listed terms and of their parts, punctuation) and counts them; one-token terms are read from those counts,
+and a multi-token term whose tokens all occur is searched, tokens joined by spaces, in the document's
+lower-cased tokens joined the same way. Linear in the document's length, whole words only, so `class` never
+matches `ass`. Terms without
 a letter (`31`, `18+` in the Turkish list) and single characters of spaceless scripts (`性`, part of
 hundreds of ordinary Chinese words) are left out, and so are `ignore_terms`: by default the ordinary words the
 lists hold that matched on the shared corpus's technical handbook (Turkish `durum` 'status', `destek`
@@ -67,13 +69,14 @@ class TermMatcher:
     """Counts occurrences of listed terms (token tuples) in a token sequence.
 
     Each term is looked up in three spellings, lower case, Capitalized and UPPER CASE, so a document's tokens
-    are never lower-cased: one-token terms are a C-level intersection of the spellings with the document's
-    token counts; multi-token terms are compared, lower-cased, only where the document has one of their
-    first tokens (found with list.index). Mixed case (`FuCk`) is not matched."""
+    are not lower-cased for one-token terms: they are a C-level intersection of the spellings with the
+    watched tokens' counts, and mixed case (`FuCk`) is not matched. A multi-token term is a candidate when
+    every one of its tokens occurs in one of the spellings; only then is the document lower-cased and the
+    term counted wherever its tokens follow each other in any case."""
 
     def __init__(self, terms: Iterable[str], multilingual: bool = True, ignore: Iterable[str] = ()) -> None:
         from sluice.filters import HAS_LETTER
-        from sluice.words import NO_SPACE_CHAR, tokenize
+        from sluice.words import NO_SPACE_CHAR, PUNCTUATION, tokenize
 
         ignored = {term.lower() for term in ignore}
         single: set[str] = set()
@@ -99,10 +102,17 @@ class TermMatcher:
         }
         self.part_set = frozenset(self.part_spellings)
         self.size = len(single) + sum(len(tails) for tails in multi.values())
+        # The tokens the score reads: spellings of listed terms and their parts, and punctuation (not words).
+        self.watched = self.spelling_set | self.part_set | PUNCTUATION
+
+    def watched_counts(self, tokens: list[str]) -> Counter[str]:
+        """How often each watched token occurs in `tokens`: a C-level filter, then a count of the few it keeps
+        (count and the word count need nothing else of a document's token counts)."""
+        return Counter(filter(self.watched.__contains__, tokens))
 
     def count(self, tokens: list[str], counts: Counter[str]) -> Counter[str]:
         """Occurrences by term (its tokens joined by spaces, without them in spaceless scripts) in `tokens`,
-        whose counts are `counts`."""
+        whose counts are `counts` (all of them, or watched_counts)."""
         found: Counter[str] = Counter()
         for variant in self.spelling_set.intersection(counts):
             found[self.spellings[variant]] += counts[variant]
@@ -111,15 +121,17 @@ class TermMatcher:
             term for first in present.intersection(self.multi) for term in self.multi[first] if present.issuperset(term)
         ]
         if candidates:
-            by_first: dict[str, list[tuple[str, ...]]] = {}
+            # Tokens hold no whitespace, so in the lower-cased text of the tokens joined by single spaces a term's
+            # tokens joined the same way, between spaces, occur exactly where the term does (overlaps counted).
+            # Joined, then lower-cased: the same string as lower-casing each token, since a space ends the
+            # context that lower-casing reads (Greek final sigma).
+            lowered = f" {' '.join(tokens).lower()} "
             for term in candidates:
-                by_first.setdefault(term[0], []).append(term)
-            for at, token in enumerate(tokens):
-                terms = by_first.get(token) or by_first.get(token.lower())
-                if terms:
-                    for term in terms:
-                        if tuple(t.lower() for t in tokens[at : at + len(term)]) == term:
-                            found[_display(term)] += 1
+                needle = f" {' '.join(term)} "
+                at = lowered.find(needle)
+                while at != -1:
+                    found[_display(term)] += 1
+                    at = lowered.find(needle, at + 1)
         return found
 
 
@@ -157,7 +169,7 @@ class ToxicityFilter(Step):
         if matcher is None:
             return None
         tokens = doc.tokens(self.multilingual)
-        counts = doc.token_counts(self.multilingual)
+        counts = matcher.watched_counts(tokens)
         found = matcher.count(tokens, counts)
         words = len(tokens) - sum(counts[p] for p in counts.keys() & PUNCTUATION)
         doc.toxic_terms = sum(found.values())

@@ -258,6 +258,75 @@ def test_code_line_test_is_unchanged(line):
     assert is_code_line(line) == old_is_code_line(line)
 
 
+_CODE_LINE = st.lists(st.one_of(_CODE_PIECES, st.text(" abc;{}.=-~:#<>)$%/*\\\t\u00a0\u2003", max_size=4)), max_size=14).map("".join)
+
+
+@PROPERTY
+@given(_CODE_LINE)
+def test_code_line_prefilter_passes_every_code_line(line):
+    """The prefilter may pass prose, never code: a line it rejects is one is_code_line rejects."""
+    from sluice.codeshare import _may_be_code, is_code_line
+
+    stripped = line.strip()
+    if stripped and not _may_be_code(stripped):
+        assert not is_code_line(line)
+
+
+@PROPERTY
+@given(st.lists(st.one_of(_CODE_LINE, st.sampled_from(["", " ", "\t", "x" * 201, "def " + "y" * 200])), max_size=12))
+def test_code_line_counts_with_the_line_cache_equal_a_loop_over_the_lines(lines):
+    """Cached kinds (first and later sightings, lines too long to keep) give the plain loop's counts, whatever
+    line break joins the lines."""
+    from sluice.codeshare import clear_line_cache, code_line_counts
+
+    clear_line_cache()
+    for text in ("\n".join(lines), "\r\n".join(lines), "\u2028".join(reversed(lines))):
+        nonblank = [line for line in text.splitlines() if line and not line.isspace()]
+        expected = (sum(map(old_is_code_line, nonblank)), len(nonblank))
+        assert code_line_counts(text) == expected
+        assert code_line_counts(text) == expected  # from the cache
+
+
+def old_term_count(matcher, tokens: list[str]) -> Counter[str]:
+    """sluice.toxicity.TermMatcher.count as it was: every token's counts, multi-token terms by a scan of every
+    position (first token in any case, compared lower-cased)."""
+    from sluice.toxicity import _display
+
+    counts = Counter(tokens)
+    found: Counter[str] = Counter()
+    for variant in matcher.spelling_set.intersection(counts):
+        found[matcher.spellings[variant]] += counts[variant]
+    present = {matcher.part_spellings[v] for v in matcher.part_set.intersection(counts)}
+    candidates = [t for first in present.intersection(matcher.multi) for t in matcher.multi[first] if present.issuperset(t)]
+    for at, token in enumerate(tokens):
+        for term in candidates:
+            if token.lower() == term[0] and tuple(t.lower() for t in tokens[at : at + len(term)]) == term:
+                found[_display(term)] += 1
+    return found
+
+
+_TERMS = ["bad", "bad word", "word bad word", "ΟΔΟΣ σε", "a a", "İstanbul kötü", "x-rated stuff", "三级片"]
+_TERM_TOKENS = st.sampled_from(
+    ["bad", "Bad", "BAD", "bAd", "word", "Word", "WORD", "wOrd", "οδος", "ΟΔΟΣ", "Οδος", "σε", "ΣΕ", "a", "A", "İstanbul",
+     "i̇stanbul", "kötü", "KÖTÜ", "x", "-", "rated", "x-rated", "stuff", "三", "级", "片", ".", ",", "…", "other", "ς"]
+)
+
+
+@PROPERTY
+@given(st.lists(_TERM_TOKENS, max_size=40))
+def test_term_counts_from_watched_tokens_equal_the_full_scan(tokens):
+    """Listed-term counts from the watched tokens and the joined lower-cased text equal the old scan over every
+    token with every token's counts; the word count (tokens less punctuation) is the same too."""
+    from sluice.toxicity import TermMatcher
+    from sluice.words import PUNCTUATION
+
+    matcher = TermMatcher(_TERMS)
+    counts = matcher.watched_counts(tokens)
+    assert matcher.count(tokens, counts) == old_term_count(matcher, tokens)
+    full = Counter(tokens)
+    assert sum(counts[p] for p in counts.keys() & PUNCTUATION) == sum(full[p] for p in full.keys() & PUNCTUATION)
+
+
 def old_c4(text: str, s, multilingual: bool = True) -> tuple[str | None, str]:
     """C4QualityFilter.apply as it was (word-length test first): (drop reason, kept text)."""
     from sluice.filters import _CITATION, _POLICY, ASCII_TERMINAL, OTHER_TERMINAL
