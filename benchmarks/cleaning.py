@@ -13,7 +13,8 @@ the rounds' ratios is printed beside it. The filters-only figures are the best o
 process each.
 
 1. Whole chain, same extractor on both sides: sluice's (charset, resiliparse extraction within its budget,
-   lid.176, Gopher repetition + quality, C4, FineWeb) against datatrove 0.10.1's (a Resiliparse extractor
+   lid.176 (fastText's prediction from per-word sums, sluice/fasttext_predict.py), Gopher repetition + quality,
+   C4, FineWeb) against datatrove 0.10.1's (a Resiliparse extractor
    making sluice's resiliparse call with sluice's arguments, see benchmarks/_datatrove.py; LanguageFilter,
    GopherRepetition, GopherQuality, C4Quality, FineWebQuality; all defaults), a fresh process per side and
    round (plus the extraction helper processes both use). Docs/s per core = documents / CPU seconds (process + helper

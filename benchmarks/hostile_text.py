@@ -196,6 +196,7 @@ def _forget_process_caches() -> None:
     from sluice.clean import clear_text_caches
 
     langid._MODELS.clear()
+    langid._PREDICTORS.clear()
     perplexity._MODELS.clear()
     toxicity.load_terms.cache_clear()
     clear_text_caches()
