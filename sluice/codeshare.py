@@ -18,10 +18,10 @@ count, so linear in the line's length):
   more of the line), a `-x` / `--option` token, a first word that is a keyword, no letter at all.
 
 `code_share` = code-like lines / non-empty lines. Lines seen lately are looked up, not tested again (pages of
-a site repeat their short lines), and a line with nothing any sign needs (`_may_be_code`) skips the tests. The step records it on every document; with
-`route_above` a document above it goes to the side dataset `cleaned_code` (a Route: it is language-
-identified and PII-redacted but not put through the prose filters, which would drop it), with `max_share`
-a document above it is dropped (`code_heavy`). Documents with fewer than `min_lines` non-empty lines are
+a site repeat their short lines), and a line with nothing any sign needs (`_may_be_code`) skips the tests.
+The step records the share on every document; with `route_above` a document above it goes to the side
+dataset `cleaned_code` (a Route: it is language-identified and PII-redacted but not put through the prose
+filters, which would drop it), with `max_share` a document above it is dropped (`code_heavy`). Documents with fewer than `min_lines` non-empty lines are
 measured only. The step runs before language ID: code defeats language identifiers and prose filters alike.
 """
 
@@ -135,14 +135,6 @@ def _has_flag(line: str) -> bool:
     return False
 
 
-_BLANK, _PROSE, _CODE = 0, 1, 2
-# Lines seen lately -> _BLANK / _PROSE / _CODE. Pages of one site repeat their short lines (headings, notices,
-# table rows), so most lines are a dict lookup at C speed. Bounded like sluice.words' chunk cache: cleared
-# at _KNOWN_MAX lines, and a line longer than _KNOWN_CHARS (prose, rarely repeated) is tested but not kept.
-_KNOWN_MAX = 1 << 16
-_KNOWN_CHARS = 200
-
-
 # What every sign needs (see the module docstring): a prompt, opener or bracket at the start of the stripped
 # line, a keyword as its first word, a block or statement ending at its end, `=` or `:~` in it, or, for two weak
 # signs without a keyword, an option token or no letter. A line with none of them is prose without the tests.
@@ -164,7 +156,16 @@ def _may_be_code(stripped: str) -> bool:
     )
 
 
+_BLANK, _PROSE, _CODE = 0, 1, 2
+_KNOWN_MAX = 1 << 16
+_KNOWN_CHARS = 200
+
+
 class _LineCache(dict):
+    """Lines seen lately -> _BLANK / _PROSE / _CODE. Pages of one site repeat their short lines (headings,
+    notices, table rows), so most lines are a dict lookup at C speed. Bounded like sluice.words' chunk cache:
+    cleared at _KNOWN_MAX lines; a line longer than _KNOWN_CHARS (prose, rarely repeated) is tested, not kept."""
+
     def __missing__(self, line: str) -> int:
         stripped = line.strip()
         kind = _BLANK if not stripped else _CODE if _may_be_code(stripped) and is_code_line(line) else _PROSE

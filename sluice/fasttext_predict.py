@@ -37,7 +37,7 @@ _FNV_OFFSET, _FNV_PRIME = np.uint32(2166136261), np.uint32(16777619)
 # fastText hashes each byte as a signed char widened to 32 bits.
 _SIGNED_BYTE = np.array([b - 256 if b >= 128 else b for b in range(256)], dtype=np.int64).astype(np.uint32)
 # Words whose sums are kept: about 18 MB of sums plus the words; the cache starts afresh when full. With the
-# model's rows as float64 and a row per hash bucket (8 MB for lid.176's 2M buckets), ~40 MB per process.
+# row of each hash bucket (8 MB for lid.176's 2M buckets) and its 3 MB of decoded rows, ~35 MB per process.
 _MAX_WORDS = 1 << 17
 
 
@@ -121,11 +121,11 @@ class CachedPredictor:
         self.word_ids = {word: i for i, (word, _, kind) in enumerate(vocabulary) if kind == 0}
         self.labels = [word.decode("utf-8").removeprefix(label_prefix) for word, _, kind in vocabulary if kind == 1]
         self.label_prefix = label_prefix.encode("utf-8")
-        self.rows = rows.astype(np.float64)
+        self.rows = rows  # float32 as in the file (lid.176.bin's are 128 MB); each word's sum is float64
         self.row_of_bucket = row_of_bucket
         self.output = output.astype(np.float64)
         self._label_paths([count for _, count, kind in vocabulary if kind == 1])
-        self.eos = np.append(self.rows[self.word_ids[_EOS]], 1.0)  # the end-of-line token: its own row only
+        self.eos = np.append(self.rows[self.word_ids[_EOS]].astype(np.float64), 1.0)  # end of line: its own row
         self.clear()
 
     @classmethod
@@ -243,7 +243,7 @@ class CachedPredictor:
         if vocabulary:
             owners = np.concatenate([owners, np.array([k for k, _ in vocabulary], dtype=np.int64)])
             ids = np.concatenate([ids, np.array([row for _, row in vocabulary], dtype=np.int64)])
-        rows = self.rows[ids]
+        rows = self.rows[ids].astype(np.float64)
         target = np.asarray(index)
         for d in range(self.dim):
             out[target, d] = np.bincount(owners, weights=rows[:, d], minlength=len(index))
