@@ -112,9 +112,9 @@ def chain_settings(new_steps: bool) -> CleaningSettings:
 def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None = None) -> tuple[dict[str, str], float, float]:
     """Kept page ids -> language, wall and CPU seconds of sluice's chain (best of `repeats` passes in this
     process); with perplexity `models` (benchmarks/curation_steps.train_models) the issue-19 steps are on."""
-    from sluice.clean import CleaningPipeline, clear_text_caches
+    from sluice.clean import CleaningPipeline
     from sluice.perplexity import load_model
-    from sluice.steps import Document
+    from sluice.steps import Document, clear_text_caches
 
     settings = chain_settings(models is not None)
     for model in (models or {}).values():
@@ -177,7 +177,6 @@ def chain_summary(
 def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tuple[dict[str, list[str]], float]:
     """Keep/drop decision per text through sluice's four filters, and the CPU seconds they took (best of
     `repeats` passes)."""
-    from sluice.clean import clear_text_caches
     from sluice.config import CleaningSettings
     from sluice.filters import (
         C4QualityFilter,
@@ -185,7 +184,7 @@ def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tupl
         GopherQualityFilter,
         GopherRepetitionFilter,
     )
-    from sluice.steps import Document
+    from sluice.steps import Document, clear_text_caches
 
     s = CleaningSettings(word_splitting=word_splitting)
     multilingual = word_splitting == "multilingual"

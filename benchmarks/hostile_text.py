@@ -193,7 +193,7 @@ def _forget_process_caches() -> None:
     a budgeted pass cleans in a fresh worker that has none of them, so an unbudgeted pass that found them
     warm from the previous repeat would charge the loading to the budget."""
     from sluice import langid, perplexity, toxicity
-    from sluice.clean import clear_text_caches
+    from sluice.steps import clear_text_caches
 
     langid._MODELS.clear()
     langid._PREDICTORS.clear()

@@ -120,19 +120,6 @@ class LanguageFilter(Step):
         return None
 
 
-def clear_text_caches() -> None:
-    """Forget what the steps remember of earlier texts (the word splitter's chunks, code share's lines,
-    language ID's word sums), so a benchmark that cleans the same documents again in one process starts each
-    timed pass cold."""
-    from sluice.codeshare import clear_line_cache
-    from sluice.langid import clear_word_cache
-    from sluice.words import clear_chunk_cache
-
-    clear_chunk_cache()
-    clear_line_cache()
-    clear_word_cache()
-
-
 def build_steps(
     settings: CleaningSettings,
     quality_model_path: str | None = None,

@@ -238,8 +238,9 @@ class CachedPredictor:
         # (a word starting with the label prefix is a label to fastText, and adds no row)
         if not index:
             return out
-        ids, owners = self._ngram_rows([b"<" + encoded[k] + b">" for k in index])
-        vocabulary = [(k, self.word_ids[encoded[index[k]]]) for k in range(len(index)) if encoded[index[k]] in self.word_ids]
+        kept = [encoded[k] for k in index]
+        ids, owners = self._ngram_rows([b"<" + word + b">" for word in kept])
+        vocabulary = [(k, self.word_ids[word]) for k, word in enumerate(kept) if word in self.word_ids]
         if vocabulary:
             owners = np.concatenate([owners, np.array([k for k, _ in vocabulary], dtype=np.int64)])
             ids = np.concatenate([ids, np.array([row for _, row in vocabulary], dtype=np.int64)])

@@ -12,9 +12,8 @@ lower-cased tokens equal a term's tokens. One C-level pass keeps the tokens that
 listed terms and of their parts, punctuation) and counts them; one-token terms are read from those counts,
 and a multi-token term whose tokens all occur is searched, tokens joined by spaces, in the document's
 lower-cased tokens joined the same way. Linear in the document's length, whole words only, so `class` never
-matches `ass`. Terms without
-a letter (`31`, `18+` in the Turkish list) and single characters of spaceless scripts (`性`, part of
-hundreds of ordinary Chinese words) are left out, and so are `ignore_terms`: by default the ordinary words the
+matches `ass`. Terms without a letter (`31`, `18+` in the Turkish list) and single characters of spaceless
+scripts (`性`, part of hundreds of ordinary Chinese words) are left out, and so are `ignore_terms`: by default the ordinary words the
 lists hold that matched on the shared corpus's technical handbook (Turkish `durum` 'status', `destek`
 'support', Italian `montare` 'to mount', ...). Within a spaceless script a term is still matched inside
 longer words (no word boundaries there).
