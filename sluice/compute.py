@@ -97,9 +97,19 @@ class LocalPoolExecutor(Executor):
     def _run_pool(self, fn: Callable[[T], R], tasks: Sequence[T], results: dict[int, R], progress: Progress) -> list[int]:
         """Run the tasks not in `results` on this process's warm pool (sluice.workers), at most `max_workers`
         in flight (so a broken pool names only the tasks that were running). Returns the tasks whose worker
-        died (the broken pool is discarded; the caller's next round gets a fresh one)."""
+        died (the broken pool is discarded; the caller's next round gets a fresh one). Interrupted (a
+        KeyboardInterrupt, Dagster terminating the run), it kills the workers instead of waiting for them:
+        their tasks publish nothing half-written (outputs are atomic) and a re-run redoes them."""
         pending = iter([index for index in range(len(tasks)) if index not in results])
         pool = workers.pool(self.max_workers)
+        try:
+            return self._drain(fn, tasks, results, progress, pending, pool)
+        except BaseException as error:
+            if not isinstance(error, Exception):  # interrupted (Ctrl-C, a run terminated): stop the workers now
+                workers.terminate()
+            raise
+
+    def _drain(self, fn: Callable[[T], R], tasks: Sequence[T], results: dict[int, R], progress: Progress, pending: Any, pool: ProcessPoolExecutor) -> list[int]:
         in_flight: dict[Future, int] = {}
         lost: list[int] = []
         broken = False
@@ -125,7 +135,7 @@ class LocalPoolExecutor(Executor):
                     lost.append(index)
                     broken = True
                     continue
-                except BaseException:
+                except Exception:
                     wait(in_flight)  # the pool lives on: nothing of this call runs after it has failed
                     raise
                 if progress is not None:

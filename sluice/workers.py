@@ -16,6 +16,7 @@ of the code location, seconds per worker, paid by every executor call of every s
   changes results (tasks carry everything they read), so reuse keeps outputs byte-identical.
 - The forkserver's children inherit its environment (variables, working folder): when the process's
   changed since it started, the pool and the forkserver start over, so workers see what a spawned one would.
+- `terminate()` kills the workers at once (a stage interrupted by Ctrl-C or a terminated run).
 - `shutdown()` stops the pool and the forkserver and waits for them, so the workers' CPU time is counted
   in this process's `RUSAGE_CHILDREN` (benchmarks measure a run cold: shutdown before and after).
 """
@@ -26,6 +27,7 @@ import contextlib
 import io
 import multiprocessing
 import os
+import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import context as mp_context
@@ -148,6 +150,44 @@ def discard(broken: ProcessPoolExecutor) -> None:
             if existing is broken:
                 del _pools[size]
     broken.shutdown(wait=True, cancel_futures=True)
+
+
+def terminate() -> None:
+    """Kill this process's pool workers now (an interrupted stage: their tasks are abandoned) and stop the
+    forkserver; the next `pool` call starts fresh ones."""
+    with _lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for existing in pools:
+        for process in list(getattr(existing, "_processes", {}).values()):
+            with contextlib.suppress(Exception):
+                process.kill()
+        existing.shutdown(wait=False, cancel_futures=True)
+    kill_forkserver()
+    global _started_env
+    _started_env = None
+
+
+def kill_forkserver() -> None:
+    """Kill this process's forkserver (it may still be serving the killed workers) and reap it."""
+    server = forkserver._forkserver
+    with server._lock:
+        pid = server._forkserver_pid
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        with contextlib.suppress(OSError, TypeError):
+            os.close(server._forkserver_alive_fd)
+        address = server._forkserver_address
+        if address is not None and not util.is_abstract_socket_namespace(address):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+        server._forkserver_alive_fd = None
+        server._forkserver_address = None
+        server._forkserver_pid = None
 
 
 def stop_forkserver() -> None:
