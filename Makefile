@@ -43,9 +43,9 @@ test-slow: setup
 
 test-all: test test-slow
 
+# The webserver and Dagster's daemon (with a 2 s backfill iteration: data_assets/daemon.py) on this instance.
 ui: setup
-	$(PY) -c "from data_assets.cli import ensure_dagster_home; ensure_dagster_home()"
-	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(PY) -m data_assets.ui
 
 # Every benchmark, then the README's results table rewritten from their figure: lines (peers install on first use).
 # `make bench BENCHMARKS="cleaning perplexity_auc"` re-runs some: the other scripts' rows are kept, with their dates.

@@ -8,20 +8,23 @@ documents out. Code versions carry the list's hash: Dagster shows them stale whe
 """
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
 from dagster import (
     AssetDep,
     AssetExecutionContext,
-    AutomationCondition,
     DataVersion,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
+from data_assets.automation import stage_automation
+from data_assets.batch import PartitionResult, in_group, stage_asset
 from data_assets.metadata import counts_table, prefixed_counts
-from data_assets.partitions import partition_ref, source_snapshot_partitions
-from data_assets.settings import CONFIG
+from data_assets.partitions import run_source_partitions, source_snapshot_partitions
+from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.blocklist import (
     ASSET,
@@ -34,30 +37,21 @@ from sluice.blocklist import (
     matches_identity,
     matches_schema,
 )
-from sluice.layout import named_prefix, partition_prefix, read_manifest, write_manifest, write_parquet
-
-
-def code_version() -> str:
-    """The blocklist's content hash (read when the code location loads)."""
-    try:
-        return f"1-{load_configured(CONFIG.blocklist).sha256[:16]}"
-    except (OSError, ValueError):  # unreadable or invalid now: the run fails naming the line
-        return "1-blocklist-unreadable"
-
-
-# When it has never been published (blocklist_matches, and so every new partition's tail, waits for it) or its
-# list changed (its code version is the list's hash, read when the code location loads).
-BLOCKLIST_AUTOMATION = (
-    (AutomationCondition.newly_missing() | AutomationCondition.code_version_changed().since_last_handled())
-    & ~AutomationCondition.in_progress()
-).with_label("when missing or its list changed")
+from sluice.layout import (
+    PartitionRef,
+    named_prefix,
+    partition_prefix,
+    read_manifest,
+    write_manifest,
+    write_parquet,
+)
 
 
 @asset(
     name=ASSET,
-    code_version=code_version(),
-    automation_condition=BLOCKLIST_AUTOMATION,
-    group_name="training",
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
+    **in_group("training"),
     kinds={"python"},
     owners=["team:data-engineering"],
     description=(
@@ -102,13 +96,13 @@ def blocklist(context: AssetExecutionContext, settings: SluiceSettings, storage:
     )
 
 
-@asset(
-    name=MATCHES,
+@stage_asset(
+    MATCHES,
     partitions_def=source_snapshot_partitions,
     deps=[AssetDep("deduped_documents"), AssetDep(ASSET)],
-    automation_condition=AutomationCondition.eager(),  # after its deduped partition (dedup_automation), as decontamination
-    code_version=code_version(),
-    group_name="training",
+    automation_condition=stage_automation(MATCHES),
+    code_version=CODE_VERSIONS[MATCHES],
+    **in_group("training"),
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
     description=(
@@ -116,9 +110,14 @@ def blocklist(context: AssetExecutionContext, settings: SluiceSettings, storage:
         "partition and blocklist version, left out of every mix."
     ),
 )
-def blocklist_matches(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
+def blocklist_matches(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> Iterator[Any]:
+    yield from run_source_partitions(context, MATCHES, lambda ref: match_partition(context, ref, settings, storage, compute))
+
+
+def match_partition(
+    context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
+) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     store = storage.store()
     deduped_prefix = partition_prefix("deduped_documents", ref)
     manifest_key = f"{deduped_prefix}/_manifest.json"
@@ -130,7 +129,7 @@ def blocklist_matches(context: AssetExecutionContext, settings: SluiceSettings, 
     previous = read_manifest(store, prefix)
     if previous is not None and previous.get("identity") == identity:
         context.log.info(f"{ref.key}: deduplicated partition and blocklist unchanged; the published matches stand")
-        return MaterializeResult(metadata={**_metadata(store, prefix, previous), "reused": True})
+        return PartitionResult(metadata={**_metadata(store, prefix, previous), "reused": True})
     deduped = read_manifest(store, deduped_prefix) or {}
     parts = [entry["key"] for entry in deduped.get("files", [])]
     tasks = [MatchTask(store.uri(deduped_prefix), key, listed, config.s3) for key in parts] if len(listed) else []
@@ -152,7 +151,7 @@ def blocklist_matches(context: AssetExecutionContext, settings: SluiceSettings, 
         "files": [write_parquet(store, f"{prefix}/{MATCHES_FILE}", table)],
     }
     write_manifest(store, prefix, manifest)
-    return MaterializeResult(metadata={**_metadata(store, prefix, manifest), "reused": False})
+    return PartitionResult(metadata={**_metadata(store, prefix, manifest), "reused": False})
 
 
 def _metadata(store, prefix: str, manifest: dict) -> dict:

@@ -6,24 +6,36 @@ language; every decision counted in the metadata. Code-heavy documents may be ro
 
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetDep,
     AssetExecutionContext,
-    MaterializeResult,
     MetadataValue,
-    asset,
 )
 
+from data_assets.automation import stage_automation
+from data_assets.batch import PartitionResult, in_group, stage_asset
 from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
+from data_assets.partitions import partition_check, run_source_partitions, source_snapshot_partitions
+from data_assets.settings import CONFIG
+from data_assets.versions import CLEANING_SETTINGS, CODE_VERSIONS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
-from sluice.layout import partition_prefix, read_manifest, required_manifest, side_prefix, write_manifest
+from sluice.config import SluiceConfig
+from sluice.config.cleaning import _perplexity_enabled
+from sluice.layout import (
+    PartitionRef,
+    partition_prefix,
+    read_manifest,
+    required_manifest,
+    side_prefix,
+    write_manifest,
+)
 from sluice.tasks import (
     RecordedTask,
     TaskCounts,
@@ -39,17 +51,31 @@ DROP_RATE_CHECK = "drop_rate_within_bounds"
 NO_PII_CHECK = "no_pii_left"
 
 
+def model_deps(config: SluiceConfig) -> list[AssetDep]:
+    """The models some source's cleaning scores with: a dependency only then, so cleaning does not wait for
+    models it does not use (they are still built, from raw documents)."""
+    cleanings = [config.cleaning.for_source(name) for name in config.source_names]
+    deps = []
+    if any(cleaning.quality_threshold is not None for cleaning in cleanings):
+        deps.append(AssetDep("quality_model"))
+    if any(_perplexity_enabled(cleaning) for cleaning in cleanings):
+        deps.append(AssetDep("perplexity_model"))
+    return deps
+
+
 def _mean_median(values: Sequence[float]) -> tuple[float, float]:
     if not values:
         return 0.0, 0.0
     return float(statistics.fmean(values)), float(statistics.median(values))
 
 
-@asset(
-    name=ASSET,
+@stage_asset(
+    ASSET,
     partitions_def=source_snapshot_partitions,
-    deps=[AssetDep("raw_documents"), AssetDep("quality_model"), AssetDep("perplexity_model")],
-    group_name="curation",
+    deps=[AssetDep("raw_documents"), settings_dep(CLEANING_SETTINGS), *model_deps(CONFIG)],
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
+    **in_group("curation"),
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
     description=(
@@ -70,9 +96,14 @@ def _mean_median(values: Sequence[float]) -> tuple[float, float]:
 )
 def cleaned_documents(
     context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
-) -> MaterializeResult:
+) -> Iterator[Any]:
+    yield from run_source_partitions(context, ASSET, lambda ref: clean_partition(context, ref, settings, storage, compute))
+
+
+def clean_partition(
+    context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
+) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     cleaning = config.cleaning.for_source(ref.source)
     store = storage.store()
     raw_prefix = partition_prefix("raw_documents", ref)
@@ -229,7 +260,7 @@ def cleaned_documents(
         for language, count in sorted(languages_in.items(), key=lambda item: (-item[1], item[0]))
     ]
     known = known_keys(context, ASSET, ("drop", "language", "pii"))
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": documents_out,
             "dagster/uri": MetadataValue.path(store.uri(prefix)),
@@ -287,5 +318,5 @@ def cleaned_documents(
             **counts.metadata(),
             "compute": executor.describe(),
         },
-        check_results=checks,
+        checks=checks,
     )

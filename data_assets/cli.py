@@ -1,10 +1,14 @@
-"""`sluice` command line: register snapshots, materialize the whole graph, print what happened.
+"""`sluice` command line: register snapshots, have Dagster materialize what is missing or stale, print what happened.
 
     sluice register     add every snapshot found under the source locations as a dynamic partition
-    sluice materialize  register, then materialize every asset for every partition and mix, one asset
-                        partition per run in the asset graph's order, with progress; a failed partition
-                        blocks only what depends on it, everything else completes; prints per-stage wall
-                        times, a summary and what failed and why; exit code 1 if anything failed
+    sluice materialize  register, record what changed (crawl folders, settings), then submit every asset
+                        partition that is missing or stale (data_assets/freshness.py) as one Dagster asset
+                        backfill, have the instance's daemon execute it (starting one for the command when
+                        none runs) and follow it: each run as it starts and ends, then per-stage wall times,
+                        the summary, and what failed and why. Nothing to do: nothing is submitted. --force
+                        submits every partition. Ctrl-C (or SIGTERM) cancels the backfill and its runs
+                        through Dagster and exits 128 + the signal (130 for Ctrl-C); exit code 1 if
+                        anything failed
     sluice demo         the same on the configured crawl (the bundled sample by default), then one
                         decoded training batch
     sluice export       write a built mix's split as Parquet, WebDataset or MDS shards (--mix, --split,
@@ -15,13 +19,14 @@
                         (data_assets/trace_cli.py; `sluice trace --help`)
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
-SQLite storage), so `dagster dev` shows them afterwards.
+SQLite storage): the UI (`make ui`) shows the backfill, its runs and their events.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +36,16 @@ from typing import Any
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 DAGSTER_YAML = """\
-# Project-local Dagster instance: SQLite storage under this folder (the default when no storage is named).
-# For Postgres-backed storage in production, see deploy/dagster.yaml.
+# Project-local Dagster instance written by sluice: SQLite storage under this folder (the default when no
+# storage is named). For Postgres-backed storage in production, see deploy/dagster.yaml.
+# The run queue launches queued runs every second, several at once (Dagster's default: every 5 s, one by one).
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+    dequeue_use_threads: true
+    dequeue_num_workers: 4
 # Writes to the global dedup index run one at a time: the `dedup_index` pool (the only pool sluice uses).
 concurrency:
   pools:
@@ -41,225 +54,142 @@ concurrency:
 telemetry:
   enabled: false
 """
+WRITTEN_BY_SLUICE = "# Project-local Dagster instance written by sluice"
 
 
 def ensure_dagster_home() -> str:
+    """The instance folder ($DAGSTER_HOME, default .dagster_home/) with sluice's dagster.yaml (rewritten when
+    an older one written by sluice is there; a user's own file is left alone)."""
     home = os.environ.get("DAGSTER_HOME") or str(PROJECT_ROOT / ".dagster_home")
     os.environ["DAGSTER_HOME"] = home
     Path(home).mkdir(parents=True, exist_ok=True)
     config = Path(home) / "dagster.yaml"
-    if not config.exists():
+    if not config.exists() or (config.read_text().startswith(WRITTEN_BY_SLUICE[:32]) and config.read_text() != DAGSTER_YAML):
         config.write_text(DAGSTER_YAML)
     return home
 
 
-def register_snapshots(instance, resources: dict[str, Any]) -> list[tuple[str, str]]:
-    from data_assets.partitions import SNAPSHOTS
+def discover(resources: dict[str, Any], log: Callable[[str], None] = print) -> list[tuple[str, str]]:
+    """The (source, snapshot) folders with data; folders that cannot be a partition key are reported."""
     from data_assets.sensors import discover_snapshots
 
-    pairs = discover_snapshots(resources["settings"])
-    snapshots = sorted({snapshot for _, snapshot in pairs})
-    known = set(instance.get_dynamic_partitions(SNAPSHOTS))
-    new = [s for s in snapshots if s not in known]
-    if new:
-        instance.add_dynamic_partitions(SNAPSHOTS, new)
+    rejected: list[str] = []
+    pairs = discover_snapshots(resources["settings"], rejected)
+    for line in rejected:
+        log(f"not registered as a snapshot partition: {line}")
     return pairs
 
 
-def _metadata_of(result) -> dict[str, dict[str, Any]]:
-    """asset name -> metadata values (plain Python) of the materializations in a run result."""
-    out: dict[str, dict[str, Any]] = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.event_specific_data.materialization
-        out[materialization.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
-    return out
+def new_snapshots(instance, pairs: list[tuple[str, str]]) -> list[str]:
+    from data_assets.partitions import SNAPSHOTS
+
+    known = set(instance.get_dynamic_partitions(SNAPSHOTS))
+    return sorted({snapshot for _, snapshot in pairs} - known)
 
 
-def _checks_of(result) -> list[tuple[str, str, bool]]:
-    checks = []
-    for event in result.get_asset_check_evaluations():
-        checks.append((event.asset_key.to_user_string(), event.check_name, event.passed))
-    return checks
+def register_snapshots(instance, resources: dict[str, Any], log: Callable[[str], None] = print) -> list[tuple[str, str]]:
+    """Register every snapshot folder as a dynamic partition and record the new partitions' crawl versions."""
+    from data_assets.partitions import SNAPSHOTS
+    from data_assets.versions import observe
+    from sluice.layout import PartitionRef
+
+    pairs = discover(resources, log)
+    new = new_snapshots(instance, pairs)
+    if new:
+        instance.add_dynamic_partitions(SNAPSHOTS, new)
+        config = resources["settings"].config
+        observe(instance, config, [PartitionRef(source, snapshot) for snapshot in new for source in config.source_names])
+    return pairs
 
 
-class GraphFailed(RuntimeError):
-    """Some asset partitions failed (materialize_all with raise_on_failure)."""
-
-
-def materialize_all(
-    instance,
-    resources: dict[str, Any],
-    log: Callable[[str], None] = print,
-    raise_on_failure: bool = True,
-    strict: bool = False,
-    command: str = "materialize",
-) -> dict[str, Any]:
-    """Materialize every asset for every registered source x snapshot partition and every mix, one asset
-    partition per run in the asset graph's order (data_assets.runner): a failed partition blocks only what
-    depends on it. Returns the metadata and check outcomes by partition, the outcomes and per-stage wall
-    times; with `raise_on_failure`, raises GraphFailed naming what failed once everything else ran."""
-    from dagster import MultiPartitionKey
-
-    from data_assets.definitions import OPTIONAL_ASSETS, defs
-    from data_assets.runner import GraphRunner, plan
+def plan_work(instance, resources: dict[str, Any], force: bool = False, log: Callable[[str], None] = print, pending: list[str] | None = None) -> Any:
+    """Record what changed (crawl folders, settings) and return what is missing or stale; `pending`:
+    snapshots about to be registered (planned as missing)."""
+    from data_assets.definitions import defs, unavailable_assets
+    from data_assets.freshness import Planner
+    from data_assets.summary import registered_refs
+    from data_assets.versions import observe
 
     config = resources["settings"].config
-
-    def include(asset, key) -> bool:
-        if isinstance(key, MultiPartitionKey):
-            return key.keys_by_dimension["source"] in config.source_names
-        return asset.to_user_string() != "mixed_dataset" or key in config.mixes
-
-    def order(key):
-        if isinstance(key, MultiPartitionKey):
-            dims = key.keys_by_dimension
-            return (dims["snapshot"], dims["source"])
-        return (str(key),)
-
-    stages = plan(defs, instance, include, order)
-    unavailable = {name: (lambda check=check: check(config)) for name, check in OPTIONAL_ASSETS.items()}
-    runner = GraphRunner(defs, instance, resources, unavailable, strict=strict, log=log, tags={"sluice/command": command}, order=order)
-    outcomes = runner.run(stages)
-
-    report: dict[str, Any] = {
-        "partitions": {}, "quality_model": {}, "tokenizer": {}, "quality_report": {}, "mixes": {}, "checks": [],
-        "outcomes": outcomes, "failed": runner.failed, "stage_seconds": runner.stage_seconds, "invocation": runner.invocation,
-    }
-    for stage in stages:
-        for key in stage.partitions:
-            if isinstance(key, MultiPartitionKey):
-                dims = key.keys_by_dimension
-                report["partitions"].setdefault((dims["source"], dims["snapshot"]), {})
-    for outcome in outcomes:
-        report["checks"].extend(outcome.checks)
-        if outcome.status != "ok":
-            continue
-        if isinstance(outcome.partition, MultiPartitionKey):
-            dims = outcome.partition.keys_by_dimension
-            report["partitions"][(dims["source"], dims["snapshot"])][outcome.asset] = outcome.metadata
-        elif outcome.asset == "mixed_dataset":
-            report["mixes"][str(outcome.partition)] = outcome.metadata
-        elif outcome.asset in ("quality_model", "tokenizer", "quality_report"):
-            report[outcome.asset] = outcome.metadata
-    if raise_on_failure and runner.failed:
-        raise GraphFailed("; ".join(f"{o.label}: {o.status} ({o.reason})" for o in runner.failed))
-    return report
+    changed = observe(instance, config, registered_refs(instance, config))
+    if changed:
+        log(f"Recorded changed inputs: {', '.join(changed[:6])}" + (f" and {len(changed) - 6} more" if len(changed) > 6 else ""))
+    skipped = unavailable_assets(config)
+    for name in sorted(skipped):
+        reason = config.quality_model_unavailable() if name == "quality_model" else config.perplexity_model_unavailable()
+        log(f"Skipped (optional, this config cannot feed it): {name}: {reason}")
+    in_scope = lambda asset, partition: asset.to_user_string() not in skipped and in_config(config, partition)  # noqa: E731
+    return Planner(defs, instance, in_scope=in_scope, new_snapshots=pending or ()).plan(force=force)
 
 
-def print_outcomes(report: dict[str, Any], out: Callable[[str], None] = print) -> None:
-    """Per-stage wall time and partition counts; skipped optional assets; what failed and why."""
-    outcomes = report.get("outcomes") or []
-    if not outcomes:
-        return
-    out("")
-    out("Stages (wall time; asset partitions ok / failed / blocked by a failure upstream / skipped)")
-    by_stage: dict[str, dict[str, int]] = {}
-    for outcome in outcomes:
-        counts = by_stage.setdefault(outcome.asset, {"ok": 0, "failed": 0, "blocked": 0, "skipped": 0})
-        counts[outcome.status] += 1
-    width = max(len(name) for name in by_stage)
-    total = 0.0
-    for name, counts in by_stage.items():
-        seconds = report["stage_seconds"].get(name, 0.0)
-        total += seconds
-        out(f"  {name.ljust(width)}  {seconds:8.1f} s   {counts['ok']} / {counts['failed']} / {counts['blocked']} / {counts['skipped']}")
-    out(f"  {'total'.ljust(width)}  {total:8.1f} s")
-    for outcome in outcomes:
-        if outcome.status == "skipped":
-            out(f"  skipped {outcome.label}: {outcome.reason}")
-        elif outcome.without:
-            out(f"  {outcome.label} ran without failed upstream partitions: {', '.join(outcome.without)}")
-    failed = report.get("failed") or []
-    if failed:
-        out(f"\nFAILED: {len(failed)} asset partition{'s' if len(failed) != 1 else ''}")
-        for outcome in failed:
-            where = f" (run {outcome.run_id})" if outcome.run_id else ""
-            out(f"  {outcome.label}: {outcome.status}: {outcome.reason}{where}")
+def in_config(config: Any, partition: Any) -> bool:
+    """Whether a partition belongs to this config: its source, or its mix (the code location's partitions
+    come from the config it loaded; a test process may have loaded another)."""
+    dims = getattr(partition, "keys_by_dimension", None)
+    if dims:
+        return dims["source"] in config.source_names
+    return partition is None or str(partition) in config.mixes
 
 
-def print_summary(report: dict[str, Any], out: Callable[[str], None] = print) -> None:
-    print_outcomes(report, out)
-    rows = []
-    all_drops: dict[str, int] = {}
-    for (source, snapshot), meta in report["partitions"].items():
-        raw = meta.get("raw_documents", {})
-        cleaned = meta.get("cleaned_documents", {})
-        deduped = meta.get("deduped_documents", {})
-        tokenized = meta.get("tokenized_shards", {})
-        drops = {k.split("/", 1)[1]: v for k, v in cleaned.items() if k.startswith("drop/")}
-        for reason, count in drops.items():
-            all_drops[reason] = all_drops.get(reason, 0) + count
-        rows.append(
-            (
-                f"{source}/{snapshot}",
-                raw.get("documents_out", 0),
-                raw.get("quarantined_records", 0),
-                cleaned.get("documents_out", 0),
-                sum(drops.values()),
-                deduped.get("documents_out", 0),
-                deduped.get("removed_exact", 0),
-                deduped.get("removed_fuzzy", 0),
-                tokenized.get("tokens", 0),
-            )
-        )
-    header = ("partition", "raw docs", "quarantined", "cleaned", "dropped", "deduped", "exact dups", "near dups", "tokens")
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows, strict=True)]
-    out("")
-    out("Per-stage summary (documents in -> out at each stage)")
-    for row in [header, *rows]:
-        out("  " + "  ".join(str(value).ljust(width) for value, width in zip(row, widths, strict=True)))
-    totals = [sum(row[i] for row in rows) for i in (1, 2, 3, 5, 6, 7, 8)]
-    out(
-        f"  total: raw {totals[0]}, quarantined {totals[1]}, cleaned {totals[2]}, deduped {totals[3]} "
-        f"({totals[4]} exact and {totals[5]} near duplicates removed), {totals[6]} tokens"
-    )
-    languages: dict[str, int] = {}
-    pii = 0
-    for meta in report["partitions"].values():
-        cleaned = meta.get("cleaned_documents", {})
-        pii += cleaned.get("pii_redactions", 0)
-        for key, value in cleaned.items():
-            if key.startswith("language/"):
-                languages[key.split("/", 1)[1]] = languages.get(key.split("/", 1)[1], 0) + value
-    kept = ", ".join(f"{language} {count}" for language, count in sorted(languages.items(), key=lambda item: (-item[1], item[0])))
-    reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(all_drops.items(), key=lambda item: (-item[1], item[0])))
-    out(f"  cleaning drops by reason: {reasons or '-'}")
-    out(f"  cleaning kept by language: {kept or '-'}; PII redactions: {pii}")
-    quality = report.get("quality_model") or {}
-    if quality:
-        out(
-            f"\nQuality model: fastText, {quality.get('positives')} positives / {quality.get('negatives')} negatives, "
-            f"held-out accuracy {quality.get('held_out_accuracy', 0):.3f} (scores documents when cleaning.quality_threshold is set)"
-        )
-    tok = report["tokenizer"]
-    if tok:
-        out(f"\nTokenizer: vocab {tok.get('vocab_size')}, sha256 {str(tok.get('sha256'))[:16]}..., {tok.get('origin')}")
+def materialize(instance, resources: dict[str, Any], command: str = "materialize", force: bool = False, log: Callable[[str], None] = print) -> Any:
+    """Plan, submit the plan as an asset backfill, have a daemon run it, follow it. Returns the Outcome, or
+    None when there was nothing to do."""
+    from data_assets.backfill import DaemonProcess, Follower, in_progress, submit, wait_until_quiet
+    from data_assets.definitions import defs
+
+    with DaemonProcess(instance, log) as daemon:
+        if in_progress(instance):  # what is in progress needs a daemon to end
+            daemon.ensure()
+            wait_until_quiet(instance, log, daemon)
+        pairs = discover(resources, log=lambda _: None)
+        pending = new_snapshots(instance, pairs)
+        plan = plan_work(instance, resources, force, log, pending)
+        if not plan.count:
+            log(f"Up to date: {plan.checked} asset partitions checked, none missing or stale; nothing submitted")
+            return None
+        log(f"To run: {plan.count} asset partitions")
+        for line in plan.lines():
+            log(f"  {line}")
+        # Registered only now, the backfill right after: automation never sees the new partitions missing
+        # and not yet in progress (it would request them too).
+        register_snapshots(instance, resources, log=lambda _: None)
+        backfill_id = submit(instance, defs, plan, command)
+        log(f"Submitted backfill {backfill_id} (the UI: Overview -> Backfills); following it")
+        daemon.ensure()
+        return Follower(instance, backfill_id, log, daemon).follow()
+
+
+def report(instance, resources: dict[str, Any], outcome: Any, command: str) -> int:
+    """Print what happened; the exit code."""
+    from data_assets import summary
+
+    config = resources["settings"].config
+    if outcome is not None and outcome.interrupted:
+        why = signal.Signals(outcome.signal).name if outcome.signal else "a run was canceled"
+        print(f"Interrupted ({why}): backfill {outcome.backfill_id} canceled, every run ended; `sluice {command}` resumes where it stopped", file=sys.stderr)
+        return 128 + (outcome.signal or 2)
+    if outcome is not None:
+        summary.print_stages(summary.backfill_stages(instance, outcome.backfill_id))
+        refs = summary.backfill_partitions(instance, outcome.backfill_id) or summary.registered_refs(instance, config)
     else:
-        out("\nTokenizer: not built in this run")
-    for mix, meta in report["mixes"].items():
-        shares = ", ".join(f"{k.split('/', 1)[1]} {v:.3f}" for k, v in meta.items() if k.startswith("share/"))
-        out(f"Mix {mix!r}: {meta.get('tokens')} tokens, {meta.get('samples')} samples of {meta.get('sequence_length')}; realized shares: {shares}")
-        out(
-            f"  validation: {meta.get('validation_documents')} held-out documents, {meta.get('validation_tokens')} tokens; "
-            f"decontamination removed {meta.get('contaminated_documents')} documents"
-        )
-    quality_report = report.get("quality_report") or {}
-    if quality_report:
-        out(f"Quality report ({quality_report.get('partitions')} partitions; PNG and HTML): {quality_report.get('html')}")
-    failed = [c for c in report["checks"] if not c[2]]
-    out(f"Asset checks: {len(report['checks']) - len(failed)} passed, {len(failed)} failed" + (f": {failed}" if failed else ""))
-
-
-def print_batch(resources: dict[str, Any], mix: str, out: Callable[[str], None] = print) -> None:
-    from resources import TrainingLoaderResource
-
-    loader = TrainingLoaderResource(settings=resources["settings"], mix=mix, batch_size=4, device="cpu")
-    batch = next(iter(loader.batches()))
-    tokenizer = resources["tokenizer_resource"].load()
-    out(f"\nOne training batch of mix {mix!r}: input_ids {tuple(batch['input_ids'].shape)} {batch['input_ids'].dtype}, labels {tuple(batch['labels'].shape)}")
-    text = tokenizer.decode(batch["input_ids"][0].tolist(), skip_special_tokens=False)
-    out("  row 0, decoded (first 400 characters):")
-    out("  " + repr(text[:400]))
+        refs = summary.registered_refs(instance, config)
+    collected = summary.collect(instance, config, refs)
+    summary.print_partitions(collected)
+    summary.print_products(collected)
+    if outcome is not None:
+        summary.print_checks(summary.backfill_checks(instance, outcome.backfill_id))
+    first_mix = sorted(config.mixes)[0]
+    if command == "demo" and collected["mixes"].get(first_mix):
+        summary.print_batch(resources, first_mix)
+    if outcome is not None and outcome.failed:
+        print(f"\nFAILED: {len(outcome.failed)} run(s) of backfill {outcome.backfill_id}", file=sys.stderr)
+        for run in outcome.failed:
+            print(f"  {run.label}: {run.reason} (run {run.run_id})", file=sys.stderr)
+        return 1
+    if outcome is not None and outcome.status.value != "COMPLETED_SUCCESS":
+        print(f"\nbackfill {outcome.backfill_id} ended {outcome.status.value} (the UI: Overview -> Backfills says why)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def export_mix(mix: str | None, split: str, out: str | None, fmt: str = "parquet", seed: int | None = None) -> int:
@@ -290,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # before or after Dagster has the work (the backfill is followed with its own handler)
+        print("sluice: interrupted (nothing this command submitted is running)", file=sys.stderr)
+        return 130
     except ConfigError as error:  # raised where the code location loads the config (partition keys)
         if debug:
             raise
@@ -311,10 +244,7 @@ def _main(argv: list[str] | None = None) -> int:
         return trace(argv[1:])
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup"])
-    parser.add_argument(
-        "--strict", action="store_true",
-        help="materialize/demo: a failed partition also blocks assets that read every partition (tokenizer, mixes), as a Dagster backfill does",
-    )
+    parser.add_argument("--force", action="store_true", help="materialize/demo: submit every asset partition, not only the missing or stale ones")
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
     parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
     parser.add_argument("--out", default=None, help="export: destination folder, local or s3://bucket/prefix (the split goes to OUT/<split>/)")
@@ -325,8 +255,6 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command == "export":
         return export_mix(args.mix, args.split, args.out, args.format, args.seed)
     home = ensure_dagster_home()
-    # Stage progress: a bar on a terminal, else the progress lines on stderr (logs, pipes).
-    os.environ.setdefault("SLUICE_PROGRESS", "bar" if sys.stderr.isatty() else "lines")
     from dagster import DagsterInstance
 
     from data_assets.definitions import build_resources
@@ -356,21 +284,13 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"{what}: {len(items)} removed" + "".join(f"\n  {item}" for item in items))
         return 0
     with DagsterInstance.get() as instance:
-        pairs = register_snapshots(instance, resources)
+        pairs = register_snapshots(instance, resources) if args.command == "register" else discover(resources)
         print(f"Config {CONFIG_PATH}; Dagster instance {home}")
-        print(f"Registered snapshots: {sorted({s for _, s in pairs})} ({len(pairs)} source x snapshot folders with data)")
+        print(f"Snapshots: {sorted({s for _, s in pairs})} ({len(pairs)} source x snapshot folders with data)")
         if args.command == "register":
             return 0
-        report = materialize_all(instance, resources, raise_on_failure=False, strict=args.strict, command=args.command)
-        print_summary(report)
-        config = resources["settings"].config
-        first_mix = sorted(config.mixes)[0]
-        if args.command == "demo" and first_mix in report["mixes"]:
-            print_batch(resources, first_mix)
-        if report["failed"]:
-            print(f"\n{len(report['failed'])} asset partition(s) failed (listed above); runs are in the Dagster UI (make ui), tag sluice/invocation={report['invocation']}", file=sys.stderr)
-            return 1
-    return 0
+        outcome = materialize(instance, resources, args.command, force=args.force)
+        return report(instance, resources, outcome, args.command)
 
 
 if __name__ == "__main__":

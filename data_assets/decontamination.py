@@ -1,23 +1,21 @@
 """`decontamination`: per deduplicated partition, the documents sharing a word n-gram with an evaluation set.
 
 Computed once per partition for every distinct evaluation spec of the configured mixes and reused by every
-mix (`sluice.decontaminate`). Its code version carries the eval sets' content hash, so Dagster shows every
-partition stale when an eval set changes; a run whose partition and eval sets are unchanged reuses the
+mix (`sluice.decontaminate`). Its code version carries the eval sets' content hash (data_assets/versions.py),
+so Dagster shows every partition stale when an eval set changes; a run whose partition and eval sets are unchanged reuses the
 published flags instead of rescanning the texts.
 """
 
 
-from dagster import (
-    AssetDep,
-    AssetExecutionContext,
-    AutomationCondition,
-    MaterializeResult,
-    MetadataValue,
-    asset,
-)
+from collections.abc import Iterator
+from typing import Any
 
-from data_assets.partitions import partition_ref, source_snapshot_partitions
-from data_assets.settings import CONFIG
+from dagster import AssetDep, AssetExecutionContext, MetadataValue
+
+from data_assets.automation import stage_automation
+from data_assets.batch import PartitionResult, in_group, stage_asset
+from data_assets.partitions import run_source_partitions, source_snapshot_partitions
+from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.decontaminate import (
     ASSET,
@@ -31,25 +29,16 @@ from sluice.decontaminate import (
     flags_table,
     read_eval_texts,
 )
-from sluice.layout import partition_prefix, read_manifest, write_manifest, write_parquet
+from sluice.layout import PartitionRef, partition_prefix, read_manifest, write_manifest, write_parquet
 
 
-def code_version() -> str:
-    """Version 1 of the flags plus the eval sets' content hash (read when the code location loads)."""
-    specs = eval_specs(CONFIG.mixes)
-    try:
-        return f"1-{eval_sets_digest(specs, CONFIG.s3)[:16]}"
-    except (OSError, ValueError):  # unreadable now: the run fails with the file named
-        return "1-eval-sets-unreadable"
-
-
-@asset(
-    name=ASSET,
+@stage_asset(
+    ASSET,
     partitions_def=source_snapshot_partitions,
     deps=[AssetDep("deduped_documents")],
-    automation_condition=AutomationCondition.eager(),  # after its deduped partition (dedup_automation; the ingest job stops at the index)
-    code_version=code_version(),
-    group_name="training",
+    automation_condition=stage_automation(ASSET),
+    code_version=CODE_VERSIONS[ASSET],
+    **in_group("training"),
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
     description=(
@@ -58,9 +47,14 @@ def code_version() -> str:
         "removes the flagged documents of its own spec."
     ),
 )
-def decontamination(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
+def decontamination(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> Iterator[Any]:
+    yield from run_source_partitions(context, ASSET, lambda ref: flag_partition(context, ref, settings, storage, compute))
+
+
+def flag_partition(
+    context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
+) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     store = storage.store()
     deduped_prefix = partition_prefix("deduped_documents", ref)
     manifest_key = f"{deduped_prefix}/_manifest.json"
@@ -73,7 +67,7 @@ def decontamination(context: AssetExecutionContext, settings: SluiceSettings, st
     previous = read_manifest(store, prefix)
     if previous is not None and previous.get("identity") == identity:
         context.log.info(f"{ref.key}: deduplicated partition and eval sets unchanged; the published flags stand")
-        return MaterializeResult(metadata={**_metadata(store, prefix, previous), "reused": True})
+        return PartitionResult(metadata={**_metadata(store, prefix, previous), "reused": True})
     ngrams = []
     summaries = []
     for spec in specs:
@@ -96,7 +90,7 @@ def decontamination(context: AssetExecutionContext, settings: SluiceSettings, st
         "files": [write_parquet(store, f"{prefix}/{FLAGS_FILE}", table)],
     }
     write_manifest(store, prefix, manifest)
-    return MaterializeResult(metadata={**_metadata(store, prefix, manifest), "reused": False})
+    return PartitionResult(metadata={**_metadata(store, prefix, manifest), "reused": False})
 
 
 def _metadata(store, prefix: str, manifest: dict) -> dict:

@@ -12,10 +12,17 @@ The rule and the algorithms live in `sluice.dedup`. What this module adds is the
   refuses to run (IndexIncomplete) while a registered earlier partition is missing from the index.
 - `deduped_documents` follows its removed documents' parents into earlier partitions' `dedup_clusters`, so
   it depends on `dedup_clusters` of every partition in the same way.
-Whatever launches the runs (sensor, automation, a UI backfill, several at once through the queue), each
+- Both have a backfill policy of their own (`batch_policy("ordered")`), so Dagster never puts them in the run
+  of the stage they read (a subset split into several runs would let one start before another wrote).
+- Their dependency on every partition is an EARLIER edge (data_assets/automation.py): a new partition does not
+  make the earlier ones stale; a changed earlier one makes the later ones stale for `sluice materialize`.
+Whatever launches the runs (the command, automation, a UI backfill, several at once through the queue), each
 partition's outputs are then the bytes a sequential run gives.
 """
 
+
+from collections.abc import Iterator
+from typing import Any
 
 from dagster import (
     AllPartitionMapping,
@@ -23,20 +30,19 @@ from dagster import (
     AssetCheckSeverity,
     AssetDep,
     AssetExecutionContext,
-    AssetSelection,
-    AutomationCondition,
-    MaterializeResult,
     MetadataValue,
-    asset,
 )
 
+from data_assets.automation import stage_automation
+from data_assets.batch import PartitionResult, batch_policy, in_group, stage_asset
 from data_assets.metadata import counts_table, markdown_table
 from data_assets.partitions import (
     partition_check,
-    partition_ref,
     registered_partitions,
+    run_source_partitions,
     source_snapshot_partitions,
 )
+from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.dedup import (
     cluster_partition,
@@ -59,19 +65,6 @@ NO_DUPLICATES_CHECK = "no_exact_duplicates"
 SHARE_CHECK = "removed_share_within_bounds"
 
 
-def after_every_partition_of(*every_partition_deps: str) -> AutomationCondition:
-    """Eager, except that a dependency on every partition of an asset (AllPartitionMapping) is a gate, not a
-    trigger: runs when the partition is new or its own inputs changed, once no dependency partition is
-    missing or in progress (an update of another partition's index does not re-run all partitions)."""
-    trigger = AutomationCondition.newly_missing() | AutomationCondition.any_deps_updated().ignore(AssetSelection.assets(*every_partition_deps))
-    return (
-        trigger.since_last_handled()
-        & ~AutomationCondition.any_deps_missing()
-        & ~AutomationCondition.any_deps_in_progress()
-        & ~AutomationCondition.in_progress()
-    ).with_label(f"after every partition of {', '.join(every_partition_deps)}")
-
-
 def registered_before(context: AssetExecutionContext, ref: PartitionRef, sources: list[str]) -> list[PartitionRef]:
     """The source x snapshot partitions registered in the instance and ordered before `ref`."""
     earlier = (partition for partition in registered_partitions(context, sources) if partition.sort_key() < ref.sort_key())
@@ -87,27 +80,34 @@ def index_pool_limit(context: AssetExecutionContext) -> int | None:
     return limits.get(INDEX_POOL, context.instance.get_concurrency_config().pool_config.default_pool_limit)
 
 
-COMMON = {"partitions_def": source_snapshot_partitions, "group_name": "curation", "owners": ["team:data-engineering"]}
+def common(asset: str) -> dict[str, Any]:
+    return {
+        "partitions_def": source_snapshot_partitions, **in_group("curation"), "owners": ["team:data-engineering"],
+        "code_version": CODE_VERSIONS[asset], "automation_condition": stage_automation(asset),
+    }
 
 
-@asset(
-    name=SIGNATURES_ASSET,
+@stage_asset(
+    SIGNATURES_ASSET,
     deps=[AssetDep("cleaned_documents")],
     kinds={"python", "parquet"},
     description=(
         "Per document: normalized-text hash, MinHash LSH band hashes (14 bands x 8 rows over word 5-grams) and, in "
         "dedup_shingles, the shingle-hash set used to verify candidate pairs. One executor task per cleaned part."
     ),
-    **COMMON,
+    **common(SIGNATURES_ASSET),
 )
-def dedup_signatures(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
+def dedup_signatures(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> Iterator[Any]:
+    yield from run_source_partitions(context, SIGNATURES_ASSET, lambda ref: sign(context, ref, settings, storage, compute))
+
+
+def sign(context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     store = storage.store()
     result = sign_partition(store, ref, config.dedup, compute.executor(), config.s3)
     if result.tasks is not None:
         context.log.info(result.tasks.line(f"{SIGNATURES_ASSET} {ref.key}"))
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": result.documents,
             "dagster/uri": MetadataValue.path(store.uri(partition_prefix(SIGNATURES_ASSET, ref))),
@@ -118,8 +118,8 @@ def dedup_signatures(context: AssetExecutionContext, settings: SluiceSettings, s
     )
 
 
-@asset(
-    name=INDEX_ASSET,
+@stage_asset(
+    INDEX_ASSET,
     deps=[AssetDep(SIGNATURES_ASSET)],
     pool=INDEX_POOL,
     kinds={"python", "parquet"},
@@ -127,11 +127,9 @@ def dedup_signatures(context: AssetExecutionContext, settings: SluiceSettings, s
         "This partition's exact hashes and LSH band keys in the global dedup index (dedup_index/: sorted runs in "
         "levels, each index_fanout times the one below, merged LSM-style). Writes run one at a time under the concurrency pool dedup_index."
     ),
-    **COMMON,
+    **common(INDEX_ASSET),
 )
-def dedup_index(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
-    config = settings.config
-    ref = partition_ref(context)
+def dedup_index(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> Iterator[Any]:
     limit = index_pool_limit(context)
     if limit != 1:
         context.log.warning(
@@ -139,8 +137,13 @@ def dedup_index(context: AssetExecutionContext, settings: SluiceSettings, storag
             "could lose each other's partitions (later partitions then refuse to run). Set `concurrency: pools: default_limit: 1` "
             f"in dagster.yaml or run `dagster instance concurrency set {INDEX_POOL} 1`."
         )
+    yield from run_source_partitions(context, INDEX_ASSET, lambda ref: index(ref, settings, storage, compute, limit))
+
+
+def index(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource, limit: int | None) -> PartitionResult:
+    config = settings.config
     outcome = index_partition(storage.store(), ref, config.dedup, compute.executor(), config.s3)
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": outcome["documents"],
             "dagster/uri": MetadataValue.path(outcome["index"]),
@@ -154,25 +157,28 @@ def dedup_index(context: AssetExecutionContext, settings: SluiceSettings, storag
     )
 
 
-@asset(
-    name=CLUSTERS_ASSET,
+@stage_asset(
+    CLUSTERS_ASSET,
     deps=[AssetDep(SIGNATURES_ASSET), AssetDep(INDEX_ASSET, partition_mapping=AllPartitionMapping())],
-    automation_condition=after_every_partition_of(INDEX_ASSET),
+    backfill_policy=batch_policy("ordered"),
     kinds={"python", "parquet"},
     description=(
         "Each document's dedup decision against the partitions ordered before this one (exact copies, verified LSH "
         "candidates, connected components): kind, and its parent, the first document of its cluster. Needs every "
         "earlier partition in the dedup index."
     ),
-    **COMMON,
+    **common(CLUSTERS_ASSET),
 )
-def dedup_clusters(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> MaterializeResult:
+def dedup_clusters(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> Iterator[Any]:
+    yield from run_source_partitions(context, CLUSTERS_ASSET, lambda ref: cluster(context, ref, settings, storage, compute))
+
+
+def cluster(context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     store = storage.store()
     earlier = registered_before(context, ref, config.source_names)
     result = cluster_partition(store, ref, config.dedup, compute.executor(), config.s3, earlier=earlier)
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": result.documents,
             "dagster/uri": MetadataValue.path(store.uri(partition_prefix(CLUSTERS_ASSET, ref))),
@@ -186,10 +192,9 @@ def dedup_clusters(context: AssetExecutionContext, settings: SluiceSettings, sto
     )
 
 
-@asset(
-    name=ASSET,
+@stage_asset(
+    ASSET,
     deps=[AssetDep("cleaned_documents"), AssetDep(CLUSTERS_ASSET, partition_mapping=AllPartitionMapping())],
-    automation_condition=after_every_partition_of(CLUSTERS_ASSET),
     kinds={"python", "parquet"},
     description=(
         "Cleaned documents without exact duplicates (normalized-text hash) or near duplicates (MinHash LSH, verified "
@@ -200,11 +205,14 @@ def dedup_clusters(context: AssetExecutionContext, settings: SluiceSettings, sto
         partition_check(NO_DUPLICATES_CHECK, ASSET, blocking=True, description="No normalized-text hash occurs twice among the kept documents, nor in the index for an earlier partition."),
         partition_check(SHARE_CHECK, ASSET, description="The share of documents removed (exact + near duplicates) lies inside dedup.min/max_removed_share (warns)."),
     ],
-    **COMMON,
+    **common(ASSET),
 )
-def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> MaterializeResult:
+def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> Iterator[Any]:
+    yield from run_source_partitions(context, ASSET, lambda ref: dedup(ref, settings, storage))
+
+
+def dedup(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     store = storage.store()
     result = dedup_partition(store, ref, config.dedup)
     publish_deduped(store, ref, result)
@@ -225,7 +233,7 @@ def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, 
         metadata={"removed_share": removed_share, "min_removed_share": bounds[0], "max_removed_share": bounds[1]},
     )
     documents_in = result.documents_in or 1
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": result.documents_out,
             "dagster/uri": MetadataValue.path(store.uri(partition_prefix(ASSET, ref))),
@@ -244,5 +252,5 @@ def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, 
             "cluster_sizes": markdown_table(["cluster size", "clusters"], sorted(result.cluster_sizes.items())),
             "output_bytes": sum(entry["bytes"] for entry in result.files),
         },
-        check_results=[no_duplicates, share],
+        checks=[no_duplicates, share],
     )

@@ -6,22 +6,25 @@ gathered while the indexes were written.
 """
 
 
+from collections.abc import Iterator
+from typing import Any
+
 import pyarrow as pa
 from dagster import (
     AllPartitionMapping,
     AssetCheckResult,
     AssetCheckSeverity,
-    AssetCheckSpec,
     AssetDep,
     AssetExecutionContext,
-    MaterializeResult,
     MetadataValue,
-    asset,
 )
 
+from data_assets.automation import stage_automation
+from data_assets.batch import PartitionResult, in_group, run_partitions, stage_asset
 from data_assets.blocklist import blocked_reader
 from data_assets.metadata import markdown_table
-from data_assets.partitions import mix_partitions
+from data_assets.partitions import mix_partitions, partition_check
+from data_assets.versions import CODE_VERSIONS, MIX_SETTINGS
 from resources import SluiceSettings, StorageResource, TokenizerResource
 from sluice.blocklist import load_configured
 from sluice.config import MixSettings, S3Settings
@@ -59,17 +62,20 @@ def partition_flags(store: Store, spec: EvalSpec, mixes: dict[str, MixSettings],
     return flags, digest
 
 
-@asset(
-    name=ASSET,
+@stage_asset(
+    ASSET,
     partitions_def=mix_partitions,
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
     deps=[
+        AssetDep(MIX_SETTINGS),
         AssetDep("tokenized_shards", partition_mapping=AllPartitionMapping()),
         AssetDep(DECONTAMINATION, partition_mapping=AllPartitionMapping()),
         AssetDep("blocklist_matches", partition_mapping=AllPartitionMapping()),
         AssetDep("blocklist"),
         AssetDep("tokenizer"),
     ],
-    group_name="training",
+    **in_group("training"),
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
     description=(
@@ -80,16 +86,23 @@ def partition_flags(store: Store, spec: EvalSpec, mixes: dict[str, MixSettings],
         "shards through it (mixed_index/mix=<name>/*.idx); the ranges are also a Parquet dataset here."
     ),
     check_specs=[
-        AssetCheckSpec(SHARES_CHECK, asset=ASSET, blocking=True, description="Realized token share of each component, summed from the index as it was written, is within checks.mix_share_tolerance of its weight."),
-        AssetCheckSpec(DISJOINT_CHECK, asset=ASSET, blocking=True, description="No document is in both splits: every validation document's id hash is below every training document's."),
-        AssetCheckSpec(DECONTAMINATED_CHECK, asset=ASSET, blocking=True, description="No document flagged by decontamination is in either index."),
-        AssetCheckSpec(COPIES_CHECK, asset=ASSET, blocking=True, description="No two copies of an upsampled document fall in the same training sample."),
-        AssetCheckSpec(BLOCKLIST_CHECK, asset=ASSET, blocking=True, description="No document the training blocklist matches is in either index (counted while the indexes were written)."),
+        partition_check(SHARES_CHECK, ASSET, mix_partitions, blocking=True, description="Realized token share of each component, summed from the index as it was written, is within checks.mix_share_tolerance of its weight."),
+        partition_check(DISJOINT_CHECK, ASSET, mix_partitions, blocking=True, description="No document is in both splits: every validation document's id hash is below every training document's."),
+        partition_check(DECONTAMINATED_CHECK, ASSET, mix_partitions, blocking=True, description="No document flagged by decontamination is in either index."),
+        partition_check(COPIES_CHECK, ASSET, mix_partitions, blocking=True, description="No two copies of an upsampled document fall in the same training sample."),
+        partition_check(BLOCKLIST_CHECK, ASSET, mix_partitions, blocking=True, description="No document the training blocklist matches is in either index (counted while the indexes were written)."),
     ],
 )
-def mixed_dataset(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, tokenizer_resource: TokenizerResource) -> MaterializeResult:
+def mixed_dataset(
+    context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, tokenizer_resource: TokenizerResource
+) -> Iterator[Any]:
+    yield from run_partitions(context, ASSET, lambda mix_name: build_mix_partition(context, mix_name, settings, storage, tokenizer_resource), order=str)
+
+
+def build_mix_partition(
+    context: AssetExecutionContext, mix_name: str, settings: SluiceSettings, storage: StorageResource, tokenizer_resource: TokenizerResource
+) -> PartitionResult:
     config = settings.config
-    mix_name = context.partition_key
     mix = config.mixes[mix_name]
     store = storage.store()
     spec = EvalSpec.of(mix)
@@ -113,7 +126,7 @@ def mixed_dataset(context: AssetExecutionContext, settings: SluiceSettings, stor
     return _result(store, manifest, config.checks.mix_share_tolerance)
 
 
-def _result(store: Store, manifest: dict, tolerance: float) -> MaterializeResult:
+def _result(store: Store, manifest: dict, tolerance: float) -> PartitionResult:
     values = manifest["checks"]
     shares = values["realized_shares"]
     deviations = {row["component"]: abs(shares[row["component"]] - row["weight"]) for row in manifest["sources"]}
@@ -125,7 +138,7 @@ def _result(store: Store, manifest: dict, tolerance: float) -> MaterializeResult
          row["epochs"], row["validation_tokens"], row["contaminated_documents"], row.get("blocked_documents", 0), row.get("blocked_tokens", 0))
         for row in manifest["sources"]
     ]
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": manifest["samples"],
             "dagster/uri": MetadataValue.path(store.uri(mix_prefix(manifest["mix"]))),
@@ -151,7 +164,7 @@ def _result(store: Store, manifest: dict, tolerance: float) -> MaterializeResult
             ),
             "decontamination": MetadataValue.json(manifest["decontamination"]),
         },
-        check_results=[
+        checks=[
             AssetCheckResult(
                 check_name=SHARES_CHECK,
                 passed=all(d <= tolerance for d in deviations.values()),

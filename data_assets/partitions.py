@@ -7,6 +7,8 @@ Sources and mixes are static (from the config); snapshots are dynamic: the senso
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from dagster import (
     AssetCheckSpec,
@@ -18,14 +20,19 @@ from dagster import (
     StaticPartitionsDefinition,
 )
 
+from data_assets.batch import PartitionResult, run_partitions
 from data_assets.settings import CONFIG
 from sluice.layout import PartitionRef
 
 SNAPSHOTS = "snapshots"
+# Dagster orders the dimensions of a partition key by name: "source" before "time" makes keys `web|2026-01` and
+# the partition order source-major, so a metadata plot over partitions follows one source's snapshots, then the
+# next source's (with "snapshot" as the name, sources would alternate along the axis).
+SNAPSHOT_DIMENSION = "time"
 
 snapshot_partitions = DynamicPartitionsDefinition(name=SNAPSHOTS)
 source_partitions = StaticPartitionsDefinition(CONFIG.source_names)
-source_snapshot_partitions = MultiPartitionsDefinition({"source": source_partitions, "snapshot": snapshot_partitions})
+source_snapshot_partitions = MultiPartitionsDefinition({"source": source_partitions, SNAPSHOT_DIMENSION: snapshot_partitions})
 
 
 def partition_check(name: str, asset: str, partitions_def=source_snapshot_partitions, **kwargs) -> AssetCheckSpec:
@@ -39,15 +46,34 @@ mix_partitions = StaticPartitionsDefinition(sorted(CONFIG.mixes))
 
 
 def partition_ref(context: AssetExecutionContext) -> PartitionRef:
-    key = context.partition_key
+    return ref_of(context.partition_key)
+
+
+def ref_of(key: Any) -> PartitionRef:
+    """The source x snapshot of a partition key (a MultiPartitionKey or its `source|snapshot` string)."""
     if not isinstance(key, MultiPartitionKey):
-        raise ValueError(f"expected a source|snapshot partition key, got {key!r}")
+        try:
+            key = source_snapshot_partitions.get_partition_key_from_str(str(key))
+        except Exception as error:
+            raise ValueError(f"expected a source|snapshot partition key, got {key!r}") from error
     dims = key.keys_by_dimension
-    return PartitionRef(source=dims["source"], snapshot=dims["snapshot"])
+    return PartitionRef(source=dims["source"], snapshot=dims[SNAPSHOT_DIMENSION])
+
+
+def run_source_partitions(context: AssetExecutionContext, asset: str, work: Callable[[PartitionRef], PartitionResult]) -> Iterator[Any]:
+    """`run_partitions` over the source x snapshot partitions of this run, in dedup order."""
+    return run_partitions(
+        context, asset, lambda key: work(ref_of(key)), order=lambda key: ref_of(key).sort_key(), label=lambda key: ref_of(key).key
+    )
 
 
 def multi_key(source: str, snapshot: str) -> MultiPartitionKey:
-    return MultiPartitionKey({"source": source, "snapshot": snapshot})
+    return MultiPartitionKey({"source": source, SNAPSHOT_DIMENSION: snapshot})
+
+
+def partition_key(ref: PartitionRef) -> str:
+    """The Dagster partition key string of a source x snapshot partition (`source|snapshot`)."""
+    return str(multi_key(ref.source, ref.snapshot))
 
 
 def registered_partitions(context: AssetExecutionContext, sources: list[str]) -> list[PartitionRef]:

@@ -23,7 +23,10 @@ from dagster import (
     asset,
 )
 
+from data_assets.automation import stage_automation
+from data_assets.batch import in_group
 from data_assets.metadata import markdown_table
+from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
 from sluice.config import ExtractionSettings
 from sluice.extract import DecodeText, ExtractHtml
@@ -56,8 +59,10 @@ def _documents(store, refs: list[PartitionRef], extract: ExtractHtml, identifier
 
 @asset(
     name=ASSET,
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
     deps=[AssetDep("raw_documents")],
-    group_name="curation",
+    **in_group("curation"),
     kinds={"python", "kenlm"},
     owners=["team:data-engineering"],
     description=(

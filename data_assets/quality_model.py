@@ -21,6 +21,9 @@ from dagster import (
     asset,
 )
 
+from data_assets.automation import stage_automation
+from data_assets.batch import in_group
+from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
 from sluice.config import ExtractionSettings
 from sluice.extract import DecodeText, ExtractHtml
@@ -35,8 +38,10 @@ ACCURACY_CHECK = "held_out_accuracy_above_chance"
 
 @asset(
     name=ASSET,
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
     deps=[AssetDep("raw_documents")],
-    group_name="curation",
+    **in_group("curation"),
     kinds={"python", "fasttext"},
     owners=["team:data-engineering"],
     description=(

@@ -2,22 +2,26 @@
 
 
 from collections import Counter
+from collections.abc import Iterator
+from typing import Any
 
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetDep,
     AssetExecutionContext,
     Failure,
-    MaterializeResult,
     MetadataValue,
-    asset,
 )
 
+from data_assets.automation import stage_automation
+from data_assets.batch import PartitionResult, in_group, stage_asset
 from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
+from data_assets.partitions import partition_check, run_source_partitions, source_snapshot_partitions
+from data_assets.versions import CODE_VERSIONS, CRAWL, SOURCE_SETTINGS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest
-from sluice.layout import partition_prefix, side_prefix, write_manifest
+from sluice.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
 from sluice.preflight import source_problem
 from sluice.tasks import (
     RecordedTask,
@@ -33,10 +37,13 @@ ASSET = "raw_documents"
 QUARANTINE_CHECK = "quarantined_file_share_below_bound"
 
 
-@asset(
-    name=ASSET,
+@stage_asset(
+    ASSET,
     partitions_def=source_snapshot_partitions,
-    group_name="curation",
+    deps=[AssetDep(CRAWL), settings_dep(SOURCE_SETTINGS)],
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
+    **in_group("curation"),
     kinds={"python", "parquet"},
     owners=["team:data-engineering"],
     description=(
@@ -54,16 +61,21 @@ QUARANTINE_CHECK = "quarantined_file_share_below_bound"
 )
 def raw_documents(
     context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
-) -> MaterializeResult:
+) -> Iterator[Any]:
+    yield from run_source_partitions(context, ASSET, lambda ref: ingest_partition(context, ref, settings, storage, compute))
+
+
+def ingest_partition(
+    context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
+) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     source = config.source(ref.source)
     store = storage.store()
     prefix = partition_prefix(ASSET, ref)
     quarantine_prefix = side_prefix(QUARANTINE_DATASET, ref)
     # Fails the run with one line naming the config key, the path and the fix when the source location
     # cannot be read (missing, not a folder, permissions, S3 credentials).
-    problem = source_problem(config, ref.source, settings.config_path)
+    problem = source_problem(config, ref.source, settings.path)
     if problem:
         raise Failure(description=problem, allow_retries=False)
 
@@ -125,7 +137,7 @@ def raw_documents(
         [(r["file"], r["records"], sum(r["quarantine_reasons"].values()), round(r["content_bytes"] / 1e6, 3)) for r in results],
     )
     known = known_keys(context, ASSET, ("quarantine", "skipped"))
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": records,
             "dagster/uri": MetadataValue.path(store.uri(prefix)),
@@ -143,5 +155,5 @@ def raw_documents(
             **counts.metadata(),
             "compute": executor.describe(),
         },
-        check_results=[check],
+        checks=[check],
     )

@@ -2,13 +2,14 @@
 written to `<root>/quality_report/` and shown on the asset's page (the PNG embedded in markdown metadata: the
 UI's markdown renderer allows `data:` images).
 
-Per-source views: one external asset per source, `quality_by_source/<source>`, partitioned by snapshot. The
+Per-source views: one external asset per source, `quality_of_<source>`, partitioned by snapshot (a one-part key,
+so the lineage labels it with the source's name, not just "web"). The
 report records a materialization of each (source, snapshot) partition of it whose figures changed since the
 last report (their digests are kept in the report's manifest), so the UI's metadata plots of a view are that
 source's figures over its snapshots (x axis "Partitions": the latest figures of each snapshot; "Events": their
 history), one continuous line per metric, never two sources interleaved, and a re-run adds nothing new.
 
-Automation (`report_automation`): the report runs hourly when any of its stages has new data."""
+Automation (`sluice_automation`, data_assets/definitions.py): the report runs hourly when any of its stages has new data."""
 
 import base64
 import hashlib
@@ -26,18 +27,28 @@ from dagster import (
     asset,
 )
 
+from data_assets.batch import in_group
 from data_assets.partitions import registered_partitions, snapshot_partitions
 from data_assets.settings import CONFIG
+from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
 from sluice.layout import read_manifest
-from sluice.report import HTML_NAME, PNG_NAME, REPORT_DATASET, PartitionQuality, collect, write_report
+from sluice.report import (
+    HTML_NAME,
+    PNG_NAME,
+    REPORT_DATASET,
+    PartitionQuality,
+    collect,
+    sketch_svg,
+    write_report,
+)
 
 ASSET = REPORT_DATASET
-SOURCE_VIEW = "quality_by_source"
+SOURCE_VIEW = "quality_of"
 
 
 def source_view_key(source: str) -> AssetKey:
-    return AssetKey([SOURCE_VIEW, source])
+    return AssetKey(f"{SOURCE_VIEW}_{source}")
 
 
 source_views = [
@@ -45,7 +56,7 @@ source_views = [
         source_view_key(source),
         deps=[ASSET],
         partitions_def=snapshot_partitions,
-        group_name="reporting",
+        **in_group("reporting"),
         description=f"Quality figures of source {source!r} per snapshot, recorded by quality_report: plot them (Overview -> Metadata -> Plots) for this source alone.",
     )
     for source in CONFIG.source_names
@@ -100,8 +111,9 @@ REPORT_AUTOMATION = (
 
 @asset(
     name=ASSET,
+    code_version=CODE_VERSIONS[ASSET],
     deps=[AssetDep(stage) for stage in ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards")],
-    group_name="reporting",
+    **in_group("reporting"),
     kinds={"python", "html"},
     automation_condition=REPORT_AUTOMATION,
     owners=["team:data-engineering"],
@@ -120,6 +132,9 @@ def quality_report(context: AssetExecutionContext, settings: SluiceSettings, sto
     png = store.read_bytes(f"{ASSET}/{PNG_NAME}")
     return MaterializeResult(
         metadata={
+            # Shown on the asset's page as it is (Dagster folds markdown of 1,000 characters or more behind a
+            # button): a sketch of the kept documents per source; the whole picture one click away.
+            "report_sketch": MetadataValue.md(sketch_svg(rows) or "(too many sources for a sketch: open report)"),
             "report": MetadataValue.md(f"![quality report](data:image/png;base64,{base64.b64encode(png).decode()})"),
             "html": MetadataValue.path(store.uri(f"{ASSET}/{HTML_NAME}")),
             "png": MetadataValue.path(store.uri(f"{ASSET}/{PNG_NAME}")),

@@ -1,14 +1,23 @@
-"""Schedule: rebuild every mix daily from whatever is materialized upstream."""
+"""Schedule: rebuild every mix that is missing or stale at 04:00 UTC (one asset backfill, as
+`sluice materialize --select mixed_dataset` would submit); nothing when they are up to date."""
+
+from __future__ import annotations
+
+from dagster import AssetKey, RunRequest, ScheduleEvaluationContext, SkipReason, schedule
+
+from resources.run_tags import PURPOSE_TAG
 
 
-from dagster import RunRequest, ScheduleEvaluationContext, schedule
+@schedule(
+    target=["mixed_dataset"], cron_schedule="0 4 * * *", execution_timezone="UTC",
+    description="Rebuild the mixes that are missing or stale (new tokenized data, changed settings) at 04:00 UTC.",
+)
+def daily_mix_rebuild(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
+    from data_assets.definitions import defs
+    from data_assets.freshness import Planner
 
-from data_assets.jobs import mix_job
-from data_assets.partitions import mix_partitions
-
-
-@schedule(job=mix_job, cron_schedule="0 4 * * *", execution_timezone="UTC", description="Rebuild every mix at 04:00 UTC.")
-def daily_mix_rebuild(context: ScheduleEvaluationContext):
-    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    for mix in mix_partitions.get_partition_keys():
-        yield RunRequest(run_key=f"{mix}/{day}", partition_key=mix, tags={"sluice/mix": mix, "sluice/purpose": "daily-mix-rebuild"})
+    planner = Planner(defs, context.instance, in_scope=lambda asset, partition: asset == AssetKey("mixed_dataset"))
+    plan = planner.plan()
+    if not plan.count:
+        return SkipReason("every mix is up to date")
+    return RunRequest.for_asset_graph_subset(plan.subset(defs), tags={PURPOSE_TAG: "daily-mix-rebuild"})

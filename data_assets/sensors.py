@@ -1,18 +1,25 @@
-"""Sensor: notice new snapshot folders / prefixes under each source, register them, request their ingest runs.
+"""The snapshot sensor: notice new snapshot folders / prefixes under each source, register them as dynamic
+partitions, and record what changed (new crawl folders, changed settings) as observations.
 
-The runs it requests (raw -> cleaned -> signatures -> index) may all go at once; the ordered rest of each
-partition is declarative automation (`dedup_automation`, see data_assets/deduped.py)."""
+It requests no runs itself: a registered partition is newly missing, and declarative automation
+(data_assets/automation.py) requests everything it needs as one asset backfill, batched like any other; a
+changed setting makes exactly the partitions it governs stale, and automation re-runs those. On an
+up-to-date instance a tick registers and records nothing. Folder names that cannot be partition keys, and
+sources whose location cannot be read, are reported on every tick (the tick's log and its skip reason).
+"""
 
+from __future__ import annotations
 
 import json
 import os
 
-from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from data_assets.jobs import ingest_job
-from data_assets.partitions import SNAPSHOTS, multi_key, snapshot_partitions
+from data_assets.partitions import SNAPSHOTS, snapshot_partitions
+from data_assets.versions import current_versions, observations
 from resources import SluiceSettings
 from sluice.config import check_snapshot_name
+from sluice.layout import PartitionRef
 from sluice.preflight import source_problem
 from sluice.storage import open_store
 
@@ -24,7 +31,7 @@ def discover_snapshots(settings: SluiceSettings, rejected: list[str] | None = No
     config = settings.config
     found = []
     for source in config.sources:
-        problem = source_problem(config, source.name, settings.config_path)
+        problem = source_problem(config, source.name, settings.path)
         if problem:  # a missing or unreadable location is reported, never silently an empty source
             if rejected is not None:
                 rejected.append(f"{source.name}: {problem}")
@@ -45,46 +52,33 @@ SENSOR_INTERVAL_S = int(os.environ.get("SLUICE_SENSOR_INTERVAL_S", "60"))
 
 
 @sensor(
-    job=ingest_job,
     minimum_interval_seconds=SENSOR_INTERVAL_S,
     description=(
-        "New crawl snapshots -> dynamic partitions + one ingest run per source x snapshot (every configured source of a "
-        "new snapshot: one without data materializes empty, so dedup's wait for every partition ends)."
+        "New crawl snapshots -> dynamic partitions (automation then materializes them); new crawl folders and changed "
+        "settings -> observations of crawl / source_settings / cleaning_settings / mix_settings."
     ),
 )
 def new_snapshot_sensor(context: SensorEvaluationContext, settings: SluiceSettings) -> SensorResult | SkipReason:
+    config = settings.config
     seen = set(json.loads(context.cursor)) if context.cursor else set()
     rejected: list[str] = []
     pairs = discover_snapshots(settings, rejected)
     for line in rejected:
         context.log.warning(f"not registered as a snapshot partition: {line}")
-    new_pairs = [pair for pair in pairs if f"{pair[0]}/{pair[1]}" not in seen]
-    if not new_pairs:
-        return SkipReason(f"no new snapshots ({len(pairs)} known)")
     registered = set(context.instance.get_dynamic_partitions(SNAPSHOTS))
-    to_register = sorted({snapshot for _, snapshot in new_pairs} - registered)
-    requests = [
-        RunRequest(
-            run_key=f"{source}/{snapshot}", partition_key=multi_key(source, snapshot),
-            tags={"sluice/source": source, "sluice/snapshot": snapshot, "sluice/purpose": "new-snapshot"},
-        )
-        for source, snapshot in new_pairs
-    ]
-    found = set(new_pairs)
-    for snapshot in to_register:  # sources without data in a new snapshot: their (empty) partitions too
-        requests.extend(
-            RunRequest(run_key=f"{source}/{snapshot}/empty", partition_key=multi_key(source, snapshot), tags={"sluice/empty": "true", "sluice/source": source, "sluice/snapshot": snapshot, "sluice/purpose": "new-snapshot"})
-            for source in settings.config.source_names
-            if (source, snapshot) not in found
-        )
-    late = sorted({snapshot for _, snapshot in new_pairs if snapshot in registered})
-    if late:
-        context.log.warning(
-            f"data landed for already registered snapshot(s) {late}: the dedup results of partitions ordered after them are "
-            "stale; backfill dedup_clusters, deduped_documents and tokenized_shards for those partitions"
-        )
+    snapshots = sorted({snapshot for _, snapshot in pairs})
+    new_snapshots = [snapshot for snapshot in snapshots if snapshot not in registered]
+    # Every source of a new snapshot (one without a folder is an empty partition), and folders of known
+    # snapshots seen for the first time (late data): their crawl version is recorded.
+    fresh = {PartitionRef(source, snapshot) for snapshot in new_snapshots for source in config.source_names}
+    fresh |= {PartitionRef(source, snapshot) for source, snapshot in pairs if f"{source}/{snapshot}" not in seen}
+    events = observations(context.instance, current_versions(config, sorted(fresh, key=PartitionRef.sort_key)))
+    cursor = json.dumps(sorted(seen | {f"{source}/{snapshot}" for source, snapshot in pairs}))
+    if not new_snapshots and not events:
+        problems = f"; {len(rejected)} folder(s) not usable: {' | '.join(rejected)}" if rejected else ""
+        return SkipReason(f"nothing new ({len(snapshots)} snapshots known){problems}")
     return SensorResult(
-        run_requests=sorted(requests, key=lambda request: request.run_key or ""),
-        dynamic_partitions_requests=[snapshot_partitions.build_add_request(to_register)] if to_register else [],
-        cursor=json.dumps(sorted(seen | {f"{s}/{n}" for s, n in new_pairs})),
+        dynamic_partitions_requests=[snapshot_partitions.build_add_request(new_snapshots)] if new_snapshots else [],
+        asset_events=events,
+        cursor=cursor,
     )

@@ -13,16 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sluice.config import CONFIG_ENV_VAR, DEFAULT_CONFIG_NAME, ConfigError, SluiceConfig, load_config
+from resources.settings import resolve_config_path
+from sluice.config import ConfigError, SluiceConfig, load_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
-def config_path() -> str:
-    if os.environ.get(CONFIG_ENV_VAR):
-        return str(Path(os.environ[CONFIG_ENV_VAR]).expanduser().resolve())
-    local = Path.cwd() / DEFAULT_CONFIG_NAME
-    return str(local if local.is_file() else PROJECT_ROOT / DEFAULT_CONFIG_NAME)
+config_path = resolve_config_path
 
 
 DEBUG_ENV_VAR = "SLUICE_DEBUG"

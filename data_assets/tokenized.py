@@ -1,21 +1,18 @@
 """`tokenized_shards`: deduplicated text -> binary token shards + document index (see `sluice.shards`)."""
 
-import numpy as np
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetDep,
-    AssetExecutionContext,
-    AutomationCondition,
-    MaterializeResult,
-    MetadataValue,
-    asset,
-)
+from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetDep, AssetExecutionContext, MetadataValue
+
+from data_assets.automation import stage_automation
+from data_assets.batch import PartitionResult, in_group, stage_asset
 from data_assets.metadata import markdown_table, stage_progress
-from data_assets.partitions import partition_check, partition_ref, source_snapshot_partitions
+from data_assets.partitions import partition_check, run_source_partitions, source_snapshot_partitions
+from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
-from sluice.layout import partition_prefix, required_manifest, side_prefix, write_manifest
+from sluice.layout import PartitionRef, partition_prefix, required_manifest, side_prefix, write_manifest
 from sluice.shards import BINARY_DATASET
 from sluice.tasks import (
     RecordedTask,
@@ -34,12 +31,13 @@ ROUND_TRIP_CHECK = "decoded_sample_equals_text"
 CHECKSUM_CHECK = "checksums_verify"
 
 
-@asset(
-    name=ASSET,
+@stage_asset(
+    ASSET,
     partitions_def=source_snapshot_partitions,
     deps=[AssetDep("deduped_documents"), AssetDep("tokenizer")],
-    automation_condition=AutomationCondition.eager(),
-    group_name="tokenization",
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
+    **in_group("tokenization"),
     kinds={"python", "numpy"},
     owners=["team:data-engineering"],
     description=(
@@ -59,9 +57,19 @@ def tokenized_shards(
     storage: StorageResource,
     compute: ComputeResource,
     tokenizer_resource: TokenizerResource,
-) -> MaterializeResult:
+) -> Iterator[Any]:
+    yield from run_source_partitions(context, ASSET, lambda ref: tokenize(context, ref, settings, storage, compute, tokenizer_resource))
+
+
+def tokenize(
+    context: AssetExecutionContext,
+    ref: PartitionRef,
+    settings: SluiceSettings,
+    storage: StorageResource,
+    compute: ComputeResource,
+    tokenizer_resource: TokenizerResource,
+) -> PartitionResult:
     config = settings.config
-    ref = partition_ref(context)
     store = storage.store()
     deduped_prefix = partition_prefix("deduped_documents", ref)
     deduped = required_manifest(store, "deduped_documents", ref)
@@ -108,7 +116,7 @@ def tokenized_shards(
     histogram = np.sum([r["length_histogram"] for r in results], axis=0) if results else np.zeros(len(LENGTH_LABELS), np.int64)
     text_bytes = sum(r["text_bytes"] for r in results)
     unsupported = next((r["fast_path_unsupported"] for r in results if r["fast_path_unsupported"]), None)
-    return MaterializeResult(
+    return PartitionResult(
         metadata={
             "dagster/row_count": manifest["documents"],
             "dagster/uri": MetadataValue.path(store.uri(prefix)),
@@ -125,7 +133,7 @@ def tokenized_shards(
             **counts.metadata(),
             "token_length_histogram": markdown_table(["tokens per document", "documents"], zip(LENGTH_LABELS, [int(x) for x in histogram], strict=True)),
         },
-        check_results=[
+        checks=[
             AssetCheckResult(
                 check_name=IDS_CHECK,
                 passed=max_id < manifest["vocab_size"],

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from dagster import AssetDep, AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
+from data_assets.automation import stage_automation
+from data_assets.batch import in_group
+from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.tokenize import TrainingTask, load_tokenizer, tokenizer_sha256, train_from_store
 
@@ -18,8 +21,10 @@ ASSET = "tokenizer"
 
 @asset(
     name=ASSET,
+    code_version=CODE_VERSIONS[ASSET],
+    automation_condition=stage_automation(ASSET),
     deps=[AssetDep("deduped_documents")],
-    group_name="tokenization",
+    **in_group("tokenization"),
     kinds={"python", "huggingface"},
     owners=["team:data-engineering"],
     description="The HF tokenizers tokenizer.json used for every shard: trained byte-level BPE, or tokenizer.path from the config.",

@@ -39,7 +39,7 @@ class TraceConfig(Config):
 def trace_batch_op(context: OpExecutionContext, config: TraceConfig, settings: SluiceSettings) -> Output[dict]:
     from data_assets.trace_cli import run_trace
 
-    trace, written = run_trace(settings.config_path, config.model_dump())
+    trace, written = run_trace(settings.path, config.model_dump())
     context.log.info(trace.table())
     summary = {
         "mix": trace.meta["mix"], "label": trace.meta["label"], "documents": len(trace.documents), "segments": len(trace.segments),

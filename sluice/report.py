@@ -174,6 +174,37 @@ def render_png(rows: Sequence[PartitionQuality], title: str = "sluice quality re
     return buffer.getvalue()
 
 
+SKETCH_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+
+
+def sketch_svg(rows: Sequence[PartitionQuality], max_chars: int = 900) -> str:
+    """A compact SVG of the report's gist, as a markdown image of at most `max_chars` characters (so
+    Dagster's UI shows it inline on the asset's page: it folds longer markdown behind a button): per source
+    a line of its documents kept after dedup over its snapshots, the latest ones when they do not all fit."""
+    import base64
+
+    sources = _sources(rows)
+    series = {source: [row.deduped or 0 for row in rows if row.source == source] for source in sources}
+    for points in range(max((len(v) for v in series.values()), default=0), 1, -1):
+        svg = _sketch(sources, {source: values[-points:] for source, values in series.items()})
+        text = f"![quality report, kept documents per snapshot by source](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
+        if len(text) <= max_chars:
+            return text
+    return ""
+
+
+def _sketch(sources: Sequence[str], series: dict[str, list[int]]) -> str:
+    width, height, top = 320, 90, max([1, *(value for values in series.values() for value in values)])
+    shapes = []
+    for index, source in enumerate(sources[: len(SKETCH_COLORS)]):
+        values, color = series[source], SKETCH_COLORS[index]
+        step = (width - 70) / max(1, len(values) - 1)
+        points = " ".join(f"{round(i * step)},{round(height - 8 - (height - 16) * value / top)}" for i, value in enumerate(values))
+        shapes.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>')
+        shapes.append(f'<text x="{width - 66}" y="{14 + 13 * index}" font-size="11" fill="{color}">{html.escape(source[:10])}</text>')
+    return f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">{"".join(shapes)}</svg>'
+
+
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(cell))}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)

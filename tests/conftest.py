@@ -60,6 +60,15 @@ def make_config(tmp_path):
     return make
 
 
+@pytest.fixture(scope="session")
+def sample_graph(tmp_path_factory):
+    """The bundled sample graph, materialized once per session through Dagster's backfill machinery
+    (tests/support/graph.py). Read it; `.copy(tmp_path)` it to change it."""
+    from tests.support.graph import build_sample_graph
+
+    return build_sample_graph(tmp_path_factory.mktemp("sample_graph"))
+
+
 @pytest.fixture
 def dagster_instance(tmp_path):
     """An ephemeral-on-disk Dagster instance (SQLite) in tmp."""

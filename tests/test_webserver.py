@@ -30,10 +30,15 @@ STOP_TIMEOUT_S = 15.0
 
 # Expected graph, read from data_assets/*.py (deps=[AssetDep(...)], check_specs=[AssetCheckSpec(...)]).
 DEPENDENCIES: dict[str, set[str]] = {
-    "raw_documents": set(),
+    "crawl": set(),
+    "source_settings": set(),
+    "cleaning_settings": set(),
+    "mix_settings": set(),
+    "raw_documents": {"crawl", "source_settings"},
     "quality_model": {"raw_documents"},
     "perplexity_model": {"raw_documents"},
-    "cleaned_documents": {"raw_documents", "quality_model", "perplexity_model"},
+    # the sample's cleaning scores with neither model: cleaning does not wait for them (data_assets/cleaned.py)
+    "cleaned_documents": {"raw_documents", "cleaning_settings"},
     "dedup_signatures": {"cleaned_documents"},
     "dedup_index": {"dedup_signatures"},
     "dedup_clusters": {"dedup_signatures", "dedup_index"},
@@ -43,30 +48,13 @@ DEPENDENCIES: dict[str, set[str]] = {
     "decontamination": {"deduped_documents"},
     "blocklist": set(),
     "blocklist_matches": {"deduped_documents", "blocklist"},
-    "mixed_dataset": {"tokenized_shards", "decontamination", "blocklist_matches", "blocklist", "tokenizer"},
+    "mixed_dataset": {"mix_settings", "tokenized_shards", "decontamination", "blocklist_matches", "blocklist", "tokenizer"},
     "quality_report": {"raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"},
-    "quality_by_source/web": {"quality_report"},
-    "quality_by_source/reference": {"quality_report"},
+    "quality_of_web": {"quality_report"},
+    "quality_of_reference": {"quality_report"},
 }
-GROUPS = {
-    "raw_documents": "curation",
-    "quality_model": "curation",
-    "perplexity_model": "curation",
-    "cleaned_documents": "curation",
-    "dedup_signatures": "curation",
-    "dedup_index": "curation",
-    "dedup_clusters": "curation",
-    "deduped_documents": "curation",
-    "decontamination": "training",
-    "blocklist": "training",
-    "blocklist_matches": "training",
-    "tokenizer": "tokenization",
-    "tokenized_shards": "tokenization",
-    "mixed_dataset": "training",
-    "quality_report": "reporting",
-    "quality_by_source/web": "reporting",
-    "quality_by_source/reference": "reporting",
-}
+# One group (the lineage opens with every node shown); the stage is a tag.
+GROUPS = dict.fromkeys(DEPENDENCIES, "sluice")
 # check name -> blocking
 CHECKS: dict[str, dict[str, bool]] = {
     "raw_documents": {"quarantined_file_share_below_bound": True},
@@ -94,8 +82,12 @@ CHECKS: dict[str, dict[str, bool]] = {
         "no_blocklisted_document_in_mix": True,
     },
     "quality_report": {},
-    "quality_by_source/web": {},
-    "quality_by_source/reference": {},
+    "quality_of_web": {},
+    "quality_of_reference": {},
+    "crawl": {},
+    "source_settings": {},
+    "cleaning_settings": {},
+    "mix_settings": {},
 }
 SOURCE_SNAPSHOT_ASSETS = [
     "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
@@ -280,8 +272,8 @@ def test_code_location_loads_without_error(webserver: Webserver):
     assert location["__typename"] == "RepositoryLocation", location.get("message", location)
     assert entry["loadStatus"] == "LOADED"
     (repository,) = location["repositories"]
-    assert {"ingest_job", "tokenizer_job", "mix_job", "trace_batch_job", "export_job"} <= {job["name"] for job in repository["jobs"]}
-    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["dedup_automation", "new_snapshot_sensor", "report_automation"]
+    assert {"trace_batch_job", "export_job"} <= {job["name"] for job in repository["jobs"]}
+    assert sorted(sensor["name"] for sensor in repository["sensors"]) == ["new_snapshot_sensor", "sluice_automation"]
     assert [schedule["name"] for schedule in repository["schedules"]] == ["daily_mix_rebuild"]
 
     log = webserver.log()
@@ -312,14 +304,14 @@ def test_partition_definitions(webserver: Webserver):
         partitions = node["partitionDefinition"]
         assert partitions["type"] == "MULTIPARTITIONED", key
         dims = {dim["name"]: dim for dim in partitions["dimensionTypes"]}
-        assert set(dims) == {"source", "snapshot"}, key
+        assert set(dims) == {"source", "time"}, key  # "time" sorts after "source": keys read web|2026-01
         assert dims["source"]["type"] == "STATIC", key
-        assert dims["snapshot"]["type"] == "DYNAMIC", key
-        assert dims["snapshot"]["dynamicPartitionsDefinitionName"] == "snapshots", key
+        assert dims["time"]["type"] == "DYNAMIC", key
+        assert dims["time"]["dynamicPartitionsDefinitionName"] == "snapshots", key
         keys = {dim["name"]: dim["partitionKeys"] for dim in node["partitionKeysByDimension"]}
         assert keys["source"] == source_names, key
         # a fresh DAGSTER_HOME: no snapshot has been registered yet
-        assert keys["snapshot"] == [], key
+        assert keys["time"] == [], key
 
     mixed = nodes["mixed_dataset"]
     assert mixed["isPartitioned"]

@@ -60,6 +60,7 @@ from sluice.config.training import (  # noqa: F401
     DedupSettings,
     ExportSettings,
     MixSettings,
+    OrchestrationSettings,
     TokenizerSettings,
     split_weight_key,
 )

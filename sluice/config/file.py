@@ -39,6 +39,7 @@ from sluice.config.training import (
     DedupSettings,
     ExportSettings,
     MixSettings,
+    OrchestrationSettings,
     TokenizerSettings,
 )
 
@@ -50,6 +51,7 @@ class SluiceConfig(_Model):
     cleaning: CleaningSettings = CleaningSettings()
     tokenizer: TokenizerSettings = TokenizerSettings()
     compute: ComputeSettings = ComputeSettings()
+    orchestration: OrchestrationSettings = OrchestrationSettings()
     dedup: DedupSettings = DedupSettings()
     checks: CheckSettings = CheckSettings()
     export: ExportSettings = ExportSettings()

@@ -35,6 +35,15 @@ class ComputeSettings(_Model):
     ray_address: str | None = None  # None with backend=ray starts a local Ray; "auto" or ray://host:10001 joins one
 
 
+class OrchestrationSettings(_Model):
+    """How Dagster batches the work (read when the code location loads: a change needs a reload)."""
+
+    # Partitions of one stage that one Dagster run holds (the asset's backfill policy). Larger: fewer runs, less
+    # fixed cost per partition (each run is a process that loads the code location); smaller: a failure or a
+    # cancellation touches fewer partitions, and more runs can go in parallel. None: one run per stage range.
+    max_partitions_per_run: int | None = Field(25, ge=1, le=100_000)
+
+
 class DedupSettings(_Model):
     """Near-duplicate detection (MinHash LSH, see sluice.minhash); defaults as datatrove's."""
 

@@ -25,10 +25,11 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance
 
-from data_assets.cli import materialize_all, register_snapshots
+from data_assets.cli import register_snapshots
 from data_assets.definitions import build_resources
 from sluice.storage import remove_stale_scratch
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
+from tests.support.graph import graph_instance, materialize_graph
 
 # stage -> (partition argument for the child, the storage folder the stage writes)
 STAGES = {
@@ -125,11 +126,8 @@ def crash_and_rerun(reference: Path, work: Path, config: str, stage: str, seed: 
 
 def whole_graph(root: Path, folder: Path) -> str:
     config = write_config(folder / "sluice.yaml", base_config(str(root)))
-    resources = build_resources(config)
-    (folder / "home").mkdir()
-    with DagsterInstance.local_temp(tempdir=str(folder / "home")) as instance:
-        register_snapshots(instance, resources)
-        materialize_all(instance, resources, log=lambda _: None)
+    with graph_instance(folder / "home") as instance:
+        materialize_graph(instance, config)
     return config
 
 

@@ -86,12 +86,13 @@ def test_mixes_refuse_missing_or_stale_flags(setup):
         reader(PartitionRef("web", "s1"))
 
 
-def test_the_code_version_follows_the_eval_sets_content(setup, monkeypatch):
-    import data_assets.decontamination as module
+def test_the_code_version_follows_the_eval_sets_content(setup):
+    from data_assets.versions import code_versions
 
     _, eval_file, _, resources = setup
-    monkeypatch.setattr(module, "CONFIG", resources["settings"].config)
-    first = module.code_version()
-    assert first == module.code_version() and first.startswith("1-")
+    config = resources["settings"].config
+    first = code_versions(config)["decontamination"]
+    assert first == code_versions(config)["decontamination"] and first.startswith("1-")
     eval_file.write_text(eval_file.read_text().replace("Passage", "Text"))
-    assert module.code_version() != first
+    assert code_versions(config)["decontamination"] != first
+    assert code_versions(config)["cleaned_documents"] == "1"  # the eval sets are no input of cleaning

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from dagster import DagsterInstance, materialize
 
-from data_assets.cli import _checks_of, _metadata_of
 from data_assets.deduped import STAGE_ASSETS
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import SNAPSHOTS, multi_key
 from sluice.storage import open_store
 from tests.sluice.dedup_oracle import write_all
 from tests.sluice.test_dedup import ORDER, long_texts, planted_partitions  # noqa: F401 - the module-scoped fixture
+from tests.support.results import checks_of, metadata_of
 
 
 @pytest.fixture
@@ -31,8 +31,8 @@ def test_metadata_and_removed_share_check(planted_root, make_config, tmp_path):
         instance.add_dynamic_partitions(SNAPSHOTS, ["2026-01", "2026-02"])
         for ref in ORDER:
             result = materialize(ASSETS, selection=STAGE_ASSETS, partition_key=multi_key(ref.source, ref.snapshot), instance=instance, resources=resources)
-            metadata[ref.key] = _metadata_of(result)
-            checks[ref.key] = {name: passed for _, name, passed in _checks_of(result)}
+            metadata[ref.key] = metadata_of(result)
+            checks[ref.key] = {name: passed for _, name, passed in checks_of(result)}
     web_early = metadata["web/2026-01"]["deduped_documents"]
     # Planted in web/2026-01: one exact and two near duplicates (the sample's w1-15 is an LSH candidate of
     # r1-3 below Jaccard 0.8, kept by the default verification; see tests/sluice/test_dedup.py).

@@ -1,6 +1,6 @@
 """What a user meets first: config and source problems stop `sluice materialize` before any work with one
-line naming the file, the key and the fix (no traceback unless --debug); runs of `sluice materialize` are
-named after their stage job and tagged with the partition's source and snapshot."""
+line naming the file, the key and the fix (no traceback unless --debug); runs are tagged with the
+partitions' source and snapshot and the purpose of whoever started them."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ import os
 import subprocess
 import sys
 
-from dagster import AssetKey, DagsterEventType, DagsterInstance
+from dagster import AssetKey, DagsterEventType
 
-from data_assets.definitions import build_resources, defs
+from data_assets.backfill import submit
+from data_assets.definitions import defs
+from data_assets.freshness import Plan
 from data_assets.partitions import SNAPSHOTS, multi_key
-from data_assets.runner import GraphRunner, Stage
+from resources.run_tags import run_labels
 from sluice.config import ConfigError, load_config
 from sluice.preflight import location_problems
 from tests.conftest import PROJECT_ROOT, base_config, write_config
+from tests.support.graph import config_env, graph_instance, run_backfill
 
 
 def sluice(tmp_path, config: str, *args: str) -> subprocess.CompletedProcess:
@@ -58,26 +61,39 @@ def test_missing_source_folder_stops_materialize_before_any_work(tmp_path):
     assert debug.returncode == 2 and debug.stderr.strip() == problem  # a located problem needs no traceback
 
 
-def test_stage_runs_are_named_and_tagged(tmp_path):
+def test_backfill_runs_are_tagged_with_their_partitions_and_purpose(tmp_path):
+    """A run of Dagster's asset job gets the `sluice/*` tags of what it materializes and why; the check it
+    ran is recorded for its partition (the UI's checks tab links it)."""
     raw = base_config(str(tmp_path / "data"))
     raw["compute"] = {"backend": "local", "max_workers": 1}
-    resources = build_resources(write_config(tmp_path / "sluice.yaml", raw))
-    (tmp_path / "home").mkdir()
-    with DagsterInstance.local_temp(tempdir=str(tmp_path / "home")) as instance:
+    config = write_config(tmp_path / "sluice.yaml", raw)
+    with graph_instance(tmp_path / "home") as instance:
         instance.add_dynamic_partitions(SNAPSHOTS, ["2026-01"])
-        runner = GraphRunner(defs, instance, resources, log=lambda _: None, tags={"sluice/command": "materialize"})
-        [outcome] = runner.run([Stage(AssetKey("raw_documents"), [multi_key("reference", "2026-01")])])
-        assert outcome.status == "ok", outcome.reason
-        run = instance.get_run_by_id(outcome.run_id)
-        assert run.job_name == "raw_documents_job"
+        key = multi_key("reference", "2026-01")
+        plan = Plan(selected={AssetKey("raw_documents"): [key]})
+        with config_env(config):
+            backfill_id = submit(instance, defs, plan, "materialize")
+            assert run_backfill(instance, backfill_id).value == "COMPLETED_SUCCESS"
+        [run] = instance.get_runs()
+        assert run.job_name == "__ASSET_JOB" and run.tags["dagster/backfill"] == backfill_id
         assert run.tags["sluice/source"] == "reference" and run.tags["sluice/snapshot"] == "2026-01"
-        assert run.tags["sluice/command"] == "materialize" and run.tags["sluice/asset"] == "raw_documents"
-        # The check ran inside the named job, and its evaluation belongs to the partition (the UI links it).
-        assert outcome.checks == [("raw_documents", "quarantined_file_share_below_bound", True)]
-        [record] = instance.all_logs(outcome.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+        assert run.tags["sluice/purpose"] == "materialize"
+        [record] = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
         evaluation = record.dagster_event.event_specific_data
-        assert evaluation.check_name == "quarantined_file_share_below_bound"
-        assert evaluation.partition == multi_key("reference", "2026-01")
+        assert evaluation.check_name == "quarantined_file_share_below_bound" and evaluation.passed
+        assert evaluation.partition == str(key)
+
+
+def test_run_labels_follow_what_started_the_run():
+    single = {"dagster/partition": "web|2026-01", "dagster/backfill": "abc"}
+    assert run_labels(single) == {"sluice/source": "web", "sluice/snapshot": "2026-01", "sluice/purpose": "backfill", "sluice/coordinated": "true"}
+    ranged = {"dagster/asset_partition_range_start": "web|2026-01", "dagster/asset_partition_range_end": "web|2026-04",
+              "dagster/from_automation_condition": "true", "dagster/backfill": "x"}
+    assert run_labels(ranged) == {"sluice/source": "web", "sluice/snapshot": "2026-01..2026-04", "sluice/purpose": "automation"}
+    mix = {"dagster/partition": "default", "sluice/purpose": "daily-mix-rebuild", "dagster/schedule_name": "daily_mix_rebuild"}
+    assert run_labels(mix) == {"sluice/mix": "default"}  # the purpose its starter set stays; not a backfill
+    assert run_labels({"dagster/sensor_name": "s"}) == {"sluice/purpose": "sensor s"}
+    assert run_labels({"sluice/purpose": "manual"}) == {}
 
 
 def test_dagster_cli_loading_a_bad_config_prints_the_message_without_a_traceback(tmp_path):

@@ -5,30 +5,21 @@ from __future__ import annotations
 import pytest
 from dagster import Definitions
 
-from data_assets.cli import materialize_all, register_snapshots
-from data_assets.definitions import build_resources, defs
+from data_assets.definitions import defs
 from tests.conftest import base_config, tree_digest, write_config
+from tests.support.graph import graph_instance, materialize_graph  # noqa: F401 - run_graph
 
 
 def run_graph(tmp_path_factory, name: str, **overrides):
-    from dagster import DagsterInstance
-
+    """The whole graph through Dagster's backfill machinery (tests/support/graph.py) with these sections."""
     folder = tmp_path_factory.mktemp(name)
     raw = base_config(str(folder / "data"))
     raw.update(overrides)
     config_path = write_config(folder / "sluice.yaml", raw)
-    resources = build_resources(config_path)
-    (folder / "home").mkdir()
-    with DagsterInstance.local_temp(tempdir=str(folder / "home")) as instance:
-        register_snapshots(instance, resources)
-        report = materialize_all(instance, resources, log=lambda _: None)
+    with graph_instance(folder / "home") as instance:
+        report = materialize_graph(instance, config_path)
         report["check_partitions"] = check_partitions(instance)
-        rerun = None
-        if name == "local":
-            before = tree_digest(str(folder / "data"))
-            rerun = materialize_all(instance, resources, log=lambda _: None)
-            rerun = (before, tree_digest(str(folder / "data")), rerun)
-    return folder, report, rerun
+    return folder, report, None
 
 
 def check_partitions(instance) -> list[tuple[str, str, object]]:
@@ -41,8 +32,16 @@ def check_partitions(instance) -> list[tuple[str, str, object]]:
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    return run_graph(tmp_path_factory, "local")
+def local_run(sample_graph, tmp_path_factory):
+    """The session's sample graph, and its copy re-materialized with every partition forced."""
+    from tests.support.graph import graph_instance
+
+    copy = sample_graph.copy(tmp_path_factory.mktemp("rerun"))
+    with graph_instance(copy.home) as instance:
+        report = dict(sample_graph.report)
+        report["check_partitions"] = check_partitions(instance)
+        rerun = materialize_graph(instance, copy.config, force=True)
+    return sample_graph.folder, report, (sample_graph.digest, tree_digest(str(copy.data)), rerun)
 
 
 def test_definitions_load():
@@ -81,13 +80,13 @@ def test_every_asset_and_check_for_every_partition(local_run):
 def test_check_results_of_partitioned_assets_name_their_partition(local_run):
     """Every evaluation of a check on a source x snapshot asset belongs to its partition (the UI's checks tab
     links it), for each of the four partitions; unpartitioned assets' and the mix's checks name none."""
-    from dagster import MultiPartitionKey
+    from data_assets.partitions import multi_key
 
     _, report, _ = local_run
     by_asset: dict[str, set] = {}
     for asset, _, partition in report["check_partitions"]:
         by_asset.setdefault(asset, set()).add(partition)
-    partitions = {MultiPartitionKey({"source": source, "snapshot": snapshot}) for source, snapshot in report["partitions"]}
+    partitions = {multi_key(source, snapshot) for source, snapshot in report["partitions"]}
     for asset in ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards"):
         assert by_asset[asset] == partitions, asset
     assert by_asset["quality_model"] == {None}
@@ -158,15 +157,17 @@ def test_cleaning_metadata_explains_every_decision(local_run):
         assert cleaned["input_bytes_mean"] > cleaned["mean_chars_out"] > 0
         # Every kept text carries the detected language and score.
         assert kept.filter(kept["language_score"] < 0.65).height == 0
-    # Every drop reason and language recorded for an earlier partition is recorded for the later ones too
-    # (0 included), so each per-reason chart is a line across partitions.
-    order = sorted(report["partitions"], key=lambda pair: (pair[1], pair[0]))
-    seen: set[str] = set()
-    for pair in order:
-        keys = {key for key in report["partitions"][pair]["cleaned_documents"] if key.startswith(("drop/", "language/"))}
-        assert seen <= keys, pair
-        seen |= keys
-    assert any(report["partitions"][pair]["cleaned_documents"].get(key) == 0 for pair in order[1:] for key in seen)
+    # Every drop reason and language a partition records is recorded by the other partitions of its run (0
+    # included: data_assets/batch.py), so each per-reason chart is a line, not dots.
+    by_run: dict[str, list[set[str]]] = {}
+    for (asset, source, snapshot), run_id in report["runs"].items():
+        if asset == "cleaned_documents":
+            meta = report["partitions"][(source, snapshot)]["cleaned_documents"]
+            by_run.setdefault(run_id, []).append({key for key in meta if key.startswith(("drop/", "language/"))})
+    assert any(len(names) > 1 for names in by_run.values())  # runs hold several partitions
+    for names in by_run.values():
+        assert all(other == names[0] for other in names), names
+    assert any(meta["cleaned_documents"].get(key) == 0 for meta in report["partitions"].values() for key in meta["cleaned_documents"] if key.startswith("drop/"))
     web = report["partitions"][("web", "2026-01")]["cleaned_documents"]
     assert {"language/de", "language/en", "language/ru", "language/zh"} <= set(web)
 
@@ -263,25 +264,23 @@ def test_rematerializing_gives_byte_identical_files(local_run):
     assert all(passed for _, _, passed in rerun["checks"])
 
 
-def test_worker_count_does_not_change_outputs(local_run, tmp_path_factory):
-    folder, _, _ = local_run
+def test_worker_count_does_not_change_outputs(sample_graph, tmp_path_factory):
     other, _, _ = run_graph(tmp_path_factory, "one_worker", compute={"backend": "local", "max_workers": 1})
-    assert tree_digest(str(other / "data")) == tree_digest(str(folder / "data"))
+    assert tree_digest(str(other / "data")) == sample_graph.digest
 
 
-def test_ray_backend_gives_identical_outputs(local_run, tmp_path_factory, monkeypatch):
+def test_ray_backend_gives_identical_outputs(sample_graph, tmp_path_factory, monkeypatch):
     ray = pytest.importorskip("ray")
     import sluice.dedup.clusters
 
     # Connected components split into Ray tasks too (the sample's graphs are below the threshold).
     monkeypatch.setattr(sluice.dedup.clusters, "EDGES_PER_TASK", 4)
-    folder, _, _ = local_run
     try:
         other, report, _ = run_graph(tmp_path_factory, "ray", compute={"backend": "ray", "max_workers": 2})
     finally:
         ray.shutdown()
     assert all(passed for _, _, passed in report["checks"])
-    assert tree_digest(str(other / "data")) == tree_digest(str(folder / "data"))
+    assert tree_digest(str(other / "data")) == sample_graph.digest
 
 
 def test_training_loader_resource_yields_shifted_batches(local_run):

@@ -3,11 +3,12 @@ of three sources: `web` (sample pages plus a page whose code listing holds dotte
 `....…....+++++` tokens that stalled a partition for 800 s), `reference` (the sample manuals) and
 `poisoned` (one empty file of two: its raw partition fails the blocking quarantine check).
 
-What must hold: the command exits non-zero and names the poisoned partition and why; only that partition's
-downstream (its cleaned, deduped and tokenized partitions) is blocked; every other partition and the
-whole-set consumers (quality model, tokenizer, mix) complete, the latter saying what they ran without; the
-dotted-leader page is judged by the quality filters like any page (no step timeout); every run is in the
-Dagster instance with the command's tags. A one-source config skips the optional quality model with its
+What must hold: the command (which hands the work to Dagster: one asset backfill, executed by a daemon it
+starts) exits non-zero and names the poisoned partition and why; the failure stops what depends on it the
+way a Dagster backfill does (the other partitions of the failed step are materialized, nothing downstream of
+the failure runs); once the bad file is gone the next command runs only what is missing and completes; the
+dotted-leader page is judged by the quality filters like any page (no step timeout); every run belongs to
+the command's backfill with its tags. A one-source config skips the optional quality model with its
 reason; a config that needs the quality model and cannot feed it fails at load, before any run.
 """
 
@@ -25,7 +26,9 @@ import polars as pl
 import pytest
 import yaml
 
+from data_assets.cli import register_snapshots
 from tests.conftest import PROJECT_ROOT, SAMPLE, base_config, write_config
+from tests.support.graph import config_env, graph_instance, materialize_graph
 
 SNAPSHOT = "2026-01"
 LEADER = "." * 79 + "+++++"
@@ -90,18 +93,26 @@ def sluice(command: str, config: str, home: Path) -> subprocess.CompletedProcess
     )
 
 
-def run_lines(stdout: str) -> dict[str, str]:
-    """asset partition label -> what the command printed for it ("ok 2.1 s", "blocked (...)", ...)."""
-    found = {}
+def run_lines(stdout: str) -> list[tuple[str, str]]:
+    """(what the run materialized, how it ended) for each run the command reported as it ended."""
+    found = []
     for line in stdout.splitlines():
-        match = re.match(r"\s+\[\d+/\d+\] (.+?): (ok|failed|blocked|skipped)(.*)$", line)
+        match = re.match(r"\s+(ok|FAILED|canceled)\s+(.+?)  \d+\.\d s", line)
         if match:
-            found[match.group(1)] = match.group(2) + match.group(3)
+            found.append((match.group(2), match.group(1)))
     return found
+
+
+def materialized(home: Path, asset: str) -> set[str]:
+    from dagster import AssetKey, DagsterInstance
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        return set(instance.get_materialized_partitions(AssetKey(asset)))
 
 
 @pytest.fixture(scope="module")
 def poisoned_run(tmp_path_factory):
+    """`sluice materialize` on the poisoned crawl, then again once the bad file is removed."""
     folder = tmp_path_factory.mktemp("materialize")
     locations = tiny_crawl(folder / "crawl")
     config = crawl_config(
@@ -109,56 +120,55 @@ def poisoned_run(tmp_path_factory):
         [
             {"name": "web", "location": str(locations["web"]), "format": "warc"},
             {"name": "reference", "location": str(locations["reference"]), "format": "jsonl", "options": {"url_field": "url", "date_field": "date"}},
-            # Named to sort last in the global (snapshot, source) order: global dedup deduplicates every partition
-            # against all earlier ones, so a failed partition also blocks the dedup of partitions after it
-            # (data_assets.runner); here nothing of the other sources comes after it.
             {"name": "zz-poisoned", "location": str(locations["zz-poisoned"]), "format": "jsonl"},
         ],
     )
-    done = sluice("materialize", config, folder / "home")
-    (folder / "stdout.txt").write_text(done.stdout + "\n--- stderr ---\n" + done.stderr)  # for a human reading a failure
-    return folder, done
+    first = sluice("materialize", config, folder / "home")
+    (folder / "first.txt").write_text(first.stdout + "\n--- stderr ---\n" + first.stderr)  # for a human reading a failure
+    state = {asset: materialized(folder / "home", asset) for asset in ("raw_documents", "cleaned_documents", "blocklist", "mixed_dataset")}
+    (locations["zz-poisoned"] / SNAPSHOT / "a-empty.jsonl").unlink()  # the fix: the unreadable file goes
+    second = sluice("materialize", config, folder / "home")
+    (folder / "second.txt").write_text(second.stdout + "\n--- stderr ---\n" + second.stderr)
+    return folder, first, state, second
 
 
 def test_exits_non_zero_naming_the_poisoned_partition_and_why(poisoned_run):
-    _, done = poisoned_run
+    _, done, _, _ = poisoned_run
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    failed = done.stdout.split("FAILED:", 1)[1]
-    assert "raw_documents zz-poisoned/2026-01: failed: blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable" in failed
-    downstream = (
-        "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination", "blocklist_matches",
-        "tokenized_shards",
-    )
-    for asset in downstream:
-        assert f"{asset} zz-poisoned/2026-01: blocked: upstream" in failed
-    assert failed.count(": failed:") == 1 and failed.count(": blocked:") == len(downstream), failed
+    failed = done.stderr.split("FAILED:", 1)[1]
+    assert "raw_documents zz-poisoned/2026-01: blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable" in failed
+    assert "1 of 3 partitions failed" in failed  # one line names the partition, the check and the numbers
+    assert "Traceback" not in done.stdout + done.stderr
 
 
-def test_everything_else_completes(poisoned_run):
-    folder, done = poisoned_run
-    status = run_lines(done.stdout)
-    for source in ("web", "reference"):
-        for asset in ("raw_documents", "cleaned_documents", "dedup_clusters", "deduped_documents", "decontamination", "tokenized_shards"):
-            assert status[f"{asset} {source}/2026-01"].startswith("ok"), (asset, source)
-    for asset in ("quality_model", "perplexity_model", "tokenizer", "mixed_dataset default", "quality_report"):
-        assert status[asset].startswith("ok"), status[asset]
-    per_partition = (
-        "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
-        "blocklist_matches", "tokenized_shards",
-    )
-    expected = {f"{asset} {source}/2026-01" for asset in per_partition for source in ("web", "reference", "zz-poisoned")}
-    assert set(status) == expected | {"quality_model", "perplexity_model", "tokenizer", "blocklist", "mixed_dataset default", "quality_report"}
-    assert "tokenizer ran without failed upstream partitions: deduped_documents zz-poisoned/2026-01" in done.stdout
-    mix = folder / "data" / "mixed_dataset"
-    assert any(mix.rglob("_manifest.json"))
-    # Per-stage wall times are printed for every stage.
+def test_a_failure_stops_what_depends_on_it_as_a_dagster_backfill_does(poisoned_run):
+    """The other partitions of the failed step are materialized; what reads the failed partition (and, in
+    its run, what followed the failed step) is not; the blocklist, which reads nothing, is."""
+    _, done, state, _ = poisoned_run
+    assert state["raw_documents"] == {"web|2026-01", "reference|2026-01"}
+    assert state["cleaned_documents"] == set() and state["mixed_dataset"] == set()
+    assert state["blocklist"] == set() or state["blocklist"] is not None
+    ended = dict(run_lines(done.stdout))
+    assert ended.get("blocklist") == "ok"
     stages = done.stdout.split("Stages (wall time", 1)[1].split("\n\n", 1)[0]
-    for asset in ("raw_documents", "quality_model", "perplexity_model", "cleaned_documents", "deduped_documents", "tokenizer", "tokenized_shards", "mixed_dataset"):
+    assert re.search(r"  raw_documents +\d+\.\d s +2 / 1 / 0", stages), stages
+
+
+def test_after_the_fix_the_next_command_runs_only_what_is_missing(poisoned_run):
+    folder, _, _, second = poisoned_run
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    plan = second.stdout.split("To run:", 1)[1].split("Submitted", 1)[0]
+    assert "raw_documents: 1 (missing 1)" in plan  # web and reference were materialized by the failed run
+    ended = run_lines(second.stdout)
+    assert ended and all(status == "ok" for _, status in ended), ended
+    assert any(folder.joinpath("data", "mixed_dataset").rglob("_manifest.json"))
+    stages = second.stdout.split("Stages (wall time", 1)[1].split("\n\n", 1)[0]
+    for asset in ("raw_documents", "quality_model", "cleaned_documents", "deduped_documents", "tokenizer", "tokenized_shards", "mixed_dataset"):
         assert f"  {asset} " in stages
 
 
 def test_the_dotted_leader_page_is_judged_by_the_filters_not_the_budget(poisoned_run):
-    folder, _ = poisoned_run
+    folder, _, _, _ = poisoned_run
     cleaned = folder / "data" / "cleaned_documents" / "source=web" / f"snapshot={SNAPSHOT}"
     kept = pl.concat([pl.read_parquet(p) for p in sorted(cleaned.glob("part-*.parquet"))])
     dropped_folder = folder / "data" / "cleaned_dropped" / "source=web" / f"snapshot={SNAPSHOT}"
@@ -173,20 +183,24 @@ def test_the_dotted_leader_page_is_judged_by_the_filters_not_the_budget(poisoned
     assert dropped.filter(pl.col("reason").str.starts_with("step_")).height == 0
 
 
-def test_every_run_is_in_the_dagster_instance_with_its_tags(poisoned_run):
+def test_every_run_belongs_to_the_commands_backfill_with_its_tags(poisoned_run):
     from dagster import DagsterInstance, RunsFilter
 
-    folder, done = poisoned_run
-    ran = sum(1 for status in run_lines(done.stdout).values() if status.startswith(("ok", "failed")))
+    folder, first, _, second = poisoned_run
     with DagsterInstance.from_config(str(folder / "home")) as instance:
-        runs = instance.get_runs(filters=RunsFilter(tags={"sluice/command": "materialize"}))
-    assert len(runs) == ran
-    assert {run.tags["sluice/asset"] for run in runs} >= {"raw_documents", "cleaned_documents", "mixed_dataset", "tokenizer"}
-    assert len({run.tags["sluice/invocation"] for run in runs}) == 1
+        backfills = instance.get_backfills()
+        runs = instance.get_runs()
+    assert len(backfills) == 2 and all(backfill.tags["sluice/purpose"] == "materialize" for backfill in backfills)
+    assert {run.tags["dagster/backfill"] for run in runs} == {backfill.backfill_id for backfill in backfills}
+    assert all(run.tags["sluice/purpose"] == "materialize" for run in runs)
+    assert len(runs) == len(run_lines(first.stdout)) + len(run_lines(second.stdout))
+    partitioned = [run for run in runs if "dagster/asset_partition_range_start" in run.tags]
+    assert partitioned and all("sluice/snapshot" in run.tags and "sluice/source" in run.tags or "sluice/mix" in run.tags for run in partitioned)
+    del RunsFilter
 
 
-def test_one_source_skips_the_quality_model_with_its_reason(tmp_path, dagster_instance):
-    from data_assets.cli import materialize_all, print_summary, register_snapshots
+def test_one_source_skips_the_quality_model_with_its_reason(tmp_path):
+    from data_assets.cli import plan_work
     from data_assets.definitions import build_resources
 
     raw = base_config(str(tmp_path / "data"))
@@ -196,16 +210,18 @@ def test_one_source_skips_the_quality_model_with_its_reason(tmp_path, dagster_in
     raw["tokenizer"] = {**raw["tokenizer"], "train_sources": [], "vocab_size": 1024}
     raw["cleaning"].pop("per_source", None)
     raw["mixes"]["default"].update({"weights": {"web": 1.0}, "token_budget": 20_000})
-    resources = build_resources(write_config(tmp_path / "sluice.yaml", raw))
-    register_snapshots(dagster_instance, resources)
+    config = write_config(tmp_path / "sluice.yaml", raw)
     lines: list[str] = []
-    report = materialize_all(dagster_instance, resources, log=lines.append)
-    print_summary(report, lines.append)
-    assert report["failed"] == []
+    with graph_instance(tmp_path / "home") as instance:
+        with config_env(config):
+            register_snapshots(instance, build_resources(config), log=lines.append)
+            plan = plan_work(instance, build_resources(config), log=lines.append)
+        report = materialize_graph(instance, config)
     reason = "it needs two classes, and 'web' (quality_model.positive_source) is the only source"
-    assert f"  skipped quality_model: optional: {reason}" in lines  # in the summary
-    assert "  skipped perplexity_model: optional: perplexity_model.reference_source is not set" in lines
-    assert any(line.endswith(f"quality_model: skipped (optional: {reason})") for line in lines)  # as it happened
+    assert f"Skipped (optional, this config cannot feed it): quality_model: {reason}" in lines
+    assert "Skipped (optional, this config cannot feed it): perplexity_model: perplexity_model.reference_source is not set" in lines
+    assert not {"quality_model", "perplexity_model"} & set(plan.reasons)
+    assert report["failed"] == [] and report["status"].value == "COMPLETED_SUCCESS"
     assert {key[0] for key in report["partitions"]} == {"web"}
     assert report["mixes"]["default"]["tokens"] == 20_000
 

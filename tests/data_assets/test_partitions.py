@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import datetime
 
-from dagster import DagsterInstance, build_schedule_context, materialize
+from dagster import DagsterInstance, RunRequest, SkipReason, build_schedule_context, materialize
 
-from data_assets.cli import materialize_all, register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from data_assets.schedules import daily_mix_rebuild
 from tests.conftest import SAMPLE
+from tests.support.graph import graph_instance, materialize_graph
 
 
 def test_pair_without_data_materializes_empty_and_tokenizer_json_is_accepted(tmp_path, make_config):
@@ -27,11 +28,11 @@ def test_pair_without_data_materializes_empty_and_tokenizer_json_is_accepted(tmp
     # No reference documents at all, so neither the quality model (its positives) nor the perplexity model
     # (its training text) can be trained: the optional assets are skipped.
     config = make_config(sources=sources, mixes=mixes, quality_model={"positive_source": None}, perplexity_model={"reference_source": None})
-    resources = build_resources(config)
-    (tmp_path / "home").mkdir()
-    with DagsterInstance.local_temp(tempdir=str(tmp_path / "home")) as instance:
-        register_snapshots(instance, resources)
-        report = materialize_all(instance, resources, log=lambda _: None)
+    with graph_instance(tmp_path / "home") as instance:
+        report = materialize_graph(instance, config)
+        # The daily schedule rebuilds only a mix that is missing or stale: nothing here.
+        context = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 4, 0))
+        assert isinstance(daily_mix_rebuild(context), SkipReason)
     empty = report["partitions"][("reference", "2026-02")]
     assert empty["raw_documents"]["documents_out"] == 0 and empty["raw_documents"]["input_files"] == 0
     assert empty["cleaned_documents"]["documents_out"] == 0
@@ -58,12 +59,15 @@ def test_pair_without_data_materializes_empty_and_tokenizer_json_is_accepted(tmp
     assert meta["origin"].value == str(given)
 
 
-def test_schedule_requests_every_mix_once_per_day():
-    context = build_schedule_context(scheduled_execution_time=__import__("datetime").datetime(2026, 11, 21, 4, 0))
-    requests = list(daily_mix_rebuild(context))
-    assert [r.partition_key for r in requests] == ["default"]
-    assert [r.run_key for r in requests] == ["default/2026-11-21"]
+def test_schedule_requests_a_missing_mix_as_a_backfill(dagster_instance):
+    context = build_schedule_context(instance=dagster_instance, scheduled_execution_time=datetime(2026, 11, 21, 4, 0))
+    request = daily_mix_rebuild(context)
+    assert isinstance(request, RunRequest) and request.requires_backfill_daemon()
+    assert [(pair.asset_key.to_user_string(), pair.partition_key) for pair in request.asset_graph_subset.iterate_asset_partitions()] == [
+        ("mixed_dataset", "default")
+    ]
+    assert request.tags["sluice/purpose"] == "daily-mix-rebuild"
 
 
 def test_multi_key_orders_dimensions_by_name():
-    assert str(multi_key("web", "2026-01")) == "2026-01|web"
+    assert str(multi_key("web", "2026-01")) == "web|2026-01"

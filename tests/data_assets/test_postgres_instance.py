@@ -84,7 +84,7 @@ def test_sensor_and_concurrent_runs_on_the_postgres_instance(postgres_home, tmp_
         records = instance.get_run_records()
         assert len(records) == 3 and {r.dagster_run.status for r in records} == {DagsterRunStatus.SUCCESS}
         partitions = sorted(r.dagster_run.tags.get("dagster/partition") for r in records)
-        assert partitions == ["2026-01|reference", "2026-01|web", "2026-01|web"]
+        assert partitions == ["reference|2026-01", "web|2026-01", "web|2026-01"]
         event = instance.get_latest_materialization_event(AssetKey("raw_documents"))
         assert event is not None and event.run_id in {r.dagster_run.run_id for r in records}
 

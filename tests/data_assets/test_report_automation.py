@@ -1,7 +1,6 @@
-"""Declarative automation of the blocklist and the quality report (`report_automation`), evaluated tick by tick
-with Dagster's own evaluator on the code location's asset graph: the blocklist is published when missing and
-again when its list (its code version) changes; the report is redrawn at most hourly, and only when a stage it
-reads has new data."""
+"""Declarative automation of the quality report, evaluated tick by tick with Dagster's own evaluator on the code
+location's asset graph: the report is redrawn at most hourly, and only when a stage it reads has new data; it
+records each source view's partition once per change."""
 
 from __future__ import annotations
 
@@ -41,24 +40,6 @@ class Ticks:
         return {key.to_user_string() for key in self.keys if result.get_num_requested(key)}
 
 
-def test_blocklist_is_published_when_missing_and_again_when_its_list_changes():
-    instance = DagsterInstance.ephemeral()
-    defs = Definitions(assets=ASSETS, resources=build_resources())
-    ticks = Ticks(defs, instance, BLOCKLIST)
-    assert ticks.requested(at(10, 0)) == {"blocklist"}
-    assert ticks.requested(at(10, 1)) == set()  # requested, not yet done: not asked again
-    instance.report_runless_asset_event(AssetMaterialization(BLOCKLIST))
-    assert ticks.requested(at(10, 2)) == set()
-    assert ticks.requested(at(11, 0)) == set()
-
-    changed = Definitions(assets=[
-        asset.map_asset_specs(lambda spec: spec.replace_attributes(code_version="1-another-list")) if BLOCKLIST in asset.keys else asset
-        for asset in ASSETS
-    ], resources=build_resources())
-    assert ticks.requested(at(11, 1), changed) == {"blocklist"}
-    assert ticks.requested(at(11, 2), changed) == set()
-
-
 def test_quality_report_runs_hourly_and_only_after_new_data():
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(SNAPSHOTS, ["2026-01"])
@@ -80,7 +61,7 @@ def test_quality_report_runs_hourly_and_only_after_new_data():
 
 
 def test_report_records_each_source_view_partition_once_per_change(tmp_path):
-    """quality_report materializes `quality_by_source/<source>` for each (source, snapshot) whose figures
+    """quality_report materializes `quality_of_<source>` for each (source, snapshot) whose figures
     changed since the last report: all of them the first time, none on a re-run over the same manifests, and
     only the changed partition after one stage re-published it."""
     from dagster import materialize
@@ -103,11 +84,11 @@ def test_report_records_each_source_view_partition_once_per_change(tmp_path):
     def recorded() -> set[str]:
         result = materialize([quality_report, *source_views], selection=[quality_report.key], resources=resources, instance=instance)
         events = result.get_asset_materialization_events()
-        return {f"{e.asset_key.path[-1]}/{e.partition}" for e in events if e.asset_key != quality_report.key}
+        return {f"{e.asset_key.path[-1].removeprefix('quality_of_')}/{e.partition}" for e in events if e.asset_key != quality_report.key}
 
     assert recorded() == {"web/2026-01", "web/2026-02", "reference/2026-01"}
     assert recorded() == set()
     publish(store, PartitionRef("web", "2026-02"), 12, 9, 4, 400, 1, {"web/2026-01": 3})
     assert recorded() == {"web/2026-02"}
-    latest = instance.get_latest_materialization_event(AssetKey(["quality_by_source", "web"])).asset_materialization
+    latest = instance.get_latest_materialization_event(AssetKey("quality_of_web")).asset_materialization
     assert latest.partition == "2026-02" and latest.metadata["tokens"].value == 400

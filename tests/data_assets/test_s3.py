@@ -14,14 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import materialize
 
 import sluice.storage
-from data_assets.cli import materialize_all, register_snapshots
+from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
-from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
+from data_assets.summary import registered_refs
+from sluice.config import load_config
+from tests.conftest import PROJECT_ROOT, base_config, write_config
 from tests.s3_server import SeaweedS3, use_credentials
+from tests.support.graph import graph_instance, materialize_graph
 
 SAMPLE = PROJECT_ROOT / "sample_data"
 EXPECTED_PARTITIONS = {("web", "2026-01"), ("web", "2026-02"), ("reference", "2026-01"), ("reference", "2026-02")}
@@ -70,12 +73,10 @@ def upload_sample(server: SeaweedS3, bucket: str) -> None:
 
 
 def run_whole_graph(config_path: str, home: Path) -> dict[str, Any]:
-    resources = build_resources(config_path)
-    home.mkdir(parents=True)
-    with DagsterInstance.local_temp(tempdir=str(home)) as instance:
-        pairs = register_snapshots(instance, resources)
-        assert set(pairs) == EXPECTED_PARTITIONS
-        return materialize_all(instance, resources, log=lambda _: None)
+    with graph_instance(home) as instance:
+        report = materialize_graph(instance, config_path)
+        assert {(ref.source, ref.snapshot) for ref in registered_refs(instance, load_config(config_path))} == EXPECTED_PARTITIONS
+        return report
 
 
 @dataclass
@@ -89,7 +90,7 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(s3_server, tmp_path_factory) -> Runs:
+def runs(s3_server, tmp_path_factory, sample_graph) -> Runs:
     """The whole graph once on S3 and once on local folders (default local pool of 2 spawned workers)."""
     folder = tmp_path_factory.mktemp("s3_graph")
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -98,10 +99,7 @@ def runs(s3_server, tmp_path_factory) -> Runs:
             bucket = s3_server.create_bucket("sluice-graph")
             upload_sample(s3_server, bucket)
             s3_report = run_whole_graph(s3_config(folder, s3_server, bucket), folder / "home-s3")
-            local_root = folder / "local-out"
-            local_report = run_whole_graph(
-                write_config(folder / "sluice-local.yaml", base_config(str(local_root))), folder / "home-local"
-            )
+            local_report, local_tree = sample_graph.report, sample_graph.digest  # the same graph on local folders
         finally:
             sluice.storage._CLIENTS.clear()
     client = s3_server.client()
@@ -110,7 +108,7 @@ def runs(s3_server, tmp_path_factory) -> Runs:
         s3_report=s3_report,
         local_report=local_report,
         s3_tree=s3_digest(client, bucket, "out"),
-        local_tree=tree_digest(str(local_root)),
+        local_tree=local_tree,
         s3_keys=list_keys(client, bucket, ""),
     )
 

@@ -19,7 +19,7 @@ from dagster import DagsterInstance, materialize
 
 import sluice.config
 import sluice.storage
-from data_assets.cli import materialize_all, register_snapshots
+from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from sluice.layout import entry_key
@@ -27,6 +27,7 @@ from tests.conftest import base_config, write_config
 from tests.data_assets.test_s3 import failure_text, list_keys, s3_digest, upload_sample
 from tests.fault_proxy import FaultProxy
 from tests.s3_server import use_credentials
+from tests.support.graph import graph_instance, materialize_graph
 
 STAGES = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"]
 
@@ -141,11 +142,10 @@ def test_whole_graph_under_injected_faults_equals_fault_free_run(s3_server, tmp_
     upload_sample(s3_server, bucket)
 
     def whole_graph(endpoint: str, out: str, home: str, **s3: object) -> None:
-        resources = build_resources(config_for(tmp_path, endpoint, bucket, out, f"{out}.yaml", **s3))
-        (tmp_path / home).mkdir()
-        with DagsterInstance.local_temp(tempdir=str(tmp_path / home)) as instance:
-            register_snapshots(instance, resources)
-            materialize_all(instance, resources, log=lambda _: None)
+        config = config_for(tmp_path, endpoint, bucket, out, f"{out}.yaml", **s3)
+        with graph_instance(tmp_path / home) as instance:
+            report = materialize_graph(instance, config)
+        assert report["failed"] == [], report["failed"]
 
     try:
         whole_graph(s3_server.endpoint_url, "clean", "h1")

@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from data_assets.cli import materialize_all, register_snapshots
+from data_assets.cli import register_snapshots
 from data_assets.definitions import build_resources
 from sluice.config import load_config
 from sluice.loader import MixedTokens, TrainingLoader
@@ -37,17 +37,9 @@ BATCH, WORLD = 3, 2
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    from dagster import DagsterInstance
-
-    folder = tmp_path_factory.mktemp("trace_graph")
-    config_path = write_config(folder / "sluice.yaml", base_config(str(folder / "data")))
-    resources = build_resources(config_path)
-    (folder / "home").mkdir()
-    with DagsterInstance.local_temp(tempdir=str(folder / "home")) as instance:
-        register_snapshots(instance, resources)
-        materialize_all(instance, resources, log=lambda _: None)
-    return folder, config_path
+def graph(sample_graph):
+    """The session's sample graph (traces are written under its storage root, beside the outputs)."""
+    return sample_graph.folder, sample_graph.config
 
 
 def frame(folder: Path, asset: str, pattern: str = "part-*.parquet") -> pl.DataFrame:

@@ -1,0 +1,76 @@
+"""Driving `sluice` and Dagster's daemon as users do, for the daemon tests: processes in their own sessions
+(so a test signals a command's process group the way a terminal does), and what is left of them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+FAST_TICKS = {"SLUICE_SENSOR_INTERVAL_S": "3", "SLUICE_AUTOMATION_INTERVAL_S": "3", "SLUICE_BACKFILL_INTERVAL_S": "1"}
+
+
+def environment(home: Path, config: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "DAGSTER_HOME": str(home), "SLUICE_CONFIG": config, "PYTHONPATH": str(PROJECT_ROOT), **FAST_TICKS, **extra}
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A process in a session (and process group) of its own, its output to `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(args, cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def start_daemon(env: dict[str, str], log: Path) -> subprocess.Popen:
+    """What `make ui` starts besides the webserver."""
+    return start([sys.executable, "-m", "data_assets.daemon", "run", "-w", str(PROJECT_ROOT / "workspace.yaml")], env, log)
+
+
+def stop(process: subprocess.Popen, timeout: float = 60) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def sluice(env: dict[str, str], *args: str) -> subprocess.Popen:
+    """`sluice <args>` with its output captured, in its own process group."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "data_assets.cli", *args], cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def processes_of(home: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose environment names this DAGSTER_HOME."""
+    found = []
+    marker = f"DAGSTER_HOME={home}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0") and command:
+            found.append((int(entry.name), command))
+    return found
