@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 KENLM_BUILD_DEPS := libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev
 
-.PHONY: setup demo test test-slow test-all ui lint clean bench
+.PHONY: setup demo test test-slow test-all ui lint clean bench docs
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -47,7 +47,8 @@ test-all: test test-slow
 ui: setup
 	$(PY) -m data_assets.ui
 
-# Every benchmark, then the README's results table rewritten from their figure: lines (peers install on first use).
+# Every benchmark, then the results table of docs/benchmarks/results.md rewritten from their figure: lines (peers
+# install on first use).
 # `make bench BENCHMARKS="cleaning perplexity_auc"` re-runs some: the other scripts' rows are kept, with their dates.
 BENCHMARKS ?= hostile_text cleaning curation_steps perplexity_auc tokenization minhash_throughput dedup_quality dedup_scaling loader loader_scale provenance trace_lookup mix_scale end_to_end
 BENCH_SCALES ?= 1 4 16
@@ -61,11 +62,21 @@ bench: setup
 	  echo "== benchmarks/$$name.py $$args"; \
 	  $(PY) benchmarks/$$name.py $$args 2>&1 | tee $(BENCH_RESULTS)/$$name.log || exit 1; \
 	done
-	$(PY) scripts/update_readme_figures.py $(addprefix $(BENCH_RESULTS)/,$(addsuffix .log,$(BENCHMARKS))) \
+	$(PY) scripts/update_bench_results.py $(addprefix $(BENCH_RESULTS)/,$(addsuffix .log,$(BENCHMARKS))) \
 	  $(if $(filter command line,$(origin BENCHMARKS)),--keep-others)
 
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# The documentation site (mkdocs.yml, docs/; MkDocs Material): built with --strict, so a broken link, anchor or
+# reference fails, into site/ (git-ignored). docs/hooks.py generates the config reference from sluice/config/
+# and the CLI's --help, so the build imports sluice: it needs the project installed (setup), plus the docs extra.
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf .sluice_data .dagster_home .bench_data
+	rm -rf .sluice_data .dagster_home .bench_data site

@@ -21,7 +21,7 @@ per process, start-up included; `sluice_vs_datatrove_all_cores_best_mode` compar
 
 The default input is every web page of the corpus (both snapshots, 13 MB of text, 5.65 M tokens): with one
 snapshot (`--snapshot web/2026-01`, 2.65 M tokens) each of two pool processes works ~1.3 s against ~1 s of
-start-up and a cold word cache, which is what dominates there (reported in the README).
+start-up and a cold word cache, which is what dominates there (see docs/benchmarks/method.md).
 """
 
 from __future__ import annotations

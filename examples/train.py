@@ -12,7 +12,7 @@ Every 5 steps rank 0 prints the loss averaged over all ranks and the trained tok
 (label tokens, padding excluded); at the end, the share of wall time spent waiting for data (the loader's
 stall metric).
 
-When a batch goes bad (README "When a batch goes bad"): every batch carries its provenance (`--provenance`,
+When a batch goes bad (docs/guides/when-a-batch-goes-bad.md): every batch carries its provenance (`--provenance`,
 on by default: per packed segment the mix record, shard, document and token span). A loss-spike hook (loss
 above `--spike-factor` x the running mean, or `--spike-at-step` to try it) saves that batch's provenance as
 JSON under `--spike-dir` and prints the `sluice trace` command that explains it; `--stop-on-spike` ends the

@@ -168,7 +168,7 @@ class PerplexitySettings(_Model):
     enabled: bool = False  # needs the perplexity_model asset; records `perplexity` and `perplexity_bucket`
     max_perplexity: float | None = Field(None, gt=0.0)  # drop above (`high_perplexity`); null = keep
     # Drop documents in these buckets (head / middle / tail: below the model's first cut-off, between,
-    # above the second), e.g. [tail] (`perplexity_bucket_dropped`).
+    # above the second), e.g. [tail] (drop reason `perplexity_tail`).
     drop_buckets: tuple[Literal["head", "middle", "tail"], ...] = ()
 
 

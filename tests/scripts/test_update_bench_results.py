@@ -1,10 +1,11 @@
-"""scripts/update_readme_figures.py: the README's results table is rebuilt from the benchmarks' figure: lines."""
+"""scripts/update_bench_results.py: the results table of docs/benchmarks/results.md is rebuilt from the benchmarks'
+figure: lines; the page's text around the marked table stays."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts import update_readme_figures as update
+from scripts import update_bench_results as update
 
 LOG = """\
 some progress output
@@ -38,49 +39,58 @@ def test_goals_that_are_bounds_are_checked(value, goal, met):
 
 
 def test_only_the_marked_block_is_replaced(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# title\nbefore\n{update.FIGURES_BEGIN}\nold table\n{update.FIGURES_END}\nafter\n")
+    results = tmp_path / "results.md"
+    results.write_text(f"# title\nbefore\n{update.FIGURES_BEGIN}\nold table\n{update.FIGURES_END}\nafter\n")
     log = tmp_path / "cleaning.log"
     log.write_text(LOG)
-    assert update.main([str(log), "--readme", str(readme)]) == 0
-    text = readme.read_text()
+    assert update.main([str(log), "--results", str(results)]) == 0
+    text = results.read_text()
     assert text.startswith("# title\nbefore\n") and text.endswith(f"{update.FIGURES_END}\nafter\n")
     assert "old table" not in text
     assert "| `cleaning` | `cleaning_docs_per_s_ratio` | resiliparse both sides, 520 pages, 13 langs, CPU time | 7.21 | >= 10 | **no** |" in text
     assert "same texts \\| english" in text  # a | in a configuration does not break the table
-    assert update.main([str(log), "--readme", str(readme)]) == 0  # idempotent: the markers stay
-    assert readme.read_text().count(update.FIGURES_BEGIN) == 1
+    assert update.main([str(log), "--results", str(results)]) == 0  # idempotent: the markers stay
+    assert results.read_text().count(update.FIGURES_BEGIN) == 1
 
 
-def test_a_readme_without_markers_or_logs_without_figures_is_an_error(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# no markers\n")
+def test_a_page_without_markers_or_logs_without_figures_is_an_error(tmp_path):
+    results = tmp_path / "results.md"
+    results.write_text("# no markers\n")
     log = tmp_path / "x.log"
     log.write_text(LOG)
     with pytest.raises(ValueError):
-        update.main([str(log), "--readme", str(readme)])
+        update.main([str(log), "--results", str(results)])
     log.write_text("nothing here\n")
-    assert update.main([str(log), "--readme", str(readme)]) == 1
+    assert update.main([str(log), "--results", str(results)]) == 1
 
 
 def test_keep_others_replaces_only_the_rows_of_the_scripts_given(tmp_path):
-    readme = tmp_path / "README.md"
+    results = tmp_path / "results.md"
     old_table = (
         "Measured 2026-11-23 21:17 UTC on some machine; `make bench` (scripts: cleaning, loader).\n\n"
         "| script | figure | configuration | value | goal | met |\n|---|---|---|---|---|---|\n"
         "| `cleaning` | `cleaning_docs_per_s_ratio` | old config | 6.5 | >= 10 | **no** |\n"
         "| `loader` | `loader_resume_ms` | 1e6 ranges \\| mapped | 5.1 | <= 50 | yes |\n"
     )
-    readme.write_text(f"{update.FIGURES_BEGIN}\n{old_table}{update.FIGURES_END}\n")
+    results.write_text(f"{update.FIGURES_BEGIN}\n{old_table}{update.FIGURES_END}\n")
     log = tmp_path / "cleaning.log"
     log.write_text(LOG)
-    assert update.main([str(log), "--readme", str(readme), "--keep-others"]) == 0
-    text = readme.read_text()
+    assert update.main([str(log), "--results", str(results), "--keep-others"]) == 0
+    text = results.read_text()
     assert "old config" not in text and "| 7.21 | >= 10 | **no** |" in text
     # the other script's row stays, dated by the table it came from; the new rows by their log
     assert "| `loader` | `loader_resume_ms` | 1e6 ranges \\| mapped | 5.1 | <= 50 | yes | 2026-11-23 21:17 UTC |" in text
     assert f"| {update.stamp_of(log)} |" in text and "(scripts: cleaning, loader)" in text
-    assert update.main([str(log), "--readme", str(readme), "--keep-others"]) == 0  # a second run keeps the same rows
-    assert readme.read_text().count("`loader_resume_ms`") == 1
-    assert update.main([str(log), "--readme", str(readme)]) == 0  # without the option only the logs' rows remain
-    assert "`loader_resume_ms`" not in readme.read_text()
+    assert update.main([str(log), "--results", str(results), "--keep-others"]) == 0  # a second run keeps the same rows
+    assert results.read_text().count("`loader_resume_ms`") == 1
+    assert update.main([str(log), "--results", str(results)]) == 0  # without the option only the logs' rows remain
+    assert "`loader_resume_ms`" not in results.read_text()
+
+
+def test_the_docs_results_page_holds_one_marked_table():
+    """`make bench` rewrites docs/benchmarks/results.md: its markers are there once, in order, around a table."""
+    page = update.RESULTS.read_text(encoding="utf-8")
+    assert page.count(update.FIGURES_BEGIN) == 1 and page.count(update.FIGURES_END) == 1
+    block = update.block_of(page)
+    assert update.HEADER[0] in block
+    assert update.ROW_SCRIPT.match(next(line for line in block.splitlines() if line.startswith("| `")))
