@@ -27,7 +27,6 @@ from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
 from sluice.config import SluiceConfig
-from sluice.config.cleaning import _perplexity_enabled
 from sluice.layout import (
     PartitionRef,
     partition_prefix,
@@ -56,9 +55,9 @@ def model_deps(config: SluiceConfig) -> list[AssetDep]:
     models it does not use (they are still built, from raw documents)."""
     cleanings = [config.cleaning.for_source(name) for name in config.source_names]
     deps = []
-    if any(cleaning.quality_threshold is not None for cleaning in cleanings):
+    if any(cleaning.uses_quality_model for cleaning in cleanings):
         deps.append(AssetDep("quality_model"))
-    if any(_perplexity_enabled(cleaning) for cleaning in cleanings):
+    if any(cleaning.uses_perplexity_model for cleaning in cleanings):
         deps.append(AssetDep("perplexity_model"))
     return deps
 
@@ -110,7 +109,7 @@ def clean_partition(
     raw_manifest = required_manifest(store, "raw_documents", ref)
     prefix = partition_prefix(ASSET, ref)
     quality_url, quality_sha, quality_max_chars = None, None, 4000
-    if cleaning.quality_threshold is not None:
+    if cleaning.uses_quality_model:
         model_manifest = read_manifest(store, "quality_model")
         if model_manifest is None:
             raise FileNotFoundError(

@@ -550,7 +550,7 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
 
     try:
         model_path = None
-        if task.quality_model_url and task.settings.quality_threshold is not None:
+        if task.quality_model_url and task.settings.uses_quality_model:
             from sluice.quality import MODEL_FILE
 
             model_store = StoreSpec(task.quality_model_url, task.s3).open()

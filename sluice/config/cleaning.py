@@ -335,6 +335,20 @@ class CleaningSettings(_Model):
             base = _deep_merge(base, override)
         return CleaningSettings.model_validate(base)
 
+    @property
+    def uses_quality_model(self) -> bool:
+        """Whether a quality threshold is set, globally or for some language: the quality model is needed."""
+        return self.quality_threshold is not None or any(
+            override.get("quality_threshold") is not None for override in self.languages.values()
+        )
+
+    @property
+    def uses_perplexity_model(self) -> bool:
+        """Whether perplexity scoring is enabled, globally or for some language: the perplexity models are needed."""
+        return self.perplexity.enabled or any(
+            (override.get("perplexity") or {}).get("enabled") for override in self.languages.values()
+        )
+
     def for_language(self, language: str) -> CleaningSettings:
         """These settings with `languages.<language>` merged in (and no languages table): what the steps
         after language ID apply to a document of that language."""
@@ -353,8 +367,6 @@ class CleaningSettings(_Model):
         return scores
 
 
-def _perplexity_enabled(cleaning: CleaningSettings) -> bool:
-    return cleaning.perplexity.enabled or any(o.get("perplexity", {}).get("enabled") for o in cleaning.languages.values())
 
 
 _RENAMED_KEYS = {"ip_address": "ip"}  # deprecated earlier name -> current name (pii.ip)

@@ -24,7 +24,6 @@ from sluice.config.cleaning import (
     CleaningSettings,
     PerplexityModelSettings,
     QualityModelSettings,
-    _perplexity_enabled,
 )
 from sluice.config.storage import (
     FORMAT_OPTIONS,
@@ -91,14 +90,14 @@ class SluiceConfig(_Model):
                 )
         if not self.mixes:
             raise ValueError("at least one mix is required")
-        scored = [name for name in names if self.cleaning.for_source(name).quality_threshold is not None]
+        scored = [name for name in names if self.cleaning.for_source(name).uses_quality_model]
         unavailable = self.quality_model_unavailable()
         if scored and unavailable:
             raise ValueError(
                 f"cleaning.quality_threshold is set (sources {scored}) but the quality model cannot be trained: "
                 f"{unavailable}; remove the threshold or fix quality_model"
             )
-        perplexity = [name for name in names if _perplexity_enabled(self.cleaning.for_source(name))]
+        perplexity = [name for name in names if self.cleaning.for_source(name).uses_perplexity_model]
         if perplexity and not (self.perplexity_model.reference_source or self.perplexity_model.sources):
             raise ValueError(
                 f"cleaning.perplexity is enabled (sources {perplexity}) but perplexity_model.reference_source is not set: "

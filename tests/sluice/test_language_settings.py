@@ -93,3 +93,29 @@ def test_project_config_loads_with_its_language_table():
 
     config = load_config(PROJECT_ROOT / "sluice.yaml")
     assert config.cleaning.for_source("web").for_language("zh") is not None
+
+
+def test_a_quality_threshold_set_for_one_language_needs_the_quality_model(tmp_path):
+    """A threshold under cleaning.languages.<code> alone is a use of the quality model: the config must be
+    able to train it (else a load error, as for a global threshold) and cleaning depends on it."""
+    raw = base_config(str(tmp_path / "data"))
+    raw["cleaning"] = {"languages": {"de": {"quality_threshold": 0.5}}}
+    raw["quality_model"] = {"positive_source": None}
+    path = tmp_path / "sluice.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert "cleaning.quality_threshold is set (sources ['web', 'reference']) but the quality model cannot be trained" in str(error.value)
+
+    config = load(tmp_path, {"languages": {"de": {"quality_threshold": 0.5}}})
+    from data_assets.cleaned import model_deps
+
+    assert [dep.asset_key.to_user_string() for dep in model_deps(config)] == ["quality_model"]
+    assert config.cleaning.for_source("web").uses_quality_model and not config.cleaning.for_source("web").for_language("en").uses_quality_model
+
+
+def test_perplexity_enabled_for_one_language_needs_the_perplexity_model(tmp_path):
+    config = load(tmp_path, {"languages": {"de": {"perplexity": {"enabled": True}}}})
+    from data_assets.cleaned import model_deps
+
+    assert [dep.asset_key.to_user_string() for dep in model_deps(config)] == ["perplexity_model"]
