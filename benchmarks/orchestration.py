@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,17 @@ def demo_config(work: Path) -> Path:
     return path
 
 
+WORDS = ["the", "of", "and", "to", "in", "that", "is", "was", "for", "with", "as", "on", "by", "at", "from", "this", "have", "which", "are", "not", "but", "be", "had", "one", "they", "you", "were", "their", "all", "there", "when", "would", "river", "bridge", "town", "council", "water", "winter", "market", "road", "school", "year", "people", "city", "report", "plan", "budget", "village", "field", "harvest", "weather", "station", "train", "museum", "garden", "library", "festival", "north", "south", "morning"]
+
+
+def english_page(index: int) -> str:
+    """A page of English words (stop words included), different for every index: kept by the default filters
+    and no near duplicate of another."""
+    rng = random.Random(index)
+    sentences = [" ".join(rng.choice(WORDS) for _ in range(12)).capitalize() + "." for _ in range(8)]
+    return " ".join(sentences)
+
+
 def tiny_crawl(work: Path, partitions: int) -> Path:
     """2 sources x partitions/2 snapshots, one short JSONL page each; config with the e2e settings."""
     import yaml
@@ -78,7 +90,7 @@ def tiny_crawl(work: Path, partitions: int) -> Path:
         source, snapshot = ("web", "reference")[index % 2], f"2026-{index // 2 + 1:04d}"
         folder = crawl / source / snapshot
         folder.mkdir(parents=True, exist_ok=True)
-        text = f"Snapshot {snapshot} of {source}: " + " ".join(f"word{index}-{n}" for n in range(60)) + "."
+        text = english_page(index)
         (folder / "pages.jsonl").write_text(json.dumps({"id": f"{source}-{index}", "text": text}) + "\n")
     raw = yaml.safe_load(demo_config(work).read_text())
     raw["sources"] = [{"name": name, "location": str(crawl / name), "format": "jsonl"} for name in ("web", "reference")]
@@ -162,16 +174,21 @@ def via_daemon(name: str, config: Path, work: Path, home: Path) -> dict[str, Any
     return {"name": name, "path": "daemon", "wall_s": wall, "cpu_s": cpu, **outside_steps(home, timeline)}
 
 
+SUBMIT_ALL = """
+from dagster import DagsterInstance
+from data_assets.backfill import submit
+from data_assets.definitions import defs
+from data_assets.freshness import Planner
+with DagsterInstance.get() as instance:
+    print(submit(instance, defs, Planner(defs, instance).plan(force=True), "ui-backfill"))
+"""
+
+
 def submit_all(env: dict[str, str]) -> str:
-    os.environ.update(DAGSTER_HOME=env["DAGSTER_HOME"], SLUICE_CONFIG=env["SLUICE_CONFIG"])
-    from dagster import DagsterInstance
-
-    from data_assets.backfill import submit
-    from data_assets.definitions import defs
-    from data_assets.freshness import Planner
-
-    with DagsterInstance.get() as instance:
-        return submit(instance, defs, Planner(defs, instance).plan(force=True), "ui-backfill")
+    """What the UI's "Materialize all" submits, from a process that loads this graph's code location (the
+    definitions depend on the config: another graph's, imported here, would name other partitions)."""
+    done = subprocess.run([sys.executable, "-c", SUBMIT_ALL], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1]
 
 
 def wait_backfill(home: Path, backfill_id: str) -> None:
