@@ -79,7 +79,10 @@ def main() -> int:
     if os.environ.get(PARENT_ENV):
         _watch_parent(int(os.environ[PARENT_ENV]))
     sys.argv[0] = "dagster-daemon"
-    path = pid_file() if os.environ.get("DAGSTER_HOME") else None
+    from data_assets.cli import ensure_dagster_home
+
+    ensure_dagster_home()  # the instance `make ui` and the command use: its dedup_index pool limit among them
+    path = pid_file()
     if path is not None:
         path.write_text(json.dumps({"pid": os.getpid(), "started": time.time()}))
     try:

@@ -74,3 +74,23 @@ def processes_of(home: Path) -> list[tuple[int, str]]:
         if marker in environ.split(b"\0") and command:
             found.append((int(entry.name), command))
     return found
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def daemon_processes(home: Path, daemon_pid: int) -> set[int]:
+    """The daemon and the processes it keeps for itself (not its code server's, where runs execute)."""
+    found = {daemon_pid}
+    for pid, command in processes_of(home):
+        chain, parent = [], parent_of(pid)
+        while parent not in (None, 0, 1, daemon_pid):
+            chain.append(parent)
+            parent = parent_of(parent)
+        if parent == daemon_pid and "api grpc" not in command and not any("api grpc" in cmd for p, cmd in processes_of(home) if p in chain):
+            found.add(pid)
+    return found
