@@ -29,7 +29,7 @@ _MODULE_OF = {
     "GlobalOrder": "order", "RankPlan": "order",
     "IGNORE_INDEX": "packing", "PACK_TOKENS": "packing", "pack_arrays": "packing", "pack_samples": "packing",
     "read_windows": "packing", "split_packed": "packing",
-    "STATE_VERSION": "torch_loader", "LoaderStats": "torch_loader", "RankBatches": "torch_loader",
+    "STATE_VERSION": "state", "LoaderState": "state", "skip_plan": "state", "LoaderStats": "torch_loader", "RankBatches": "torch_loader",
     "TrainingLoader": "torch_loader", "in_order": "torch_loader", "unpack_group": "torch_loader",
 }
 
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
         read_windows,
         split_packed,
     )
+    from sluice.loader.state import STATE_VERSION, LoaderState, skip_plan
     from sluice.loader.torch_loader import (
-        STATE_VERSION,
         LoaderStats,
         RankBatches,
         TrainingLoader,
@@ -75,6 +75,7 @@ __all__ = [
     "STATE_VERSION",
     "CacheStats",
     "GlobalOrder",
+    "LoaderState",
     "LoaderStats",
     "LocalShards",
     "MixedTokens",
@@ -89,6 +90,7 @@ __all__ = [
     "pack_arrays",
     "pack_samples",
     "read_windows",
+    "skip_plan",
     "split_packed",
     "unpack_group",
 ]

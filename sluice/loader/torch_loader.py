@@ -3,9 +3,8 @@
 DataLoader workers take whole local batches in turn (worker w builds batches k = w, w + K, ..., sent in
 groups, one shared-memory tensor per group) and the main process hands them out in k order, so the worker
 count never changes what a rank sees; the state counts only batches handed to the caller, never prefetched
-ones. `state_dict()` = {seed, epoch, position (samples of that epoch consumed by all ranks), block_size,
-num_samples, step (global batches handed out since position 0), global_batch, index_sha256, skip (the skip
-list, `sluice.loader.skip`)}: a few integers and the skip list, the same on every rank (`sluice.loader.order`).
+ones. `state_dict()` is a `sluice.loader.state.LoaderState`: a few integers and the skip list, the same on
+every rank.
 
 With a skip list the rank's batches are cut from the kept stream (`KeptStream`): the positions from the
 resume position on minus the skipped ones; `provenance=True` adds each batch's `provenance` and `positions`
@@ -30,10 +29,10 @@ from sluice.loader.data import MixedTokens
 from sluice.loader.order import GlobalOrder, RankPlan
 from sluice.loader.packing import PACK_TOKENS, pack_arrays, split_packed
 from sluice.loader.skip import KeptStream, SkipList, SkipPlan
+from sluice.loader.state import LoaderState, skip_plan
 
 _COPIED = "_copied_event"  # internal key: the CUDA event of a batch's host-to-device copy
 _NEXT = "_next_position"  # internal key: the stream position after the batch's global batch
-STATE_VERSION = 2
 
 
 class RankBatches(IterableDataset):
@@ -337,46 +336,24 @@ class TrainingLoader:
         return self.stream_position // self.num_samples
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "version": STATE_VERSION,
-            "seed": self.order.seed,
-            "epoch": self.epoch,
-            "position": self.stream_position % self.num_samples,
-            "num_samples": self.num_samples,
-            "block_size": self.order.block_size,
-            "step": self.step,
-            "global_batch": self.global_batch,
-            "index_sha256": self.data.index_sha256,
-            "skip": self.skip_list.to_state(),
-        }
+        """This loader's checkpoint (`sluice.loader.state.LoaderState`)."""
+        return LoaderState(
+            seed=self.order.seed, epoch=self.epoch, position=self.stream_position % self.num_samples, num_samples=self.num_samples,
+            block_size=self.order.block_size, step=self.step, global_batch=self.global_batch, index_sha256=self.data.index_sha256,
+            skip=self.skip_list,
+        ).to_dict()
 
     def load_state_dict(self, state: dict[str, Any], skip: SkipList | dict[str, Any] | None = None) -> None:
         """Resume from `state` (any world size, batch size or worker count). `skip` adds entries to the
         checkpoint's skip list; its steps are the steps of the run that saved `state` (`sluice.loader.skip`)."""
-        version = int(state.get("version", 1))
-        if version not in (1, STATE_VERSION):
-            raise ValueError(f"loader state version {version} is not {STATE_VERSION} (or 1)")
-        if int(state["num_samples"]) != self.num_samples:
-            raise ValueError(
-                f"the saved loader state is for a mix of {state['num_samples']} samples but mix {self.data.mix!r} "
-                f"({self.data.split}) has {self.num_samples}: resume on the same mix"
-            )
-        saved_index = state.get("index_sha256")
-        if saved_index is not None and self.data.index_sha256 is not None and saved_index != self.data.index_sha256:
-            raise ValueError(
-                f"the saved loader state is for another build of mix {self.data.mix!r} (index {str(saved_index)[:12]}..., now "
-                f"{self.data.index_sha256[:12]}...): the order changed; resume on the build it was saved with"
-            )
-        position = int(state["position"])
-        if not 0 <= position < self.num_samples:
-            raise ValueError(f"loader state position {position} is outside [0, {self.num_samples})")
-        self.order = GlobalOrder(self.num_samples, int(state["seed"]), int(state.get("block_size", 1)))
-        self.stream_position = int(state["epoch"]) * self.num_samples + position
-        self.step = None if state.get("step") is None else int(state["step"])
-        saved = SkipList.from_state(state.get("skip"))
+        saved = LoaderState.from_dict(state)
+        saved.check(self.data)
+        self.order = saved.order()
+        self.stream_position = saved.start
+        self.step = saved.step
         added = SkipList.coerce(skip) if skip is not None else SkipList()
-        saved_batch = int(state.get("global_batch") or self.global_batch)
-        self._set_skip(saved.merged(self._resolve_steps(saved, added, self.step, self.stream_position, saved_batch)))
+        saved_batch = saved.global_batch or self.global_batch
+        self._set_skip(saved.skip.merged(self._resolve_steps(saved.skip, added, self.step, self.stream_position, saved_batch)))
 
     def _resolve_steps(self, saved: SkipList, added: SkipList, step: int | None, position: int, global_batch: int) -> SkipList:
         """`added` with its steps turned into the positions those steps held in the run that saved (step,
@@ -404,14 +381,8 @@ class TrainingLoader:
         return out
 
     def _resolve_plan(self, skip: SkipList) -> SkipPlan | None:
-        if skip.empty:
-            return None
-        keys = [(shard << 32) | doc for shard, doc in skip.documents]
-        if skip.doc_ids:
-            found = self.data.locate_documents(skip.doc_ids)
-            keys += [(shard << 32) | doc for places in found.values() for shard, doc in places]
-            self.skip_unresolved = [doc_id for doc_id in skip.doc_ids if not found.get(doc_id)]
-        return SkipPlan(skip.positions, np.asarray(keys, dtype=np.uint64), skip.urls, skip.domains)
+        plan, self.skip_unresolved = skip_plan(skip, self.data)
+        return plan
 
     def _set_skip(self, skip: SkipList) -> None:
         if skip.steps:

@@ -10,7 +10,8 @@ import numpy as np
 from sluice.loader.data import MixedTokens
 from sluice.loader.order import GlobalOrder
 from sluice.loader.packing import PROVENANCE_COLUMNS, locate_segments
-from sluice.loader.skip import KeptStream, SkipList, SkipPlan
+from sluice.loader.skip import KeptStream
+from sluice.loader.state import LoaderState, skip_plan
 
 
 @dataclass
@@ -101,31 +102,20 @@ def batch_provenance(batch: dict[str, Any], loader: Any, step: int | None = None
 def global_positions(data: MixedTokens, spec: BatchSpec) -> tuple[np.ndarray, int, GlobalOrder]:
     """(positions of the global batch in rank-major order, batch size per rank, the order)."""
     if spec.checkpoint is not None:
-        state = spec.checkpoint
-        if int(state["num_samples"]) != len(data):
-            raise ValueError(f"the checkpoint is for a mix of {state['num_samples']} samples; {spec.mix!r} has {len(data)}")
-        if state.get("index_sha256") not in (None, data.index_sha256):
-            raise ValueError(f"the checkpoint is for another build of mix {spec.mix!r}")
-        order = GlobalOrder(len(data), int(state["seed"]), int(state.get("block_size", 1)))
-        global_batch = int(state.get("global_batch") or (spec.batch_size or 0) * spec.world_size)
+        state = LoaderState.from_dict(spec.checkpoint)
+        state.check(data)
+        order = state.order()
+        global_batch = state.global_batch or (spec.batch_size or 0) * spec.world_size
         batch_size = spec.batch_size or global_batch // spec.world_size
         if batch_size * spec.world_size != global_batch:
             raise ValueError(f"batch_size x world_size = {batch_size * spec.world_size}, the checkpoint's global batch is {global_batch}")
-        saved_step = state.get("step")
-        step = spec.resolved_step()
-        if saved_step is None:
+        if state.step is None:
             raise ValueError("the checkpoint does not count steps (loader state version 1)")
-        if step < int(saved_step):
-            raise ValueError(f"step {step} is before the checkpoint's step {saved_step}: trace it from an earlier checkpoint")
-        start = int(state["epoch"]) * len(data) + int(state["position"])
-        skip = SkipList.from_state(state.get("skip"))
-        plan = None
-        if not skip.empty:
-            keys = [(shard << 32) | doc for shard, doc in skip.documents]
-            if skip.doc_ids:
-                keys += [(s << 32) | d for places in data.locate_documents(skip.doc_ids).values() for s, d in places]
-            plan = SkipPlan(skip.positions, np.asarray(keys, np.uint64), skip.urls, skip.domains)
-        positions = KeptStream(start, None, global_batch, plan, order, data).batch(step - int(saved_step))
+        step = spec.resolved_step()
+        if step < state.step:
+            raise ValueError(f"step {step} is before the checkpoint's step {state.step}: trace it from an earlier checkpoint")
+        plan, _ = skip_plan(state.skip, data)
+        positions = KeptStream(state.start, None, global_batch, plan, order, data).batch(step - state.step)
         return positions, batch_size, order
     if spec.batch_size is None or spec.step is None:
         raise ValueError("a step needs the loader's batch_size and world_size (or give a loader checkpoint)")
