@@ -61,49 +61,54 @@ class SluiceConfig(_Model):
 
     @model_validator(mode="after")
     def _cross_references(self) -> SluiceConfig:
+        """Every name the config refers to exists, and every optional model it uses can be trained; all
+        problems at once (one per line), so a copied config is fixed in one pass."""
+        problems = self._reference_problems()
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def _reference_problems(self) -> list[str]:
         names = [source.name for source in self.sources]
         if not names:
-            raise ValueError("at least one source is required")
+            return ["at least one source is required"]
         if len(set(names)) != len(names):
-            raise ValueError(f"source names must be unique, got {names}")
-        for mix_name, mix in self.mixes.items():
-            check_name(mix_name, "mix name")
-            for source_name in mix.sources:
-                if source_name not in names:
-                    raise ValueError(
-                        f"mixes.{mix_name}.weights names unknown source {source_name!r}; sources are {names}"
-                    )
-        for source_name in self.cleaning.per_source:
-            if source_name not in names:
-                raise ValueError(f"cleaning.per_source names unknown source {source_name!r}; sources are {names}")
-        if self.quality_model.positive_source and self.quality_model.positive_source not in names:
-            raise ValueError(
-                f"quality_model.positive_source names unknown source {self.quality_model.positive_source!r}; sources are {names}"
-            )
-        for source_name in {self.perplexity_model.reference_source, *self.perplexity_model.sources.values()} - {None}:
-            if source_name not in names:
-                raise ValueError(f"perplexity_model names unknown source {source_name!r}; sources are {names}")
-        for source_name in self.tokenizer.train_sources:
-            if source_name not in names:
-                raise ValueError(
-                    f"tokenizer.train_sources names unknown source {source_name!r}; sources are {names}"
-                )
+            return [f"source names must be unique, got {names}"]
+        problems = []
         if not self.mixes:
-            raise ValueError("at least one mix is required")
+            problems.append("at least one mix is required")
+        for mix_name, mix in self.mixes.items():
+            try:
+                check_name(mix_name, "mix name")
+            except ValueError as error:
+                problems.append(str(error))
+            problems += [f"mixes.{mix_name}.weights names unknown source {s!r}; sources are {names}" for s in mix.sources if s not in names]
+        problems += [f"cleaning.per_source names unknown source {s!r}; sources are {names}" for s in self.cleaning.per_source if s not in names]
+        positive = self.quality_model.positive_source
+        if positive and positive not in names:
+            problems.append(f"quality_model.positive_source names unknown source {positive!r}; sources are {names}")
+        referenced = sorted({self.perplexity_model.reference_source, *self.perplexity_model.sources.values()} - {None})
+        problems += [f"perplexity_model names unknown source {s!r}; sources are {names}" for s in referenced if s not in names]
+        problems += [f"tokenizer.train_sources names unknown source {s!r}; sources are {names}" for s in self.tokenizer.train_sources if s not in names]
+        return problems + self._model_problems(names)
+
+    def _model_problems(self, names: list[str]) -> list[str]:
+        """Cleaning settings that need a model this config cannot train."""
+        problems = []
         scored = [name for name in names if self.cleaning.for_source(name).uses_quality_model]
         unavailable = self.quality_model_unavailable()
         if scored and unavailable:
-            raise ValueError(
+            problems.append(
                 f"cleaning.quality_threshold is set (sources {scored}) but the quality model cannot be trained: "
                 f"{unavailable}; remove the threshold or fix quality_model"
             )
         perplexity = [name for name in names if self.cleaning.for_source(name).uses_perplexity_model]
         if perplexity and not (self.perplexity_model.reference_source or self.perplexity_model.sources):
-            raise ValueError(
+            problems.append(
                 f"cleaning.perplexity is enabled (sources {perplexity}) but perplexity_model.reference_source is not set: "
                 "no model can be trained; name the reference source or disable cleaning.perplexity"
             )
-        return self
+        return problems
 
     def perplexity_model_unavailable(self) -> str | None:
         """Why this config cannot feed the optional `perplexity_model` asset (None when it can)."""
@@ -280,7 +285,8 @@ def parse_config(raw: Any, origin: str = "<config>", base_dir: Path | None = Non
                 allowed = _allowed_keys(tuple(item["loc"]))
                 message = "unknown key (Extra inputs are not permitted)" + did_you_mean(item["loc"][-1], allowed)
                 shown = ""
-            lines.append(f"{where}: {message}{shown}")
+            prefix = f"{where}: " if item["loc"] else ""  # the config's own cross-checks name their keys
+            lines += [f"{prefix}{part}{shown}" for part in message.split("\n")]  # a validator's problems, one per line
         if len(lines) == 1:  # one line naming the file, the key and what is wrong
             raise ConfigError(f"{origin}: {lines[0]}") from None
         raise ConfigError(f"{origin}: invalid config\n  " + "\n  ".join(lines)) from None

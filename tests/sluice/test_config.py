@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from sluice.config import ConfigError, load_config
-from tests.conftest import PROJECT_ROOT, base_config
+from tests.conftest import PROJECT_ROOT, base_config, write_config
 
 
 def write(tmp_path, raw) -> str:
@@ -86,3 +86,21 @@ def test_a_reloaded_config_reflects_the_file_and_shares_nothing_with_the_last(tm
     raw["compute"]["max_workers"] = first.compute.max_workers + 1
     write(tmp_path, raw)
     assert load_config(path).compute.max_workers == first.compute.max_workers + 1
+
+
+def test_every_cross_reference_problem_is_reported_at_once_one_line_each(tmp_path):
+    """A copied config with several wrong names: one load names all of them (not one per attempt)."""
+    raw = base_config(str(tmp_path / "data"))
+    raw["mixes"]["default"]["weights"]["forum"] = 0.1
+    raw["cleaning"] = {"per_source": {"blog": {}}}
+    raw["quality_model"] = {"positive_source": "curated"}
+    raw["perplexity_model"] = {"reference_source": "wiki"}
+    raw["tokenizer"]["train_sources"] = ["news"]
+    path = write_config(tmp_path / "sluice.yaml", raw)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    lines = str(error.value).splitlines()[1:]
+    assert [line.strip().split(" names unknown source ")[0] for line in lines] == [
+        "mixes.default.weights", "cleaning.per_source", "quality_model.positive_source", "perplexity_model", "tokenizer.train_sources",
+    ]
+    assert all(name in text for name, text in zip(["'forum'", "'blog'", "'curated'", "'wiki'", "'news'"], lines, strict=True))
