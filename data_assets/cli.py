@@ -272,8 +272,11 @@ def _main(argv: list[str] | None = None) -> int:
     if args.command in ("register", "materialize", "demo"):
         from sluice.preflight import location_problems
 
-        # Source folders and the storage root, checked before any work: one line per problem.
+        # Source folders, the storage root and snapshot folder names, checked before any work: every problem,
+        # one line each (a folder that cannot be a partition key is never skipped silently).
         problems = location_problems(resources["settings"].config, CONFIG_PATH)
+        if not problems:
+            discover(resources, log=problems.append)
         if problems:
             print("\n".join(problems), file=sys.stderr)
             return 2

@@ -28,9 +28,12 @@ def check_name(value: str, what: str) -> str:
 
 
 def check_snapshot_name(value: str) -> str:
+    """A snapshot folder's name is a partition key (and part of storage keys): refused with the fix."""
     if not SNAPSHOT_PATTERN.match(value) or ".." in value:
+        suggestion = re.sub(r"[^A-Za-z0-9._-]+", "-", value.replace("..", "-")).strip("-._")[:128] or "2026-01"
         raise ValueError(
-            f"snapshot {value!r} must match {SNAPSHOT_PATTERN.pattern} and contain no '..'"
+            f"snapshot folder {value!r} cannot be a partition key (it must match {SNAPSHOT_PATTERN.pattern}, no '..'): "
+            f"rename it, e.g. to {suggestion!r}; its files are not read until then"
         )
     return value
 

@@ -5,6 +5,7 @@ partitions' source and snapshot and the purpose of whoever started them."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ from data_assets.partitions import SNAPSHOTS, multi_key
 from resources.run_tags import run_labels
 from sluice.config import ConfigError, load_config
 from sluice.preflight import location_problems
-from tests.conftest import PROJECT_ROOT, base_config, write_config
+from tests.conftest import PROJECT_ROOT, SAMPLE, base_config, write_config
 from tests.support.graph import config_env, graph_instance, run_backfill
 
 
@@ -131,3 +132,22 @@ def test_only_dagster_code_server_processes_count_as_code_servers():
     assert is_code_server(["/venv/bin/dagster", "code-server", "start", "-m", "data_assets.definitions"])
     assert not is_code_server(["/venv/bin/dagster", "asset", "materialize", "-m", "data_assets.definitions"])
     assert not is_code_server(["/venv/bin/pytest", "tests/"])
+
+
+def test_snapshot_folders_that_cannot_be_partition_keys_stop_materialize_naming_each_and_its_fix(tmp_path):
+    raw = base_config(str(tmp_path / "data"))
+    for source, bad in (("web", "2026|03"), ("reference", "snap ü,04")):
+        shutil.copytree(SAMPLE / source / "2026-01", tmp_path / "crawl" / source / "2026-01")
+        (tmp_path / "crawl" / source / bad).mkdir()
+        next(s for s in raw["sources"] if s["name"] == source)["location"] = str(tmp_path / "crawl" / source)
+    path = write_config(tmp_path / "sluice.yaml", raw)
+
+    done = sluice(tmp_path, path)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in done.stdout + done.stderr
+    web = next(line for line in lines if "'2026|03'" in line)
+    reference = next(line for line in lines if "'snap ü,04'" in line)
+    assert "web: snapshot folder '2026|03' cannot be a partition key" in web and "rename it, e.g. to '2026-03'" in web
+    assert "reference: snapshot folder 'snap ü,04' cannot be a partition key" in reference and "rename it, e.g. to 'snap-04'" in reference
+    assert not (tmp_path / "data").exists()  # nothing was written: no run started
