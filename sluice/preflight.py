@@ -2,7 +2,8 @@
 the path (and how a relative one was resolved) and the fix.
 
 `location_problems(config, config_path)` checks every source location (exists, is a folder or a readable
-S3 prefix) and the storage root (can be created and written); `source_problem` checks one source (the
+S3 prefix), the storage root (can be created and written) and every local file the config names (lists,
+models, the tokenizer, evaluation sets); `source_problem` checks one source (the
 `raw_documents` asset calls it before reading). Dagster-free: `sluice materialize`/`demo` print these and
 stop with exit code 2, the asset fails with the same line.
 """
@@ -102,8 +103,50 @@ def storage_problem(config: SluiceConfig, config_path: str | None = None) -> str
     return None
 
 
+def named_files(config: SluiceConfig) -> list[tuple[str, str]]:
+    """(key, path) of every file the config names: the cleaning chain's lists and model (globally and per
+    source), the tokenizer, the training blocklist, each mix's evaluation sets."""
+    files = []
+    for key in ("url_blocklist", "blocklist", "langid_model"):
+        if getattr(config.cleaning, key):
+            files.append((f"cleaning.{key}", getattr(config.cleaning, key)))
+        for source, override in config.cleaning.per_source.items():
+            if isinstance(override.get(key), str):
+                files.append((f"cleaning.per_source.{source}.{key}", override[key]))
+    if config.tokenizer.path:
+        files.append(("tokenizer.path", config.tokenizer.path))
+    if config.blocklist.path:
+        files.append(("blocklist.path", config.blocklist.path))
+    for name, mix in config.mixes.items():
+        files += [(f"mixes.{name}.eval_sets[{index}]", path) for index, path in enumerate(mix.eval_sets)]
+    return files
+
+
+def file_problems(config: SluiceConfig, config_path: str | None = None) -> list[str]:
+    """Every local file the config names that cannot be read, one line each (S3 objects are read, and
+    checked, when their step starts)."""
+    problems = []
+    for key, location in named_files(config):
+        if location.startswith("s3://"):
+            continue
+        path = Path(location)
+        where = f"{config_path or 'config'}: {key}: {location}"
+        if not path.exists():
+            problems.append(f"{where} {_missing_file(path)}; fix: correct the path (relative paths resolve against the config file's folder) or remove the key")
+        elif not path.is_file():
+            problems.append(f"{where} is a folder, not a file; fix: name the file")
+        elif not os.access(path, os.R_OK):
+            problems.append(f"{where} is not readable by this user; fix: grant read access")
+    return problems
+
+
+def _missing_file(path: Path) -> str:
+    siblings = sorted(entry.name for entry in path.parent.iterdir() if entry.is_file()) if path.parent.is_dir() else []
+    return f"does not exist{did_you_mean(path.name, siblings)}"
+
+
 def location_problems(config: SluiceConfig, config_path: str | None = None) -> list[str]:
-    """Every source location and the storage root, checked; one line per problem."""
+    """Every source location, the storage root and every file the config names, checked; one line per problem."""
     problems = [source_problem(config, name, config_path) for name in config.source_names]
     problems.append(storage_problem(config, config_path))
-    return [problem for problem in problems if problem]
+    return [problem for problem in problems if problem] + file_problems(config, config_path)

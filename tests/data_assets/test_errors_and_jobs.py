@@ -151,3 +151,23 @@ def test_snapshot_folders_that_cannot_be_partition_keys_stop_materialize_naming_
     assert "web: snapshot folder '2026|03' cannot be a partition key" in web and "rename it, e.g. to '2026-03'" in web
     assert "reference: snapshot folder 'snap ü,04' cannot be a partition key" in reference and "rename it, e.g. to 'snap-04'" in reference
     assert not (tmp_path / "data").exists()  # nothing was written: no run started
+
+
+def test_every_missing_file_the_config_names_stops_materialize_at_once(tmp_path):
+    """A missing URL blocklist used to pass preflight and fail mid-graph in a worker; a missing evaluation set
+    only at the mix. Both are reported before any run, one line each, with the closest existing name."""
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "blocked-domains.txt").write_text("spam.example\n")
+    raw = base_config(str(tmp_path / "data"))
+    raw["cleaning"]["url_blocklist"] = "lists/blocked-domain.txt"
+    raw["mixes"]["default"]["eval_sets"] = [str(tmp_path / "evals" / "held-out.jsonl")]
+    path = write_config(tmp_path / "sluice.yaml", raw)
+
+    done = sluice(tmp_path, path)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in done.stdout + done.stderr
+    assert lines[0].startswith(f"{path}: cleaning.url_blocklist: {tmp_path / 'lists' / 'blocked-domain.txt'} does not exist")
+    assert "did you mean 'blocked-domains.txt'?" in lines[0]
+    assert lines[1].startswith(f"{path}: mixes.default.eval_sets[0]: {tmp_path / 'evals' / 'held-out.jsonl'} does not exist")
+    assert not (tmp_path / "data").exists()
