@@ -83,7 +83,14 @@ class NoHeartbeat:
 
 
 class ChildError(RuntimeError):
-    """The work function raised in the child (the message holds its traceback)."""
+    """The work function raised in the child: the message's first line is the root cause (`Type: message`,
+    where in the work), the lines after it the child's traceback."""
+
+
+def error_summary(error: BaseException) -> str:
+    """`Type: first line of the message` of an exception (what a one-line failure report shows)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def cpu_seconds(pid: int, children: bool = False) -> float | None:
@@ -138,9 +145,9 @@ def _child_main(work: Callable[..., None], args: Any, start: int, skips: dict[in
         # exits, so the parent cannot count on reading /proc/<pid>/stat afterwards.
         times = os.times()
         connection.send(("cpu", times.user + times.system + times.children_user + times.children_system))
-    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+    except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
         with contextlib.suppress(OSError):
-            connection.send(("error", traceback.format_exc()))
+            connection.send(("error", error_summary(error), traceback.format_exc()))
         sys.exit(1)
     finally:
         with contextlib.suppress(OSError):
@@ -247,7 +254,9 @@ def _watch(child: _Child, budget_s: float, poll_s: float, on_chunk: Callable[[An
                 if message[0] == "done":
                     _receive_cpu(child)
                     return "done", message[1], delivered
-                raise ChildError(message[1])
+                _, item, stage = child.heartbeat.read()
+                summary, trace = message[1], message[2]
+                raise ChildError(f"{summary} (in the worker, item {item}, step {stage_name(stage)})\n{trace}")
         except (EOFError, OSError):
             pass  # the child is gone: decided below
         sequence, item, stage = child.heartbeat.read()

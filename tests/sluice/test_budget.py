@@ -141,8 +141,13 @@ def test_a_step_that_never_returns_or_kills_its_process_costs_one_document(tmp_p
 
 
 def test_an_exception_in_a_step_still_fails_the_task(tmp_path, misbehaving_chain):
-    with pytest.raises(ChildError, match="ValueError: a bug in a step"):
+    """...and its first line (what the command and the Dagster run's failure show) is the root cause and
+    where it happened, the worker's traceback after it."""
+    with pytest.raises(ChildError) as error:
         clean(tmp_path, "broken", [("d0", page(0)), ("broken", page(1))], step_cpu_budget_s=5)
+    first, *rest = str(error.value).splitlines()
+    assert first.startswith("ValueError: a bug in a step (in the worker, item 1, step ")
+    assert rest[0].startswith("Traceback (most recent call last):")
 
 
 def test_budgeted_and_unbudgeted_outputs_are_byte_identical(tmp_path):
