@@ -6,7 +6,7 @@ import hashlib
 import random
 
 from sluice.config import QualityModelSettings
-from sluice.quality import QualityScorer, TrainingSet, train_model
+from sluice.quality import QualityScorer, TrainingSet, split_by_text, train_model
 from sluice.steps import Document
 
 TOPICS = ["river", "mill", "market", "winter", "garden", "travellers", "hills", "bread", "wool", "bridge"]
@@ -58,3 +58,17 @@ def test_model_separates_classes_and_training_is_deterministic(tmp_path):
     drop = step.apply(bad)
     assert drop is not None and drop.reason == "low_quality_score" and bad.quality_score < 0.5
     assert QualityScorer(str(first), 0.0, settings.max_chars).apply(bad) is None  # 0 scores without dropping
+
+
+def test_copies_of_a_page_are_never_on_both_sides_of_the_held_out_split():
+    """The crawl repeats pages (mirrors, re-crawls): a random line split put copies in both the training and
+    the held-out set, so held-out accuracy measured memory. The split is by text."""
+    rng = random.Random(3)
+    pages = [f"page {i} " + " ".join(rng.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(20)) for i in range(200)]
+    lines = [("__label__hq" if i % 2 else "__label__lq", page) for i, page in enumerate(pages)]
+    lines += [lines[i] for i in range(0, 200, 3)]  # one copy of every third page
+    train, held_out = split_by_text(lines, seed=0)
+    assert sorted(train + held_out) == sorted(lines)
+    assert not {text for _, text in train} & {text for _, text in held_out}
+    assert 0.1 < len(held_out) / len(lines) < 0.3
+    assert split_by_text(lines, seed=0) == (train, held_out) and split_by_text(lines, seed=1) != (train, held_out)
