@@ -181,13 +181,8 @@ def kill_forkserver() -> None:
             os.waitpid(pid, 0)
         with contextlib.suppress(OSError, TypeError):
             os.close(server._forkserver_alive_fd)
-        address = server._forkserver_address
-        if address is not None and not util.is_abstract_socket_namespace(address):
-            with contextlib.suppress(OSError):
-                os.unlink(address)
         server._forkserver_alive_fd = None
-        server._forkserver_address = None
-        server._forkserver_pid = None
+        _forget_forkserver(server)
 
 
 def stop_forkserver() -> None:
@@ -201,12 +196,17 @@ def stop_forkserver() -> None:
         server._forkserver_alive_fd = None
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        address = server._forkserver_address
-        if address is not None and not util.is_abstract_socket_namespace(address):
-            with contextlib.suppress(OSError):
-                os.unlink(address)
-        server._forkserver_address = None
-        server._forkserver_pid = None
+        _forget_forkserver(server)
+
+
+def _forget_forkserver(server: Any) -> None:
+    """After its process is reaped: remove the forkserver's socket file, so the next use starts a new one."""
+    address = server._forkserver_address
+    if address is not None and not util.is_abstract_socket_namespace(address):
+        with contextlib.suppress(OSError):
+            os.unlink(address)
+    server._forkserver_address = None
+    server._forkserver_pid = None
 
 
 def shutdown() -> None:
