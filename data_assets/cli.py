@@ -87,13 +87,16 @@ def new_snapshots(instance, pairs: list[tuple[str, str]]) -> list[str]:
     return sorted({snapshot for _, snapshot in pairs} - known)
 
 
-def register_snapshots(instance, resources: dict[str, Any], log: Callable[[str], None] = print) -> list[tuple[str, str]]:
-    """Register every snapshot folder as a dynamic partition and record the new partitions' crawl versions."""
+def register_snapshots(
+    instance, resources: dict[str, Any], log: Callable[[str], None] = print, pairs: list[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
+    """Register every snapshot folder (`pairs`, as `discover` found them; found now when not given) as a
+    dynamic partition and record the new partitions' crawl versions."""
     from data_assets.partitions import SNAPSHOTS
     from data_assets.versions import observe
     from sluice.layout import PartitionRef
 
-    pairs = discover(resources, log)
+    pairs = discover(resources, log) if pairs is None else pairs
     new = new_snapshots(instance, pairs)
     if new:
         instance.add_dynamic_partitions(SNAPSHOTS, new)
@@ -152,7 +155,7 @@ def materialize(instance, resources: dict[str, Any], command: str = "materialize
             log(f"  {line}")
         # Registered only now, the backfill right after: automation never sees the new partitions missing
         # and not yet in progress (it would request them too).
-        register_snapshots(instance, resources, log=lambda _: None)
+        register_snapshots(instance, resources, pairs=pairs)  # the folders the plan saw
         backfill_id = submit(instance, defs, plan, command)
         log(f"Submitted backfill {backfill_id} (the UI: Overview -> Backfills); following it")
         daemon.ensure()
@@ -275,8 +278,7 @@ def _main(argv: list[str] | None = None) -> int:
         # Source folders, the storage root and snapshot folder names, checked before any work: every problem,
         # one line each (a folder that cannot be a partition key is never skipped silently).
         problems = location_problems(resources["settings"].config, CONFIG_PATH)
-        if not problems:
-            discover(resources, log=problems.append)
+        pairs = discover(resources, log=problems.append) if not problems else []
         if problems:
             print("\n".join(problems), file=sys.stderr)
             return 2
@@ -287,7 +289,8 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"{what}: {len(items)} removed" + "".join(f"\n  {item}" for item in items))
         return 0
     with DagsterInstance.get() as instance:
-        pairs = register_snapshots(instance, resources) if args.command == "register" else discover(resources)
+        if args.command == "register":
+            register_snapshots(instance, resources, pairs=pairs)
         print(f"Config {CONFIG_PATH}; Dagster instance {home}")
         print(f"Snapshots: {sorted({s for _, s in pairs})} ({len(pairs)} source x snapshot folders with data)")
         if args.command == "register":
