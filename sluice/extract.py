@@ -4,8 +4,9 @@ Charset, in the order browsers use: a byte-order mark, the HTTP `Content-Type` c
 / `http-equiv` declaration in the first 4 KiB, else detection from the bytes (valid UTF-8 is taken as
 UTF-8; otherwise resiliparse's detector decides).
 
-Extractors: `resiliparse` (default, fast) or `trafilatura` (slower, often cleaner; optional dependency,
-`pip install 'sluice[extract]'`). Selectable per source (`cleaning.per_source.<name>.extraction`).
+Extractors: `resiliparse` (default, fast), with trafilatura as a second opinion on the rare page where
+resiliparse's main-content heuristic took the article for boilerplate (`extraction.second_opinion`), or
+`trafilatura` alone (slower). Selectable per source (`cleaning.per_source.<name>.extraction`).
 
 Budget: a page over `max_html_bytes` is dropped unparsed (`too_large`). A page that could be slow runs
 in a helper process (`isolate`, see ExtractionSettings): the parent waits at most `timeout_s` for it,
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from sluice.config import ExtractionSettings
@@ -90,11 +92,14 @@ class DecodeText(Step):
         return None
 
 
+_RESILIPARSE_OPTIONS = {"alt_texts": False, "links": False, "comments": False}
+
+
 def extract_resiliparse(html: str) -> str:
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
-    return extract_plain_text(HTMLTree.parse(html), main_content=True, alt_texts=False, links=False, comments=False)
+    return extract_plain_text(HTMLTree.parse(html), main_content=True, **_RESILIPARSE_OPTIONS)
 
 
 def extract_trafilatura(html: str) -> str:
@@ -103,15 +108,38 @@ def extract_trafilatura(html: str) -> str:
     return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=True) or ""
 
 
-EXTRACTORS: dict[str, Callable[[str], str]] = {"resiliparse": extract_resiliparse, "trafilatura": extract_trafilatura}
+def extract_with_second_opinion(html: str, below_chars: int, page_chars: int) -> str:
+    """resiliparse's main text, or trafilatura's where resiliparse's looks lost (shorter than `below_chars`
+    while the page's whole text has at least `page_chars`) and trafilatura finds more. The whole-page text
+    is only computed for short results, so ordinary pages cost one extraction."""
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    tree = HTMLTree.parse(html)
+    text = extract_plain_text(tree, main_content=True, **_RESILIPARSE_OPTIONS)
+    if len(text) >= below_chars or len(extract_plain_text(tree, main_content=False, **_RESILIPARSE_OPTIONS)) < page_chars:
+        return text
+    second = extract_trafilatura(html)
+    return second if len(second) > len(text) else text
+
+
+def extractor_for(settings: ExtractionSettings) -> Callable[[str], str]:
+    """The extraction function the settings describe (what ExtractHtml runs in-process or in its helper)."""
+    if settings.extractor == "trafilatura":
+        return extract_trafilatura
+    if settings.second_opinion is None:
+        return extract_resiliparse
+    return partial(
+        extract_with_second_opinion, below_chars=settings.second_opinion_below_chars, page_chars=settings.second_opinion_page_chars
+    )
 
 
 class ExtractorProcess:
     """A helper process running one extractor, killed and restarted when a page exceeds its budget."""
 
-    def __init__(self, extractor: str, timeout_s: float) -> None:
-        self.extractor = extractor
-        self.timeout_s = timeout_s
+    def __init__(self, settings: ExtractionSettings) -> None:
+        self.settings = settings
+        self.timeout_s = settings.timeout_s
         self.process: subprocess.Popen[bytes] | None = None
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -120,7 +148,7 @@ class ExtractorProcess:
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sluice.extract", "serve", self.extractor],
+                [sys.executable, "-m", "sluice.extract", "serve", self.settings.model_dump_json()],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": path},
             )
@@ -226,9 +254,9 @@ class ExtractHtml(Step):
 
     def __init__(self, settings: ExtractionSettings | None = None) -> None:
         self.settings = settings or ExtractionSettings()
-        self.function = EXTRACTORS[self.settings.extractor]
+        self.function = extractor_for(self.settings)
         isolate = self.settings.isolate
-        self.worker = ExtractorProcess(self.settings.extractor, self.settings.timeout_s) if isolate != "never" else None
+        self.worker = ExtractorProcess(self.settings) if isolate != "never" else None
         self.always_isolate = isolate == "always" or (isolate == "auto" and self.settings.extractor != "resiliparse")
         self.isolated = 0  # pages sent to the helper process
 
@@ -293,8 +321,8 @@ class FixMojibake(Step):
         return None
 
 
-def _serve(extractor: str) -> None:
-    function = EXTRACTORS[extractor]
+def _serve(settings_json: str) -> None:
+    function = extractor_for(ExtractionSettings.model_validate_json(settings_json))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         header = stdin.read(4)
@@ -312,8 +340,8 @@ def _serve(extractor: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "serve" and sys.argv[2] in EXTRACTORS:
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
         _serve(sys.argv[2])
     else:
-        print(f"usage: python -m sluice.extract serve {{{'|'.join(EXTRACTORS)}}}", file=sys.stderr)
+        print("usage: python -m sluice.extract serve EXTRACTION_SETTINGS_JSON", file=sys.stderr)
         sys.exit(2)

@@ -57,7 +57,6 @@ def test_resiliparse_extracts_main_text():
 
 
 def test_trafilatura_is_selectable():
-    pytest.importorskip("trafilatura")
     doc = html_doc((PAGES / "de.html").read_bytes())
     DecodeText().apply(doc)
     step = ExtractHtml(ExtractionSettings(extractor="trafilatura"))
@@ -67,6 +66,48 @@ def test_trafilatura_is_selectable():
     finally:
         step.close()
     assert len(doc.text) > 200 and "<" not in doc.text
+
+
+SENTENCE = "The committee met on Tuesday to discuss the new proposal for the river crossing, which residents had long requested."
+# An article resiliparse's main-content heuristic takes for boilerplate (it sits in a `modal` box) beside a
+# short navigation block: its main text is empty while the page has thousands of characters.
+HIDDEN_ARTICLE = (
+    "<html><body><ul class='nav'><li><a href='/'>Home</a></li><li><a href='/news'>News</a></li></ul>"
+    "<div class='modal'><h1>River crossing</h1>" + ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 12 + "</div></body></html>"
+)
+
+
+@pytest.mark.parametrize("isolate", ["never", "always"])
+def test_a_missed_article_gets_trafilaturas_second_opinion(isolate):
+    from sluice.extract import extract_resiliparse
+
+    assert extract_resiliparse(HIDDEN_ARTICLE).strip() == ""  # the premise: resiliparse alone loses it
+    step = ExtractHtml(ExtractionSettings(isolate=isolate))
+    off = ExtractHtml(ExtractionSettings(isolate=isolate, second_opinion=None))
+    try:
+        doc, plain = html_doc(HIDDEN_ARTICLE.encode()), html_doc(HIDDEN_ARTICLE.encode())
+        for d in (doc, plain):
+            d.text = HIDDEN_ARTICLE
+        assert step.apply(doc) is None
+        assert doc.text.count(SENTENCE) == 36 and "Home" not in doc.text
+        assert off.apply(plain).reason == "empty_text"
+    finally:
+        step.close()
+        off.close()
+
+
+def test_the_second_opinion_is_asked_only_where_resiliparse_looks_lost(monkeypatch):
+    import sluice.extract as extract
+
+    asked: list[str] = []
+    monkeypatch.setattr(extract, "extract_trafilatura", lambda html: asked.append(html) or "")
+    article = "<html><body><article>" + ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 12 + "</article></body></html>"
+    short_page = "<html><body><div class='modal'><p>" + SENTENCE + "</p></div></body></html>"
+    for html in (article, short_page):  # a found article; a page with little text at all
+        extract.extract_with_second_opinion(html, below_chars=500, page_chars=2000)
+    assert asked == []
+    assert extract.extract_with_second_opinion(HIDDEN_ARTICLE, below_chars=500, page_chars=2000) == ""  # (nothing better)
+    assert asked == [HIDDEN_ARTICLE]
 
 
 def test_nesting_estimate_ignores_void_elements():
