@@ -12,7 +12,8 @@ ms per page and their ratio. The headline ratio is the best pass of each side ov
 the rounds' ratios is printed beside it. The filters-only figures are the best of `--repeats` passes in one
 process each.
 
-1. Whole chain, same extractor on both sides: sluice's (charset, resiliparse extraction within its budget,
+1. Whole chain, same extractor and rule definitions on both sides (`cleaning.preset: datatrove`): sluice's
+   (charset, resiliparse extraction within its budget,
    lid.176 (fastText's prediction from per-word sums, sluice/fasttext_predict.py), Gopher repetition + quality,
    C4, FineWeb) against datatrove 0.10.1's (a Resiliparse extractor
    making sluice's resiliparse call with sluice's arguments, see benchmarks/_datatrove.py; LanguageFilter,
@@ -30,7 +31,8 @@ process each.
 2. Filters only, on identical texts: the same resiliparse-extracted texts through both filter chains (the
    four filters, per document, no extraction or language ID): speed (sluice with `english` word splitting,
    datatrove's rules as datatrove applies them, is the like-for-like figure; `multilingual` printed too)
-   and the share of same keep/drop decisions (fidelity).
+   and the share of same keep/drop decisions (fidelity). `english` runs `preset: datatrove`; `multilingual`
+   runs sluice's own rules (`preset: sluice`, e.g. the Gopher alpha rule over whitespace words).
 3. Per-language kept counts of both chains, where non-English handling differs.
 
 datatrove runs in its own virtual environment (benchmarks/peers.py; pins in ../shared/ENVIRONMENT.md).
@@ -97,16 +99,18 @@ def chain_settings(new_steps: bool) -> CleaningSettings:
     from sluice.config import (
         CleaningSettings,
         CodeShareSettings,
+        ExtractionSettings,
         PerplexitySettings,
         PIISettings,
         ToxicitySettings,
     )
 
+    # datatrove's rule definitions (`preset: datatrove`) and the same extractor call as the peer's (no
+    # trafilatura second opinion): the same work on both sides.
+    same = {"preset": "datatrove", "min_chars": 0, "pii": PIISettings(enabled=False), "extraction": ExtractionSettings(second_opinion=None)}
     if new_steps:
-        return CleaningSettings(min_chars=0, pii=PIISettings(enabled=False), perplexity=PerplexitySettings(enabled=True))
-    return CleaningSettings(
-        min_chars=0, pii=PIISettings(enabled=False), toxicity=ToxicitySettings(enabled=False), code_share=CodeShareSettings(enabled=False)
-    )
+        return CleaningSettings(**same, perplexity=PerplexitySettings(enabled=True))
+    return CleaningSettings(**same, toxicity=ToxicitySettings(enabled=False), code_share=CodeShareSettings(enabled=False))
 
 
 def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None = None) -> tuple[dict[str, str], float, float]:
@@ -186,7 +190,7 @@ def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tupl
     )
     from sluice.steps import Document, clear_text_caches
 
-    s = CleaningSettings(word_splitting=word_splitting)
+    s = CleaningSettings(preset="datatrove" if word_splitting == "english" else "sluice")
     multilingual = word_splitting == "multilingual"
     steps = [
         GopherRepetitionFilter(s.gopher_repetition, multilingual),

@@ -111,12 +111,9 @@ class GopherQualityFilter(Step):
             if ellipsis_lines > s.max_ellipsis_lines_ratio:
                 return Drop("gopher_too_many_end_ellipsis", f"{ellipsis_lines:.2f} of lines end with an ellipsis")
         if s.max_non_alpha_words_ratio:
-            # Over distinct tokens only; most are all letters (isalpha, filtered out at C speed), the rest
-            # need the regex.
-            no_letter = sum(counts[token] for token in filterfalse(str.isalpha, counts) if HAS_LETTER(token) is None)
-            alpha = (n_words - no_letter) / n_words
+            alpha = _alpha_share(text, counts, n_words, s.alpha_words)
             if alpha < s.max_non_alpha_words_ratio:
-                return Drop("gopher_below_alpha_threshold", f"{alpha:.2f} of words contain a letter")
+                return Drop("gopher_below_alpha_threshold", f"{alpha:.2f} of {s.alpha_words} words contain a letter")
         if s.min_stop_words:
             if self.stop_words is not None:
                 stop_words, spaceless = self.stop_words, False  # a configured list applies to every script
@@ -127,6 +124,18 @@ class GopherQualityFilter(Step):
                 if found < s.min_stop_words:
                     return Drop("gopher_enough_stop_words", f"{found} stop words < {s.min_stop_words}")
         return None
+
+
+def _alpha_share(text: str, counts: dict[str, int], n_tokens: int, words: str) -> float:
+    """Share of words with a letter: over whitespace-separated words (the Gopher paper) or over the tokens
+    (datatrove; `counts` holds them). Words made only of letters (most; str.isalpha at C speed) skip the regex."""
+    if words == "whitespace":
+        split = text.split()
+        if not split:
+            return 0.0
+        return 1.0 - sum(1 for word in filterfalse(str.isalpha, split) if HAS_LETTER(word) is None) / len(split)
+    no_letter = sum(counts[token] for token in filterfalse(str.isalpha, counts) if HAS_LETTER(token) is None)
+    return (n_tokens - no_letter) / n_tokens
 
 
 # Written with a literal first character (`\n\n+`, not `\n{2,}`): the regex engine then skips to each
@@ -183,7 +192,8 @@ class GopherRepetitionFilter(Step):
             if len(words) < n:
                 continue
             top, at = _top_ngram(_ngram_keys(ids, n))
-            chars = (_span_chars(words, at, n) + n - 1) * top  # words joined by spaces
+            # Words joined by spaces (datatrove); characters of a spaceless script are joined by nothing.
+            chars = (_span_chars(words, at, n) + (n - 1 if scale == 1 else 0)) * top
             if chars / length > threshold:
                 return Drop(f"top_{n // scale}_gram", f"{chars / length:.3f} of characters in the top n-gram")
 

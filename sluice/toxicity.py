@@ -19,7 +19,9 @@ lists hold that matched on the shared corpus's technical handbook (Turkish `duru
 longer words (no word boundaries there).
 
 Score: listed-term occurrences per word (tokens that are not punctuation). A document is dropped
-(`toxic_content`) when it has at least `min_terms` occurrences and its score is above `max_score`. Documents
+(`toxic_content`) when it has at least `min_terms` occurrences besides `reporting_terms` (the words a news
+or court report names what happened with: `rape`, `pedophile`, ...; they count in the score, but cannot
+drop a report on their own) and its score is above `max_score`. Documents
 in a language without a list (and no `extra_languages`) are not scored (null). Which lists apply: the
 document's language's plus `extra_languages` (e.g. `[en]` for English slurs on other-language pages).
 Per-language switches: `cleaning.languages.<code>.toxicity` (e.g. `{enabled: false}`).
@@ -153,6 +155,7 @@ class ToxicityFilter(Step):
         self.s = settings or ToxicitySettings()
         self.multilingual = multilingual
         self._matchers: dict[str, TermMatcher | None] = {}
+        self.reporting = frozenset(term.lower() for term in self.s.reporting_terms)
 
     def matcher(self, language: str) -> TermMatcher | None:
         if language not in self._matchers:
@@ -161,7 +164,9 @@ class ToxicityFilter(Step):
             self._matchers[language] = TermMatcher(terms, self.multilingual, self.s.ignore_terms) if terms else None
         return self._matchers[language]
 
-    def apply(self, doc: Document) -> Drop | None:
+    def score(self, doc: Document) -> tuple[Counter[str], int, int] | None:
+        """(occurrences by listed term, words, occurrences of the terms that can drop: those not in
+        `reporting_terms`) of the document, or None when no list applies to its language."""
         from sluice.words import PUNCTUATION
 
         matcher = self.matcher(doc.language)
@@ -171,10 +176,17 @@ class ToxicityFilter(Step):
         counts = matcher.watched_counts(tokens)
         found = matcher.count(tokens, counts)
         words = len(tokens) - sum(counts[p] for p in counts.keys() & PUNCTUATION)
+        return found, words, sum(found.values()) - sum(found[term] for term in found.keys() & self.reporting)
+
+    def apply(self, doc: Document) -> Drop | None:
+        scored = self.score(doc)
+        if scored is None:
+            return None
+        found, words, dropping = scored
         doc.toxic_terms = sum(found.values())
         doc.toxicity_score = doc.toxic_terms / words if words else 0.0
         s = self.s
-        if s.max_score is not None and doc.toxic_terms >= s.min_terms and doc.toxicity_score > s.max_score:
+        if s.max_score is not None and dropping >= s.min_terms and doc.toxicity_score > s.max_score:
             top = ", ".join(f"{term} x{n}" for term, n in sorted(found.items(), key=lambda item: (-item[1], item[0]))[:5])
             return Drop("toxic_content", f"{doc.toxic_terms} listed terms, {doc.toxicity_score:.4f} per word > {s.max_score}: {top}")
         return None

@@ -53,6 +53,10 @@ class GopherQualitySettings(_Model):
     max_bullet_lines_ratio: float | None = 0.9
     max_ellipsis_lines_ratio: float | None = 0.3
     max_non_alpha_words_ratio: float | None = 0.8  # (sic, datatrove's name) minimum share of words with a letter
+    # The words of that share: whitespace-separated words (the Gopher paper's definition: "2015," is one word
+    # without a letter) or the word splitter's tokens (datatrove: `,` `.` `%` and each number are tokens
+    # without a letter, so number-heavy news falls under 0.8; preset datatrove).
+    alpha_words: Literal["whitespace", "tokens"] = "whitespace"
     min_stop_words: int | None = 2
     # The stop words counted by min_stop_words; null = sluice.words.STOP_WORDS for the document's language
     # (Gopher's list for English). Usually set per language: cleaning.languages.<code>.gopher_quality.stop_words.
@@ -147,6 +151,14 @@ class ToxicitySettings(_Model):
     ignore_terms: tuple[str, ...] = (
         "it", "durum", "destek", "takip", "edit", "am", "got", "montare", "monta", "venire", "duro", "gat",
     )
+    # Listed terms that news, court and medical reporting uses to name what happened (an op-ed on an abuse
+    # case: "sex x3, pedophile x2, raping x1"). They count in the score but cannot drop a document on their
+    # own: a drop needs `min_terms` occurrences of the other listed terms too. (Spam stays caught: it
+    # carries the other terms as well.)
+    reporting_terms: tuple[str, ...] = (
+        "sex", "rape", "raping", "rapist", "pedophile", "paedophile", "incest", "nude", "nudity", "genitals",
+        "penis", "vagina", "intercourse", "sodomy", "bestiality", "semen", "anus", "orgasm", "ejaculation",
+    )
 
     @field_validator("extra_languages")
     @classmethod
@@ -240,7 +252,21 @@ class QualityModelSettings(_Model):
     max_chars: int = Field(4000, ge=100)  # of each text, for training and scoring
 
 
+# What `cleaning.preset` sets (under the keys a config gives explicitly). Each preset names every key any
+# preset sets, so a per-source preset replaces the global one's choices. sluice: the defaults; datatrove:
+# the quality filters as datatrove 0.10 defines them (English word splitting for every language, the
+# Gopher alpha rule over tokens), which the like-for-like benchmarks use. Steps datatrove has no counterpart
+# of (PII, toxicity, code share) stay as configured.
+PRESETS: dict[str, dict[str, Any]] = {
+    "sluice": {"word_splitting": "multilingual", "gopher_quality": {"alpha_words": "whitespace"}},
+    "datatrove": {"word_splitting": "english", "gopher_quality": {"alpha_words": "tokens"}},
+}
+
+
 class CleaningSettings(_Model):
+    # Named defaults for the rule definitions (PRESETS): sluice (its own, measured on real pages:
+    # benchmarks/real_pages.py) or datatrove (datatrove's). Keys set explicitly win over the preset.
+    preset: Literal["sluice", "datatrove"] = "sluice"
     min_chars: int = Field(200, ge=0)  # shorter extracted texts are dropped (`too_short`)
     max_chars: int = Field(1_000_000, ge=1)  # longer ones are dropped (`too_long`)
     # ISO 639 codes as lid.176 reports them (en, de, zh, ...); empty keeps every language. (A list under
@@ -288,6 +314,15 @@ class CleaningSettings(_Model):
     # Precedence, most specific last: defaults < cleaning.<key> < per_source.<source>.<key>
     # < languages.<code>.<key> < per_source.<source>.languages.<code>.<key>.
     languages: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        """The preset's values under the keys given explicitly."""
+        if isinstance(data, dict) and data.get("preset", "sluice") in PRESETS:
+            given = {key: value.model_dump(exclude_unset=True) if isinstance(value, _Model) else value for key, value in data.items()}
+            data = _deep_merge(PRESETS[data.get("preset", "sluice")], given)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -340,6 +375,8 @@ class CleaningSettings(_Model):
             if isinstance(override.get("languages"), list | tuple):
                 override = {**override, "keep_languages": override["languages"]}
                 del override["languages"]
+            if "preset" in override:  # the source's preset replaces the global one's choices
+                base = _deep_merge(base, PRESETS.get(override["preset"], {}))
             base = _deep_merge(base, override)
         return CleaningSettings.model_validate(base)
 
@@ -363,6 +400,8 @@ class CleaningSettings(_Model):
         base = self.model_dump(exclude={"per_source", "languages"})
         override = self.languages.get(language)
         if override:
+            if "preset" in override:  # the source's preset replaces the global one's choices
+                base = _deep_merge(base, PRESETS.get(override["preset"], {}))
             base = _deep_merge(base, override)
         return CleaningSettings.model_validate(base)
 

@@ -121,12 +121,16 @@ def measure_document(raw: dict[str, Any], cleaned: dict[str, Any], settings: Cle
         measures.add("length_after_filters", "characters", len(doc.text or ""), lang.min_chars, ">=")
         measures.add("length_after_filters", "characters", len(doc.text or ""), lang.max_chars, "<=")
     if lang.toxicity.enabled and lang.toxicity.max_score is not None and cleaned.get("toxicity_score") is not None:
-        # Dropped when at least min_terms listed terms occur and they are more than max_score of the words:
-        # the binding rule is the score once the count is reached, else the count.
-        if (cleaned.get("toxic_terms") or 0) >= lang.toxicity.min_terms:
+        # Dropped when at least min_terms listed terms besides the reporting terms occur and all listed terms
+        # are more than max_score of the words: the binding rule is the score once the count is reached.
+        from sluice.toxicity import ToxicityFilter
+
+        scored = ToxicityFilter(lang.toxicity, multilingual).score(doc)
+        dropping = scored[2] if scored is not None else 0
+        if dropping >= lang.toxicity.min_terms:
             measures.add("toxicity", "terms_per_word", cleaned.get("toxicity_score"), lang.toxicity.max_score, "<=")
         else:
-            measures.add("toxicity", "listed_terms", cleaned.get("toxic_terms") or 0, lang.toxicity.min_terms, "<")
+            measures.add("toxicity", "listed_terms", dropping, lang.toxicity.min_terms, "<")
     if lang.perplexity.enabled:
         measures.add("perplexity", "perplexity", cleaned.get("perplexity"), lang.perplexity.max_perplexity, "<=")
     measures.add("quality_model", "score", cleaned.get("quality_score"), lang.quality_threshold, ">=")
@@ -147,7 +151,6 @@ def _words(doc: Document, multilingual: bool) -> tuple[list[str], Any, int]:
 
 
 def _gopher_quality(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    from sluice.filters import HAS_LETTER
     from sluice.words import PUNCTUATION, STOP_WORDS
 
     s, add = settings.gopher_quality, measures.add
@@ -175,8 +178,9 @@ def _gopher_quality(measures: Measures, doc: Document, settings: CleaningSetting
         ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…"))) / len(lines)
         add("gopher_quality", "ellipsis_lines", ellipsis, s.max_ellipsis_lines_ratio, "<=")
     if s.max_non_alpha_words_ratio:
-        no_letter = sum(n for token, n in counts.items() if not token.isalpha() and HAS_LETTER(token) is None)
-        add("gopher_quality", "words_with_a_letter", (n_words - no_letter) / n_words, s.max_non_alpha_words_ratio, ">=")
+        from sluice.filters import _alpha_share
+
+        add("gopher_quality", "words_with_a_letter", _alpha_share(text, counts, n_words, s.alpha_words), s.max_non_alpha_words_ratio, ">=")
     if s.min_stop_words:
         if s.stop_words is not None:
             stop_words, spaceless = frozenset(s.stop_words), False
@@ -218,7 +222,7 @@ def _gopher_repetition(measures: Measures, doc: Document, settings: CleaningSett
         if len(words) < span:
             continue
         top, at = _top_ngram(_ngram_keys(ids, span))
-        chars = (_span_chars(words, at, span) + span - 1) * top
+        chars = (_span_chars(words, at, span) + (span - 1 if scale == 1 else 0)) * top
         add("gopher_repetition", f"top_{n}_gram_char_frac", chars / length, threshold, "<=")
     for n, threshold in sorted(s.dup_n_grams.items()):
         span = n * scale

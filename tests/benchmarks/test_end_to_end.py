@@ -72,8 +72,13 @@ def test_the_same_steps_config_turns_off_what_datatroves_pipeline_lacks_and_noth
     assert not (off.toxicity.enabled or off.code_share.enabled or off.url_blocklist or off.min_chars)
     assert off.pii == default.cleaning.pii  # the graph's blocking no_pii_left check needs redaction on
     assert same.dedup.verify_min_jaccard is None
-    # the filters datatrove's pipeline has, the language threshold and the rest of the graph are untouched
-    for name in ("gopher_repetition", "gopher_quality", "c4", "fineweb_quality", "min_language_score", "max_chars"):
+    # datatrove's rule definitions and extractor call: preset datatrove, no second opinion
+    assert (off.preset, off.word_splitting, off.gopher_quality.alpha_words) == ("datatrove", "english", "tokens")
+    assert off.extraction.second_opinion is None
+    assert off.extraction.model_copy(update={"second_opinion": "trafilatura"}) == default.cleaning.extraction
+    # the filters' thresholds, the language threshold and the rest of the graph are untouched
+    assert off.gopher_quality.model_copy(update={"alpha_words": "whitespace"}) == default.cleaning.gopher_quality
+    for name in ("gopher_repetition", "c4", "fineweb_quality", "min_language_score", "max_chars"):
         assert getattr(off, name) == getattr(default.cleaning, name), name
     assert same.mixes == default.mixes and same.tokenizer == default.tokenizer
     assert same.dedup.model_copy(update={"verify_min_jaccard": 0.8}) == default.dedup.model_copy(update={"verify_min_jaccard": 0.8})

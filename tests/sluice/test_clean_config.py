@@ -32,6 +32,25 @@ def test_defaults_are_datatroves():
     assert s.min_language_score == 0.65
 
 
+def test_preset_datatrove_sets_datatroves_rule_definitions_under_explicit_keys(tmp_path):
+    sluice, datatrove = CleaningSettings(), CleaningSettings(preset="datatrove")
+    assert (sluice.word_splitting, sluice.gopher_quality.alpha_words) == ("multilingual", "whitespace")
+    assert (datatrove.word_splitting, datatrove.gopher_quality.alpha_words) == ("english", "tokens")
+    # Only the rule definitions change; thresholds and the other steps stay as they are.
+    assert datatrove.model_dump(exclude={"preset", "word_splitting", "gopher_quality"}) == sluice.model_dump(
+        exclude={"preset", "word_splitting", "gopher_quality"}
+    )
+    # Keys a config gives explicitly win over the preset, also inside a section.
+    config = load(tmp_path, {"preset": "datatrove", "word_splitting": "multilingual", "gopher_quality": {"min_doc_words": 20}})
+    s = config.cleaning
+    assert (s.word_splitting, s.gopher_quality.alpha_words, s.gopher_quality.min_doc_words) == ("multilingual", "tokens", 20)
+    # A source's preset replaces the global one's choices; the other sources keep the global preset.
+    config = load(tmp_path, {"preset": "datatrove", "per_source": {"reference": {"preset": "sluice"}}})
+    reference, web = config.cleaning.for_source("reference"), config.cleaning.for_source("web")
+    assert (reference.word_splitting, reference.gopher_quality.alpha_words) == ("multilingual", "whitespace")
+    assert (web.word_splitting, web.gopher_quality.alpha_words) == ("english", "tokens")
+
+
 def test_per_source_overrides_merge_deeply(tmp_path):
     config = load(tmp_path, {"c4": {"min_num_sentences": 3}, "per_source": {"reference": {"c4": {"filter_curly_bracket": False}, "extraction": {"extractor": "trafilatura"}}}})
     reference, web = config.cleaning.for_source("reference"), config.cleaning.for_source("web")

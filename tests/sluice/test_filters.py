@@ -66,6 +66,26 @@ def test_gopher_quality_drops_with_reason(text, expected):
     assert reason(GopherQualityFilter(), text) == expected
 
 
+def _letter_share(words: list[str]) -> float:
+    """Independent oracle: the share of `words` with at least one letter (str.isalpha per character)."""
+    return sum(any(ch.isalpha() for ch in word) for word in words) / len(words)
+
+
+def test_alpha_rule_counts_whitespace_words_and_datatroves_tokens_by_setting():
+    # Number-heavy news: "3.2%," and "(2015)" are words without a letter, but so are their `,` `.` `%`
+    # `(` tokens under a word tokenizer, which pushes ordinary market news below 0.8.
+    news = PROSE + " " + " ".join(
+        f"Shares of the firm rose {i}.{i}% to ${i}0.{i}5, and volume reached {i},{i}00 in ({2000 + i})." for i in range(1, 9)
+    )
+    doc = Document.from_text(news, language="en")
+    whitespace, tokens = _letter_share(news.split()), _letter_share(doc.tokens(True))
+    assert tokens < 0.8 <= whitespace  # the premise, from the oracle
+    assert reason(GopherQualityFilter(), news) is None
+    datatrove = GopherQualitySettings(alpha_words="tokens")
+    drop = GopherQualityFilter(datatrove).apply(Document.from_text(news, language="en"))
+    assert drop.reason == "gopher_below_alpha_threshold" and f"{tokens:.2f}" in drop.detail
+
+
 def test_gopher_quality_thresholds_come_from_settings():
     short = "The cat sat on the mat and that was all there was to it."
     assert reason(GopherQualityFilter(), short) == "gopher_short_doc"
@@ -129,6 +149,25 @@ def test_repeated_ngram_chars_jumps_past_each_repeat():
     ids = np.fromiter(map(hash, words), dtype=np.int64).view(np.uint64)
     assert GopherRepetitionFilter._repeated_ngram_chars(_ngram_keys(ids, 3), words, 3) == 6
     assert GopherRepetitionFilter._repeated_ngram_chars(_ngram_keys(ids, 9), words, 9) == 0
+
+
+def test_top_n_gram_of_a_spaceless_script_counts_its_characters_without_joining_spaces():
+    # A Japanese text whose most frequent 6-character n-gram (a "3-gram" there: n-grams span 2 n
+    # characters) is the repeated product name; its share is its characters in the text, with no spaces
+    # between characters that the text does not have.
+    name = "無線保護アプリ"[:6]
+    sentences = ["今日は晴れて気持ちがいい。", "駅の前に新しい店ができた。", "子供たちは公園で遊んでいる。", "夜には雨が降るそうだ。"]
+    text = "".join(f"{name}{sentence}" for sentence in sentences * 3)
+    doc = Document.from_text(text, language="ja")
+    assert doc.mostly_spaceless()
+    share = len(name) * text.count(name) / len(text)  # the oracle: the name's characters over all
+    with_spaces = (2 * len(name) - 1) * text.count(name) / len(text)  # what joining by spaces would count
+    between = (share + with_spaces) / 2
+    only_top = {"top_n_grams": {3: between}, "dup_n_grams": {}, "dup_line_frac": None, "dup_para_frac": None,
+                "dup_line_char_frac": None, "dup_para_char_frac": None}
+    assert reason(GopherRepetitionFilter(GopherRepetitionSettings(**only_top)), text, "ja") is None
+    only_top["top_n_grams"] = {3: share * 0.99}
+    assert reason(GopherRepetitionFilter(GopherRepetitionSettings(**only_top)), text, "ja") == "top_3_gram"
 
 
 def test_gopher_repetition_n_gram_thresholds_from_settings():

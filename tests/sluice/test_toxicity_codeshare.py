@@ -31,7 +31,9 @@ def listed(language: str, multi_token: bool = False) -> str:
             continue
         if spaceless and (len(term) < 2 or " " in term):
             continue
-        if all(ch.isalpha() or ch == " " for ch in term) and term not in ToxicitySettings().ignore_terms:
+        settings = ToxicitySettings()
+        usable = term.lower() not in settings.ignore_terms and term.lower() not in settings.reporting_terms
+        if all(ch.isalpha() or ch == " " for ch in term) and usable:
             return term.lower()
     raise AssertionError(f"no usable term in the {language} list")
 
@@ -62,6 +64,25 @@ def test_listed_terms_drop_a_document_and_clean_text_passes(language):
     words = sum(1 for t in tokenize(toxic_text) if t not in "，。,.")
     assert toxic.toxicity_score == pytest.approx(expected / words, rel=0.05)
     assert drop is not None and drop.reason == "toxic_content" and term in drop.detail.lower()
+
+
+def test_reporting_terms_count_in_the_score_but_cannot_drop_a_report_on_their_own():
+    reporting = ToxicitySettings().reporting_terms
+    assert {"rape", "pedophile", "sex"} <= set(reporting) <= {t.lower() for t in load_terms("en")}  # all listed terms
+    report = " ".join([
+        PROSE["en"], "The court heard that the pedophile had been convicted of rape before.", PROSE["en"],
+        "Prosecutors said the sex offender denied the rape and the pedophile charges.", PROSE["en"],
+    ])
+    step = ToxicityFilter()
+    doc = Document.from_text(report, language="en")
+    assert step.apply(doc) is None
+    expected = sum(oracle_count(report, term) for term in ("pedophile", "rape", "sex"))
+    assert expected == 5 and doc.toxic_terms == expected and doc.toxicity_score > ToxicitySettings().max_score
+    # The same report with min_terms of the other listed terms is dropped, and so is it without the exemption.
+    term = listed("en")
+    abusive = Document.from_text(" ".join([report, term, term, term]), language="en")
+    assert step.apply(abusive).reason == "toxic_content"
+    assert ToxicityFilter(ToxicitySettings(reporting_terms=())).apply(Document.from_text(report, language="en")).reason == "toxic_content"
 
 
 def test_multi_token_terms_whole_words_only_and_score_only_mode():
