@@ -1,0 +1,194 @@
+"""Real pages: extraction against trafilatura, and what the default filters keep of real articles.
+
+    python benchmarks/real_pages.py [--repeats 3] [--show-drops]
+
+The set: `benchmarks/data/readability-pages.tar.xz`, the 93 real pages of Mozilla Readability's test set
+(news, blogs, docs and wikis in English and eight other languages; Apache-2.0, see readability-NOTICE; built by
+scripts/build_readability_pages.py). Each page has its source HTML and its article as reviewed HTML; pages
+marked `readerable: false` are not articles and are left out (88 remain).
+
+1. Extraction. Gold text = the article HTML's text (lxml; block elements end lines: neither extractor's
+   code). Per page, token precision / recall / F1 of the extracted text against the gold text, as bags of
+   lower-cased word tokens (`\\w+`, each CJK character a token); mean and median over pages. Speed = pages
+   per CPU second of this process (one core), best of `--repeats` passes, each extractor called at the same
+   level (a function from HTML string to text). Extractors: sluice's default (resiliparse with sluice's
+   options and the trafilatura second opinion, sluice.extract.extractor_for), resiliparse's defaults
+   (`extract_plain_text(main_content=True)`), trafilatura's defaults (`extract(html)`) and trafilatura with
+   `favor_precision` (datatrove's call: favor_precision, no comments, deduplicate).
+2. Filters. The articles whose gold text is over 500 characters, through the default cleaning chain
+   (CleaningSettings(): language ID, Gopher, C4, FineWeb, toxicity ...), fed (a) the gold text and (b) the
+   page's HTML (the default extraction first): the share kept and the drop reasons. The same with
+   `preset: datatrove` (datatrove's rule definitions), to show what the defaults' departures buy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tarfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.peers import figure  # noqa: E402
+
+DATA = ROOT / "benchmarks" / "data" / "readability-pages.tar.xz"
+MIN_ARTICLE_CHARS = 500
+_BLOCK = frozenset(
+    ["p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "tr", "td", "th", "section", "article", "header", "footer", "figure", "figcaption", "dd", "dt", "dl", "hr"]
+)
+_WORD = re.compile(r"\w+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+
+def load_pages() -> list[dict]:
+    """The articles of the set: name, source HTML, gold text, metadata."""
+    files: dict[str, dict[str, bytes]] = {}
+    with tarfile.open(DATA, "r:xz") as archive:
+        for member in archive.getmembers():
+            name, file = member.name.split("/")
+            files.setdefault(name, {})[file] = archive.extractfile(member).read()  # type: ignore[union-attr]
+    pages = []
+    for name in sorted(files):
+        meta = json.loads(files[name]["expected-metadata.json"])
+        if meta.get("readerable") is False:
+            continue
+        html = files[name]["source.html"].decode("utf-8", "replace")
+        pages.append({"name": name, "html": html, "gold": gold_text(files[name]["expected.html"]), "lang": meta.get("lang")})
+    return pages
+
+
+def gold_text(article_html: bytes) -> str:
+    """The article's text, each block element on its own lines (lxml; independent of the extractors)."""
+    import lxml.html
+
+    root = lxml.html.fromstring(article_html.decode("utf-8"))
+    for element in root.iter():
+        if isinstance(element.tag, str) and element.tag.lower() in _BLOCK:
+            element.text = "\n" + (element.text or "")
+            element.tail = "\n" + (element.tail or "")
+    return re.sub(r"\n\s*\n\s*", "\n\n", root.text_content()).strip()
+
+
+def tokens(text: str) -> Counter[str]:
+    words: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        words.extend(word) if _CJK.search(word) else words.append(word)
+    return Counter(words)
+
+
+def scores(extracted: str, gold: str) -> tuple[float, float, float]:
+    """Token (precision, recall, F1) of `extracted` against `gold`."""
+    found, wanted = tokens(extracted), tokens(gold)
+    common = sum((found & wanted).values())
+    precision = common / sum(found.values()) if found else 0.0
+    recall = common / sum(wanted.values()) if wanted else 0.0
+    return precision, recall, 2 * precision * recall / (precision + recall) if common else 0.0
+
+
+def extractors() -> dict[str, Callable[[str], str]]:
+    import trafilatura
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    from sluice.config import ExtractionSettings
+    from sluice.extract import extract_trafilatura, extractor_for
+
+    return {
+        "sluice default": extractor_for(ExtractionSettings()),
+        "resiliparse defaults": lambda html: extract_plain_text(HTMLTree.parse(html), main_content=True),
+        "trafilatura default": lambda html: trafilatura.extract(html) or "",
+        "trafilatura favor_precision": extract_trafilatura,
+    }
+
+
+def evaluate(name: str, extract: Callable[[str], str], pages: list[dict], repeats: int) -> dict:
+    """Scores per page and pages per CPU second (best of `repeats` passes) of one extractor."""
+    best, texts = float("inf"), []
+    for _ in range(repeats):
+        started = time.process_time()
+        texts = [extract(page["html"]) for page in pages]
+        best = min(best, time.process_time() - started)
+    per_page = [scores(text, page["gold"]) for text, page in zip(texts, pages, strict=True)]
+    result = {"name": name, "pages_per_s": len(pages) / best, "texts": texts}
+    for index, measure in enumerate(("precision", "recall", "f1")):
+        values = [row[index] for row in per_page]
+        result[measure], result[f"{measure}_median"] = statistics.fmean(values), statistics.median(values)
+    result["f1_by_page"] = {page["name"]: row[2] for page, row in zip(pages, per_page, strict=True)}
+    return result
+
+
+def filter_articles(articles: list[dict], preset: str, field: str) -> tuple[int, Counter[str], list[tuple[str, str, str]]]:
+    """(kept, drop reasons, dropped (name, reason, detail)) of the default chain (with `preset`) over the
+    articles, fed their gold text (`field` = gold) or their HTML (`field` = html)."""
+    from sluice.clean import CleaningPipeline
+    from sluice.config import CleaningSettings
+    from sluice.steps import Document
+
+    pipeline = CleaningPipeline.from_settings(CleaningSettings(preset=preset))
+    kept, reasons, dropped = 0, Counter(), []
+    for page in articles:
+        content_type = "text/html" if field == "html" else "text/plain"
+        doc = Document(page["name"], "web", "s", f"https://example.org/{page['name']}", None, content_type, page[field].encode(), "utf-8")
+        result = pipeline.run(doc)
+        if result is None:
+            kept += 1
+        else:
+            reasons[result[1].reason] += 1
+            dropped.append((page["name"], result[1].reason, result[1].detail))
+    pipeline.close()
+    return kept, reasons, dropped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per extractor (the best counts)")
+    parser.add_argument("--show-drops", action="store_true", help="list every dropped article with its reason")
+    args = parser.parse_args()
+    pages = load_pages()
+    print(f"{len(pages)} articles from {DATA.name} (one core, best of {args.repeats} passes)")
+    print("\n1. Extraction: token precision / recall / F1 against the gold article text (mean, median), pages per CPU second")
+    results = {}
+    for name, extract in extractors().items():
+        extract(pages[0]["html"])  # imports and lazy state outside the timing
+        r = results[name] = evaluate(name, extract, pages, args.repeats)
+        print(
+            f"  {name:28s} P {r['precision']:.3f} ({r['precision_median']:.3f})  R {r['recall']:.3f} ({r['recall_median']:.3f})  "
+            f"F1 {r['f1']:.3f} ({r['f1_median']:.3f})  {r['pages_per_s']:7.1f} pages/s"
+        )
+    ours, peer = results["sluice default"], results["trafilatura favor_precision"]
+    worst = sorted(ours["f1_by_page"].items(), key=lambda item: item[1])[:5]
+    print("  sluice's five lowest F1: " + ", ".join(f"{name} {f1:.2f} (trafilatura {peer['f1_by_page'][name]:.2f})" for name, f1 in worst))
+
+    articles = [page for page in pages if len(page["gold"]) > MIN_ARTICLE_CHARS]
+    print(f"\n2. Filters: the {len(articles)} articles over {MIN_ARTICLE_CHARS} characters through the default chain")
+    kept_share = {}
+    for preset in ("sluice", "datatrove"):
+        for field, label in (("gold", "gold text"), ("html", "extracted from HTML")):
+            kept, reasons, dropped = filter_articles(articles, preset, field)
+            kept_share[preset, field] = kept / len(articles)
+            print(f"  preset {preset:9s} {label:20s} kept {kept}/{len(articles)} = {kept / len(articles):.1%}; drops: {dict(reasons.most_common())}")
+            if args.show_drops:
+                for name, reason, detail in dropped:
+                    print(f"      {name:28s} {reason:30s} {detail[:100]}")
+            if preset == "sluice" and field == "gold":
+                toxic_drops = reasons["toxic_content"]
+
+    config = f"readability test pages, {len(pages)} articles, 1 core"
+    figure("real_pages_extraction_f1", round(ours["f1"], 3), f">= trafilatura favor_precision's {peer['f1']:.3f}", config)
+    figure("real_pages_extraction_speedup_vs_trafilatura", round(ours["pages_per_s"] / peer["pages_per_s"], 1), ">= 5", config)
+    figure("real_pages_articles_kept_gold", round(kept_share["sluice", "gold"], 3), ">= 0.95", config)
+    figure("real_pages_articles_kept_extracted", round(kept_share["sluice", "html"], 3), "report; datatrove preset "
+           f"{kept_share['datatrove', 'html']:.3f}", config)
+    figure("real_pages_articles_dropped_by_toxicity", toxic_drops, "report; none for terms in a reporting context", config)
+
+
+if __name__ == "__main__":
+    main()
