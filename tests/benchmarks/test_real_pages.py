@@ -29,3 +29,13 @@ def test_the_shipped_set_holds_the_articles_with_their_gold_text():
     assert len(pages) == 91 and len(set(names)) == 91  # 93 real pages, 2 marked readerable: false
     assert all(len(page["gold"]) > 100 and "<" not in page["gold"][:200] for page in pages)
     assert {"nytimes-1", "lemonde-1", "heise", "qq"} <= set(names)  # news in several languages
+
+
+def test_paired_bootstrap_interval_brackets_the_mean_difference():
+    from benchmarks.real_pages import paired_bootstrap
+
+    ours = {f"p{i}": 0.5 + 0.01 * i for i in range(40)}
+    assert paired_bootstrap(ours, {name: value - 0.1 for name, value in ours.items()}) == pytest.approx((0.1, 0.1))
+    mixed = {name: value + (0.2 if i % 2 else -0.2) for i, (name, value) in enumerate(ours.items())}
+    low, high = paired_bootstrap(ours, mixed)
+    assert low < 0.0 < high and high - low < 0.3  # mean difference 0, spread from resampling 40 pages
