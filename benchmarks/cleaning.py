@@ -116,9 +116,9 @@ def chain_settings(new_steps: bool) -> CleaningSettings:
 def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None = None) -> tuple[dict[str, str], float, float]:
     """Kept page ids -> language, wall and CPU seconds of sluice's chain (best of `repeats` passes in this
     process); with perplexity `models` (benchmarks/curation_steps.train_models) the issue-19 steps are on."""
-    from sluice.clean import CleaningPipeline
+    from sluice.clean import CleaningPipeline, clear_text_caches
     from sluice.perplexity import load_model
-    from sluice.steps import Document, clear_text_caches
+    from sluice.steps import Document
 
     settings = chain_settings(models is not None)
     for model in (models or {}).values():
@@ -181,6 +181,7 @@ def chain_summary(
 def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tuple[dict[str, list[str]], float]:
     """Keep/drop decision per text through sluice's four filters, and the CPU seconds they took (best of
     `repeats` passes)."""
+    from sluice.clean import clear_text_caches
     from sluice.config import CleaningSettings
     from sluice.filters import (
         C4QualityFilter,
@@ -188,7 +189,7 @@ def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tupl
         GopherQualityFilter,
         GopherRepetitionFilter,
     )
-    from sluice.steps import Document, clear_text_caches
+    from sluice.steps import Document
 
     s = CleaningSettings(preset="datatrove" if word_splitting == "english" else "sluice")
     multilingual = word_splitting == "multilingual"
@@ -222,7 +223,7 @@ def write_extras(folder: Path, models: dict[str, dict]) -> Path:
     """The datatrove side's inputs for its issue-19 equivalents (benchmarks/_datatrove.py EXTRAS.json): sluice's
     toxicity word lists (less the terms sluice ignores), one file per language, and the perplexity models."""
     from sluice.config import ToxicitySettings
-    from sluice.toxicity import LIST_LANGUAGES, load_terms
+    from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
 
     ignored = set(ToxicitySettings().ignore_terms)
     badwords = {}

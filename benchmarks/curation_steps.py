@@ -69,9 +69,9 @@ def main() -> None:
     parser.add_argument("--reference", default="reference/2026-01")
     args = parser.parse_args()
 
-    from sluice.clean import CleaningPipeline
+    from sluice.clean import CleaningPipeline, clear_text_caches
     from sluice.config import CleaningSettings, PerplexitySettings, PIISettings
-    from sluice.steps import Document, Route, clear_text_caches
+    from sluice.steps import Document, Route
 
     pages = load_pages(args.snapshot, args.pages_per_file)
     skipped = [p for p in pages if b"....." in p["content"]]

@@ -2,10 +2,10 @@
 
     python benchmarks/hostile_text.py [--sizes 262144,524288,1048576] [--only tokenize]
 
-Each adversarial family (`sluice.hostile.FAMILIES`: long runs of every punctuation class, dotted
+Each adversarial family (`benchmarks/hostile_inputs.py: FAMILIES`: long runs of every punctuation class, dotted
 table-of-contents leaders, nested brackets, one-token megabytes, mixed scripts with combining marks,
 newline and whitespace runs, PII- and URL-like repetitions) is built at each size (characters) and fed to
-every function that sees document text (`sluice.hostile.text_functions`): the word tokenizer in both
+every function that sees document text (`benchmarks/hostile_inputs.py: text_functions`): the word tokenizer in both
 modes, each quality filter, PII search and redaction, the URL filter, the hash and MinHash normalizers,
 shingling, decontamination n-grams, language ID, charset detection, and the byte-level pre-tokenizer of
 the tokenization fast path. Time per call is the best of `--repeats` (CPU seconds of this process).
@@ -47,8 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.hostile_inputs import FAMILIES, text_functions  # noqa: E402
 from benchmarks.peers import figure  # noqa: E402
-from sluice.hostile import FAMILIES, text_functions  # noqa: E402
 
 NOISE_FLOOR_S = 0.050
 
@@ -193,7 +193,7 @@ def _forget_process_caches() -> None:
     a budgeted pass cleans in a fresh worker that has none of them, so an unbudgeted pass that found them
     warm from the previous repeat would charge the loading to the budget."""
     from sluice import langid, perplexity, toxicity
-    from sluice.steps import clear_text_caches
+    from sluice.clean import clear_text_caches
 
     langid._MODELS.clear()
     langid._PREDICTORS.clear()

@@ -31,8 +31,8 @@ import re
 from collections import Counter
 
 from sluice.config import CodeShareSettings
-from sluice.filters import HAS_LETTER
 from sluice.steps import Document, Drop, Route, Step
+from sluice.words import HAS_LETTER
 
 CODE_DATASET = "cleaned_code"
 

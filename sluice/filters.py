@@ -31,9 +31,7 @@ import numpy as np
 
 from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
 from sluice.steps import Document, Drop, Step
-from sluice.words import PUNCTUATION, STOP_WORDS
-
-HAS_LETTER = re.compile(r"[^\W\d_]").search
+from sluice.words import HAS_LETTER, PUNCTUATION, STOP_WORDS
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")
 OTHER_TERMINAL = ("。", "！", "？", "．", "」", "』", "”", "’", "»", "؟", "۔", "।", "॥", "።", "჻")

@@ -108,19 +108,6 @@ class Document:
         return cls(doc_id, "test", "test", url, None, "text/plain", text.encode("utf-8"), "utf-8", text=text, language=language)
 
 
-def clear_text_caches() -> None:
-    """Forget what the steps remember of earlier texts (the word splitter's chunks, code share's lines,
-    language ID's word sums), so a benchmark that cleans the same documents again in one process starts each
-    timed pass cold."""
-    from sluice.codeshare import clear_line_cache
-    from sluice.langid import clear_word_cache
-    from sluice.words import clear_chunk_cache
-
-    clear_chunk_cache()
-    clear_line_cache()
-    clear_word_cache()
-
-
 class Step:
     """One cleaning step; subclasses set `name` and implement `apply`. `on_routed`: the step also runs on
     documents routed to a side dataset by an earlier step (see Route); its drops are ignored there."""

@@ -29,41 +29,12 @@ Per-language switches: `cleaning.languages.<code>.toxicity` (e.g. `{enabled: fal
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from collections import Counter
 from collections.abc import Iterable
-from functools import cache
-from pathlib import Path
 
 from sluice.config import ToxicitySettings
 from sluice.steps import Document, Drop, Step
-
-PACKAGE = "glin_profanity"
-# glin-profanity's file names -> lid.176 language codes.
-LIST_FILES = {
-    "ar": "arabic", "cs": "czech", "da": "danish", "de": "german", "en": "english", "eo": "esperanto",
-    "es": "spanish", "fa": "persian", "fi": "finnish", "fr": "french", "hi": "hindi", "hu": "hungarian",
-    "it": "italian", "ja": "japanese", "ko": "korean", "nl": "dutch", "no": "norwegian", "pl": "polish",
-    "pt": "portuguese", "ru": "russian", "sv": "swedish", "th": "thai", "tr": "turkish", "zh": "chinese",
-}
-LIST_LANGUAGES = frozenset(LIST_FILES)
-
-
-def lists_folder() -> Path:
-    """The installed package's dictionaries folder (found without importing the package)."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the {PACKAGE} package (word lists of the toxicity step) is not installed: pip install glin-profanity")
-    return Path(next(iter(spec.submodule_search_locations))) / "data" / "dictionaries"
-
-
-@cache
-def load_terms(language: str) -> tuple[str, ...]:
-    """The listed terms of one language (lid.176 code), as shipped."""
-    path = lists_folder() / f"{LIST_FILES[language]}.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return tuple(str(term) for term in data["words"])
+from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
 
 
 class TermMatcher:
@@ -76,8 +47,7 @@ class TermMatcher:
     term counted wherever its tokens follow each other in any case."""
 
     def __init__(self, terms: Iterable[str], multilingual: bool = True, ignore: Iterable[str] = ()) -> None:
-        from sluice.filters import HAS_LETTER
-        from sluice.words import NO_SPACE_CHAR, PUNCTUATION, tokenize
+        from sluice.words import HAS_LETTER, NO_SPACE_CHAR, PUNCTUATION, tokenize
 
         ignored = {term.lower() for term in ignore}
         single: set[str] = set()

@@ -49,6 +49,9 @@ MARKS = "\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670
 _RUN = rf"[^\W{NO_SPACE}]+(?:(?=[{MARKS}])\W[^\W{NO_SPACE}]*)*"
 MULTILINGUAL_TOKEN = re.compile(rf"[{NO_SPACE}]|{_RUN}(?:[.'’]{_RUN})*|\.\.\.|[^\w\s{MARKS}]")
 NO_SPACE_CHAR = re.compile(f"[{NO_SPACE}]")
+# A letter of any script (a word character that is neither a digit nor `_`): "has a letter" for the Gopher
+# alpha rule, the code-share features and the toxicity lists' terms.
+HAS_LETTER = re.compile(r"[^\W\d_]").search
 
 # Tokens that count as symbols, not words (Gopher's word counts leave them out). The ASCII and common
 # typographic punctuation, as in datatrove's PUNCTUATION set.

@@ -163,7 +163,7 @@ class ToxicitySettings(_Model):
     @field_validator("extra_languages")
     @classmethod
     def _extra(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from sluice.toxicity import LIST_LANGUAGES
+        from sluice.toxicity_lists import LIST_LANGUAGES
 
         for code in value:
             if code not in LIST_LANGUAGES:

@@ -203,7 +203,7 @@ def old_is_code_line(line: str) -> bool:
         _has_flag,
         _is_assignment,
     )
-    from sluice.filters import HAS_LETTER
+    from sluice.words import HAS_LETTER
 
     stripped = line.strip()
     if not stripped:

@@ -1,4 +1,4 @@
-"""Hostile text through every text function: the adversarial families of sluice.hostile and hypothesis'
+"""Hostile text through every text function: the adversarial families of benchmarks/hostile_inputs.py and hypothesis'
 mixtures of them (runs of every punctuation class, dotted leaders, nested brackets, megabyte tokens, mixed
 scripts with combining marks).
 
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.hostile_inputs import FAMILIES, PUNCTUATION_RUNS, text_functions
 from sluice import words
-from sluice.hostile import FAMILIES, PUNCTUATION_RUNS, text_functions
 from sluice.pii import find_pii, redact
 from sluice.words import MARKS, NO_SPACE, split_affixes, tokenize
 from tests.sluice.test_regex_audit import OLD_CHUNK

@@ -11,7 +11,8 @@ from sluice.codeshare import CODE_DATASET, CodeShare, code_line_counts, is_code_
 from sluice.config import CleaningSettings, CodeShareSettings, ToxicitySettings
 from sluice.pii import PIIRedactor
 from sluice.steps import ByLanguage, Document, Route
-from sluice.toxicity import LIST_LANGUAGES, TermMatcher, ToxicityFilter, load_terms
+from sluice.toxicity import TermMatcher, ToxicityFilter
+from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
 from sluice.words import NO_SPACE_CHAR, tokenize
 
 PROSE = {

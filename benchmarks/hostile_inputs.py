@@ -6,7 +6,8 @@ letter. `FAMILIES` builds such inputs at any size (characters); `text_functions(
 text function of the cleaning chain, the PII patterns, the normalizers and the dedup / decontamination
 tokenizers, each as `f(text)`. benchmarks/hostile_text.py times every pair at doubling sizes (linear =
 doubling ratio about 2); tests/sluice/test_hostile_text.py feeds the families, and hypothesis' mixtures of
-them, to every function and compares results with reference implementations.
+them, to every function and compares results with reference implementations. (Test and benchmark material:
+it lives beside the benchmarks, not in the library; tests import it from here.)
 """
 
 from __future__ import annotations
