@@ -111,7 +111,7 @@ def sign(context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSett
         metadata={
             "dagster/row_count": result.documents,
             "dagster/uri": MetadataValue.path(store.uri(partition_prefix(SIGNATURES_ASSET, ref))),
-            "origin": result.origin,  # signed | unchanged (same cleaned files) | adopted (per-partition band files of an older version)
+            "origin": result.origin,  # signed | unchanged (same cleaned files)
             "parts": len(result.manifest["files"]),
             **(result.tasks.metadata() if result.tasks is not None else {}),
         }

@@ -33,6 +33,7 @@ from sluice.dedup.schemas import (
     minhash_identity,
     signatures_schema,
 )
+from sluice.dedup.signatures import current_signatures, publish_signatures, read_signatures, signatures_digest
 from sluice.layout import (
     PartitionRef,
     list_partitions,
@@ -65,12 +66,10 @@ def legacy_band_index(store: Store, ref: PartitionRef, settings: DedupSettings, 
     return index
 
 
-def adopt_legacy_signatures(store: Store, ref: PartitionRef, settings: DedupSettings, cleaned: dict[str, Any]) -> tuple[list, list] | None:
-    """Write `ref`'s signatures and shingle sidecars from its legacy band index (no MinHash computed);
-    returns their manifest entries (files, side_files), or None when it has no usable legacy index."""
+def adopt_legacy_signatures(store: Store, ref: PartitionRef, settings: DedupSettings, cleaned: dict[str, Any]) -> dict[str, Any]:
+    """Write and publish `ref`'s signatures and shingle sidecars from its legacy band index (no MinHash
+    computed); returns the signatures manifest. The partition must have a usable legacy index."""
     parts = [entry["key"] for entry in cleaned["files"]]
-    if legacy_band_index(store, ref, settings, len(parts)) is None:
-        return None
     legacy = partition_prefix(DEDUPED, ref)
     files, side_files = [], []
     for part, key in enumerate(parts):
@@ -89,21 +88,21 @@ def adopt_legacy_signatures(store: Store, ref: PartitionRef, settings: DedupSett
         sidecar = read_parquet_file(store, f"{legacy}/shingles-{part:05d}.parquet")
         entry = write_parquet(store, f"{side_prefix(SHINGLES, ref)}/shingles-{part:05d}.parquet", sidecar, row_group_size=SHINGLE_ROW_GROUP)
         side_files.append({**entry, "prefix": side_prefix(SHINGLES, ref)})
-    return files, side_files
+    return publish_signatures(store, ref, settings, cleaned, files, side_files, {"origin": "adopted"})
 
 
 def migrate_legacy_store(store: Store, settings: DedupSettings, executor: Executor | None = None, s3: S3Settings | None = None) -> list[str]:
-    """Sign (by adoption) and index, in one compaction, every partition that has a legacy band index and no
-    signatures yet; returns their keys. Run by the first `index_partition` of a store without an index."""
+    """Sign (by adoption) and index, in one compaction, every partition that has a legacy band index;
+    returns their keys. Run once, by the first `index_partition` of a store without an index (a partition
+    signed since keeps its signatures). Signing itself knows nothing of older layouts."""
     from sluice.dedup.index import DedupIndex, IndexEntry, partition_rows
-    from sluice.dedup.signatures import read_signatures, sign_partition, signatures_digest
 
     entries = []
     for ref in list_partitions(store, DEDUPED):
         cleaned = read_manifest(store, partition_prefix(CLEANED, ref))
         if cleaned is None or legacy_band_index(store, ref, settings, len(cleaned["files"])) is None:
             continue
-        manifest = sign_partition(store, ref, settings, executor, s3).manifest
+        manifest = current_signatures(store, ref, settings, cleaned) or adopt_legacy_signatures(store, ref, settings, cleaned)
 
         def rows(ref: PartitionRef = ref, manifest: dict[str, Any] = manifest) -> dict[str, pl.DataFrame]:
             return partition_rows(read_signatures(store, ref, manifest), ref)

@@ -146,8 +146,8 @@ def signatures_digest(manifest: dict[str, Any]) -> str:
 class SignResult:
     manifest: dict[str, Any]
     documents: int
-    signed: bool  # False: an existing signing of the same cleaned files was kept (or adopted from an older layout)
-    origin: str  # "signed" | "unchanged" | "adopted"
+    signed: bool  # False: an existing signing of the same cleaned files was kept
+    origin: str  # "signed" | "unchanged"
     tasks: TaskCounts | None = None  # signing tasks run / reused from completion records (when signed)
 
 
@@ -157,50 +157,60 @@ def sign_partition(
 ) -> SignResult:
     """Sign every cleaned part of `ref` (one executor task per part) and publish the partition's
     `dedup_signatures` manifest (listing the shingle sidecars as side files)."""
-    from sluice.dedup.legacy import adopt_legacy_signatures
-
     executor = executor or Executor()
     cleaned = required_manifest(store, CLEANED, ref)
     parts = [entry["key"] for entry in cleaned["files"]]
     if len(parts) >= 1 << PART_BITS:
         raise ValueError(f"{ref.key} has {len(parts)} cleaned parts; at most {(1 << PART_BITS) - 1} are supported")
-    prefix = partition_prefix(SIGNATURES, ref)
-    identity = minhash_identity(settings)
-    inputs = cleaned_digest(cleaned)
-    existing = read_manifest(store, prefix)
-    if existing is not None and existing.get("cleaned_digest") == inputs and existing.get("minhash") == identity:
+    existing = current_signatures(store, ref, settings, cleaned)
+    if existing is not None:
         return SignResult(existing, existing["documents"], signed=False, origin="unchanged")
+    # Each part's signing records its completion; a re-run after a kill reuses verified parts (sluice.tasks).
+    s3 = s3 or S3Settings()
+    outputs = (("signatures", store.uri(partition_prefix(SIGNATURES, ref))), ("shingles", store.uri(side_prefix(SHINGLES, ref))))
+    jobs = [
+        RecordedTask(
+            sign_part, task, f"{ref.key}/{task.cleaned_key}", task_digest(SIGNATURES, task, [entry["sha256"]]),
+            store.uri(records_prefix(SIGNATURES, ref)), record_key(task.part), outputs, s3,
+        )
+        for task, entry in zip((SignatureTask(store.uri(), ref, key, part, settings, s3) for part, key in enumerate(parts)), cleaned["files"], strict=True)
+    ]
+    results = executor.map(run_recorded, jobs)
+    files = [result["signatures"] for result in results]
+    side_files = [result["shingles"] for result in results if result["shingles"] is not None]
+    manifest = publish_signatures(
+        store, ref, settings, cleaned, files, side_files, {"task_records": record_listing(SIGNATURES, ref, range(len(parts)))}
+    )
+    return SignResult(manifest, manifest["documents"], signed=True, origin="signed", tasks=TaskCounts.of(results))
+
+
+def current_signatures(store: Store, ref: PartitionRef, settings: DedupSettings, cleaned: dict[str, Any]) -> dict[str, Any] | None:
+    """`ref`'s published signatures manifest when it was signed from these cleaned files with these MinHash
+    settings, else None."""
+    existing = read_manifest(store, partition_prefix(SIGNATURES, ref))
+    if existing is not None and existing.get("cleaned_digest") == cleaned_digest(cleaned) and existing.get("minhash") == minhash_identity(settings):
+        return existing
+    return None
+
+
+def publish_signatures(
+    store: Store, ref: PartitionRef, settings: DedupSettings, cleaned: dict[str, Any], files: list, side_files: list,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write `ref`'s `dedup_signatures` manifest over its written signature `files` and shingle `side_files`
+    (the one place its format is written: signing, and the adoption of an older layout)."""
     manifest = {
         "asset": SIGNATURES,
         "partition": {"source": ref.source, "snapshot": ref.snapshot},
-        "minhash": identity,
-        "cleaned_digest": inputs,
+        "minhash": minhash_identity(settings),
+        "cleaned_digest": cleaned_digest(cleaned),
+        **(extra or {}),
+        "files": files,
+        "side_files": side_files,
+        "documents": sum(entry["rows"] for entry in files),
     }
-    adopted = adopt_legacy_signatures(store, ref, settings, cleaned)
-    counts = None
-    if adopted is not None:
-        files, side_files = adopted
-        origin = "adopted"
-    else:
-        # Each part's signing records its completion; a re-run after a kill reuses verified parts (sluice.tasks).
-        s3 = s3 or S3Settings()
-        outputs = (("signatures", store.uri(prefix)), ("shingles", store.uri(side_prefix(SHINGLES, ref))))
-        jobs = [
-            RecordedTask(
-                sign_part, task, f"{ref.key}/{task.cleaned_key}", task_digest(SIGNATURES, task, [entry["sha256"]]),
-                store.uri(records_prefix(SIGNATURES, ref)), record_key(task.part), outputs, s3,
-            )
-            for task, entry in zip((SignatureTask(store.uri(), ref, key, part, settings, s3) for part, key in enumerate(parts)), cleaned["files"], strict=True)
-        ]
-        results = executor.map(run_recorded, jobs)
-        counts = TaskCounts.of(results)
-        manifest["task_records"] = record_listing(SIGNATURES, ref, range(len(parts)))
-        files = [result["signatures"] for result in results]
-        side_files = [result["shingles"] for result in results if result["shingles"] is not None]
-        origin = "signed"
-    manifest.update({"files": files, "side_files": side_files, "documents": sum(entry["rows"] for entry in files)})
-    write_manifest(store, prefix, manifest)
-    return SignResult(manifest, manifest["documents"], signed=origin == "signed", origin=origin, tasks=counts)
+    write_manifest(store, partition_prefix(SIGNATURES, ref), manifest)
+    return manifest
 
 
 def read_signatures(store: Store, ref: PartitionRef, manifest: dict[str, Any] | None = None) -> pl.DataFrame:
