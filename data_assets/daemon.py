@@ -79,7 +79,7 @@ def main() -> int:
     if os.environ.get(PARENT_ENV):
         _watch_parent(int(os.environ[PARENT_ENV]))
     sys.argv[0] = "dagster-daemon"
-    from data_assets.cli import ensure_dagster_home
+    from data_assets.instance import ensure_dagster_home
 
     ensure_dagster_home()  # the instance `make ui` and the command use: its dedup_index pool limit among them
     path = pid_file()

@@ -19,7 +19,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    from data_assets.cli import ensure_dagster_home
+    from data_assets.instance import ensure_dagster_home
 
     home = ensure_dagster_home()
     host, port = os.environ.get("SLUICE_UI_HOST", "127.0.0.1"), os.environ.get("SLUICE_UI_PORT", "3000")

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, EventRecordsFilter
 
-from data_assets.cli import DAGSTER_YAML
+from data_assets.instance import DAGSTER_YAML
 from tests.conftest import PROJECT_ROOT, SAMPLE, base_config, tree_digest, write_config
 from tests.support.daemon import (
     daemon_processes,

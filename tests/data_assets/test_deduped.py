@@ -97,7 +97,7 @@ def test_instance_configs_load_and_limit_the_index_pool_to_one(tmp_path, which):
     (Dagster refuses a run queue configured in two places) and give the dedup_index pool a limit of 1."""
     from dagster._core.instance.config import dagster_instance_config
 
-    from data_assets.cli import DAGSTER_YAML
+    from data_assets.instance import DAGSTER_YAML
     from tests.conftest import PROJECT_ROOT
 
     text = (PROJECT_ROOT / "deploy" / "dagster.yaml").read_text() if which == "deploy" else DAGSTER_YAML
