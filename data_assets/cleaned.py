@@ -5,8 +5,8 @@ language; every decision counted in the metadata. Code-heavy documents may be ro
 
 
 import statistics
-from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import (
@@ -24,9 +24,9 @@ from data_assets.partitions import partition_check, run_source_partitions, sourc
 from data_assets.settings import CONFIG
 from data_assets.versions import CLEANING_SETTINGS, CODE_VERSIONS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.clean import DROPPED_DATASET, CleanTask, clean_part
+from sluice.clean import DROPPED_DATASET, CleaningStats, CleanTask, clean_part
 from sluice.codeshare import CODE_DATASET
-from sluice.config import SluiceConfig
+from sluice.config import CleaningSettings, SluiceConfig
 from sluice.layout import (
     PartitionRef,
     partition_prefix,
@@ -35,6 +35,7 @@ from sluice.layout import (
     side_prefix,
     write_manifest,
 )
+from sluice.storage import Store
 from sluice.tasks import (
     RecordedTask,
     TaskCounts,
@@ -99,132 +100,136 @@ def cleaned_documents(
     yield from run_source_partitions(context, ASSET, lambda ref: clean_partition(context, ref, settings, storage, compute))
 
 
+@dataclass
+class _Models:
+    """The models the source's cleaning scores with, as published (None where unused)."""
+
+    quality_url: str | None = None
+    quality_sha: str | None = None
+    quality_max_chars: int = 4000
+    perplexity_url: str | None = None
+    perplexity: dict[str, Any] | None = None  # the perplexity_model manifest
+
+
 def clean_partition(
     context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
 ) -> PartitionResult:
     config = settings.config
     cleaning = config.cleaning.for_source(ref.source)
     store = storage.store()
-    raw_prefix = partition_prefix("raw_documents", ref)
-    raw_manifest = required_manifest(store, "raw_documents", ref)
-    prefix = partition_prefix(ASSET, ref)
-    quality_url, quality_sha, quality_max_chars = None, None, 4000
+    models = _models(store, cleaning, ref)
+    jobs = _jobs(store, ref, config, cleaning, models)
+    executor = compute.executor()
+    progress = stage_progress(context, f"{ASSET} {ref.key}", len(jobs))
+    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["stats"]["documents_in"], r["stats"]["chars_in"]))
+    counts = TaskCounts.of(results)
+    context.log.info(counts.line(f"{ASSET} {ref.key}"))
+    stats = CleaningStats()
+    for result in results:
+        stats.merge(result["stats"])  # the parts' counts, in step order
+    files = [r["part"] for r in results]
+    _write_manifest(store, ref, stats, results, [job.task.part for job in jobs])
+    metadata = {
+        **_metadata(context, store, ref, cleaning, stats, files, models),
+        **counts.metadata(),
+        "compute": executor.describe(),
+    }
+    return PartitionResult(metadata=metadata, checks=_checks(config, cleaning, stats, ref.source))
+
+
+def _models(store: Store, cleaning: CleaningSettings, ref: PartitionRef) -> _Models:
+    """The quality and perplexity models the source's cleaning needs; an error naming the asset to
+    materialize when one is needed and missing."""
+    models = _Models()
     if cleaning.uses_quality_model:
-        model_manifest = read_manifest(store, "quality_model")
-        if model_manifest is None:
+        manifest = read_manifest(store, "quality_model")
+        if manifest is None:
             raise FileNotFoundError(
                 f"cleaning.quality_threshold is set for {ref.source} but {store.uri('quality_model')} has no model: "
                 "materialize quality_model first"
             )
-        quality_url, quality_sha = store.uri("quality_model"), model_manifest["sha256"]
-        quality_max_chars = int(model_manifest["max_chars"])
-    perplexity_url, perplexity_manifest = None, None
-    if cleaning.perplexity.enabled or any(o.get("perplexity", {}).get("enabled") for o in cleaning.languages.values()):
-        perplexity_manifest = read_manifest(store, "perplexity_model")
-        if perplexity_manifest is None:
+        models.quality_url, models.quality_sha = store.uri("quality_model"), manifest["sha256"]
+        models.quality_max_chars = int(manifest["max_chars"])
+    if cleaning.uses_perplexity_model:
+        models.perplexity = read_manifest(store, "perplexity_model")
+        if models.perplexity is None:
             raise FileNotFoundError(
                 f"cleaning.perplexity is enabled for {ref.source} but {store.uri('perplexity_model')} has no model: "
                 "materialize perplexity_model first"
             )
-        perplexity_url = store.uri("perplexity_model")
-    code_prefix = side_prefix(CODE_DATASET, ref)
-    dropped_prefix = side_prefix(DROPPED_DATASET, ref)
+        models.perplexity_url = store.uri("perplexity_model")
+    return models
+
+
+def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig, cleaning: CleaningSettings, models: _Models) -> list[RecordedTask]:
+    """One recorded cleaning task per raw part. Each records its completion; a re-run reuses the verified
+    outputs of finished tasks (sluice.tasks). A task's identity: its raw part's digest, the quality model's,
+    and the source's cleaning settings."""
+    raw_manifest = required_manifest(store, "raw_documents", ref)
     routing = cleaning.code_share.enabled and cleaning.code_share.route_above is not None
     tasks = [
         CleanTask(
-            store.uri(raw_prefix), entry["key"], store.uri(prefix), index, cleaning, config.s3, quality_url, quality_max_chars,
-            code_url=store.uri(code_prefix) if routing else None,
-            perplexity_model_url=perplexity_url,
-            perplexity_models=perplexity_manifest["models"] if perplexity_manifest else None,
+            store.uri(partition_prefix("raw_documents", ref)), entry["key"], store.uri(partition_prefix(ASSET, ref)), index, cleaning,
+            config.s3, models.quality_url, models.quality_max_chars,
+            code_url=store.uri(side_prefix(CODE_DATASET, ref)) if routing else None,
+            perplexity_model_url=models.perplexity_url,
+            perplexity_models=models.perplexity["models"] if models.perplexity else None,
             source=ref.source,
             snapshot=ref.snapshot,
-            dropped_url=store.uri(dropped_prefix),
+            dropped_url=store.uri(side_prefix(DROPPED_DATASET, ref)),
         )
         for index, entry in enumerate(raw_manifest["files"])
     ]
-    # Each task records its completion; a re-run reuses the verified outputs of finished tasks (sluice.tasks).
-    # A task's identity: its raw part's digest, the quality model's, and the source's cleaning settings.
     records_url = store.uri(records_prefix(ASSET, ref))
-    jobs = [
+    return [
         RecordedTask(
-            clean_part, task, f"{ref.key}/{entry['key']}", task_digest(ASSET, task, [entry["sha256"], quality_sha or ""]),
+            clean_part, task, f"{ref.key}/{entry['key']}", task_digest(ASSET, task, [entry["sha256"], models.quality_sha or ""]),
             records_url, record_key(task.part),
             (("part", task.output_url), ("dropped", task.dropped_url or task.output_url), ("code", task.code_url or "")),
             config.s3, volatile=("worker_cpu_s",),
         )
         for task, entry in zip(tasks, raw_manifest["files"], strict=True)
     ]
-    executor = compute.executor()
-    progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
-    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["stats"]["documents_in"], r["stats"]["chars_in"]))
-    counts = TaskCounts.of(results)
-    context.log.info(counts.line(f"{ASSET} {ref.key}"))
 
-    stats = [r["stats"] for r in results]
-    documents_in = sum(s["documents_in"] for s in stats)
-    documents_out = sum(s["documents_out"] for s in stats)
-    drops: Counter[str] = Counter()
-    drops_by_step: Counter[str] = Counter()
-    reached: Counter[str] = Counter()
-    languages: Counter[str] = Counter()
-    languages_in: Counter[str] = Counter()
-    pii: Counter[str] = Counter()
-    residual_pii: Counter[str] = Counter()
-    input_bytes: list[int] = []
-    extracted_chars: list[int] = []
-    output_chars: list[int] = []
-    quality_scores: list[float] = []
-    routed: Counter[str] = Counter()
-    code_shares: list[float] = []
-    perplexities: list[float] = []
-    buckets: Counter[str] = Counter()
-    toxic_documents = toxic_terms = 0
-    step_order: list[str] = []
-    for s in stats:
-        drops.update(s["drops"])
-        drops_by_step.update(s["drops_by_step"])
-        reached.update(s["reached"])
-        languages.update(s["languages"])
-        languages_in.update(s["languages_in"])
-        pii.update(s["pii"])
-        residual_pii.update(s["residual_pii"])
-        input_bytes += s["input_bytes"]
-        extracted_chars += s["extracted_chars"]
-        output_chars += s["output_chars"]
-        quality_scores += s["quality_scores"]
-        routed.update(s["routed"])
-        code_shares += s["code_shares"]
-        perplexities += s["perplexities"]
-        buckets.update(s["perplexity_buckets"])
-        toxic_documents += s["toxic_documents"]
-        toxic_terms += s["toxic_terms"]
-        step_order += [name for name in s["reached"] if name not in step_order]
-    files = [r["part"] for r in results]
+
+def _write_manifest(store: Store, ref: PartitionRef, stats: CleaningStats, results: list[dict[str, Any]], parts: list[int]) -> None:
+    """Publish the partition: its parts, the dropped and routed side files, and what the quality report
+    draws (sluice.report), as measured while writing."""
+    dropped_prefix, code_prefix = side_prefix(DROPPED_DATASET, ref), side_prefix(CODE_DATASET, ref)
     side_files = [{**r["dropped"], "prefix": dropped_prefix} for r in results] + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
     write_manifest(
         store,
-        prefix,
+        partition_prefix(ASSET, ref),
         {
             "asset": ASSET,
             "partition": {"source": ref.source, "snapshot": ref.snapshot},
-            "files": files,
+            "files": [r["part"] for r in results],
             "side_files": side_files,
-            "documents": documents_out,
-            "drops": dict(drops),
-            "routed": dict(routed),
-            # what the quality report draws (sluice.report), as measured while writing
+            "documents": stats.documents_out,
+            "drops": dict(stats.drops),
+            "routed": dict(stats.routed),
             "stats": {
-                "documents_in": documents_in,
-                "funnel": [[name, reached[name], drops_by_step.get(name, 0)] for name in step_order],
-                "languages": dict(sorted(languages.items())),
+                "documents_in": stats.documents_in,
+                "funnel": [[name, count, stats.drops_by_step.get(name, 0)] for name, count in stats.reached.items()],
+                "languages": dict(sorted(stats.languages.items())),
             },
-            "task_records": record_listing(ASSET, ref, (task.part for task in tasks)),
+            "task_records": record_listing(ASSET, ref, parts),
         },
     )
-    # A routed document is neither kept here nor dropped: it is written to its side dataset.
-    drop_rate = 1 - (documents_out + sum(routed.values())) / documents_in if documents_in else 0.0
+
+
+def _drop_rate(stats: CleaningStats) -> float:
+    """A routed document is neither kept here nor dropped: it is written to its side dataset."""
+    documents_in = stats.documents_in
+    return 1 - (stats.documents_out + sum(stats.routed.values())) / documents_in if documents_in else 0.0
+
+
+def _checks(config: SluiceConfig, cleaning: CleaningSettings, stats: CleaningStats, source: str) -> list[AssetCheckResult]:
+    """The drop rate inside its bounds (warns) and no PII pattern in the written texts (blocks), from the counts
+    the tasks took while writing."""
+    drop_rate, documents_in, residual = _drop_rate(stats), stats.documents_in, stats.residual_pii
     low, high = cleaning.drop_rate_bounds or (config.checks.min_cleaned_drop_rate, config.checks.max_cleaned_drop_rate)
-    checks = [
+    return [
         AssetCheckResult(
             check_name=DROP_RATE_CHECK,
             passed=documents_in == 0 or low <= drop_rate <= high,
@@ -234,88 +239,98 @@ def clean_partition(
         ),
         AssetCheckResult(
             check_name=NO_PII_CHECK,
-            passed=not residual_pii,
+            passed=not residual,
             severity=AssetCheckSeverity.ERROR,
-            metadata={"residual_matches": sum(residual_pii.values()), **prefixed_counts("residual", residual_pii)},
+            metadata={"residual_matches": sum(residual.values()), **prefixed_counts("residual", residual)},
             description=(
                 "no PII pattern in the written texts"
-                if not residual_pii
-                else f"PII patterns left in the output: {dict(residual_pii)} (is cleaning.pii enabled for {ref.source}?)"
+                if not residual
+                else f"PII patterns left in the output: {dict(residual)} (is cleaning.pii enabled for {source}?)"
             ),
         ),
     ]
-    funnel_rows = [("input", documents_in, "")]
-    for name in step_order:
-        funnel_rows.append((name, reached[name], drops_by_step.get(name, 0)))
-    funnel_rows += [(f"routed to {name}", count, "") for name, count in sorted(routed.items())]
-    funnel_rows.append(("kept", documents_out, ""))
-    # Which thresholds applied: the source's per-language overrides of the languages seen in this partition.
-    overrides = {code: cleaning.languages[code] for code in sorted(cleaning.languages) if code in languages_in}
-    in_mean, in_median = _mean_median(input_bytes)
-    ex_mean, ex_median = _mean_median(extracted_chars)
-    out_mean, out_median = _mean_median(output_chars)
-    language_rows = [
-        (language, count, languages.get(language, 0))
-        for language, count in sorted(languages_in.items(), key=lambda item: (-item[1], item[0]))
-    ]
+
+
+def _metadata(
+    context: AssetExecutionContext, store: Store, ref: PartitionRef, cleaning: CleaningSettings, stats: CleaningStats,
+    files: list[dict[str, Any]], models: _Models,
+) -> dict[str, Any]:
+    """What the UI shows and plots per partition: counts as numbers (every reason, language and PII kind seen
+    before included, 0 where absent), the funnel and language tables, the models used."""
     known = known_keys(context, ASSET, ("drop", "language", "pii"))
-    return PartitionResult(
-        metadata={
-            "dagster/row_count": documents_out,
-            "dagster/uri": MetadataValue.path(store.uri(prefix)),
-            "documents_in": documents_in,
-            "documents_out": documents_out,
-            "drop_rate": drop_rate,
-            # Numbers, so the UI plots them across partitions.
-            **{f"funnel/{index:02d}_{name}": reached[name] for index, name in enumerate(step_order)},
-            # Every reason / language / PII kind seen before (or identified here) is recorded, 0 included.
-            **prefixed_counts("drop", drops, known["drop"]),
-            **prefixed_counts("language", languages, known["language"] | set(languages_in)),
-            **prefixed_counts("pii", pii, known["pii"]),
-            "pii_redactions": sum(pii.values()),
-            "input_bytes_mean": in_mean,
-            "input_bytes_median": in_median,
-            "extracted_chars_mean": ex_mean,
-            "extracted_chars_median": ex_median,
-            "mean_chars_out": out_mean,
-            "median_chars_out": out_median,
-            "output_bytes": sum(entry["bytes"] for entry in files),
-            "funnel": markdown_table(["step", "documents reaching it", "dropped by it"], funnel_rows),
-            "drop_reasons": counts_table(drops),
-            "languages": markdown_table(["language", "identified", "kept"], language_rows),
-            "dropped_documents": MetadataValue.md(
-                f"Dropped documents with step, reason and detail: `{store.uri(dropped_prefix)}/` "
-                "(`polars.scan_parquet(..., hive_partitioning=True)` on `cleaned_dropped/`)."
-                + (f" Routed code-heavy documents: `{code_prefix}/`." if routed else "")
-            ),
-            **(
-                {
-                    "quality_model_sha256": quality_sha,
-                    "quality_threshold": float(cleaning.quality_threshold),
-                    "quality_score_mean": _mean_median(quality_scores)[0],
-                    "quality_score_median": _mean_median(quality_scores)[1],
-                }
-                if quality_sha
-                else {}
-            ),
-            **prefixed_counts("routed", routed),
-            "code_share_mean": _mean_median(code_shares)[0],
-            "toxic_documents": toxic_documents,
-            "toxic_terms": toxic_terms,
-            "thresholds_by_language": MetadataValue.json(
-                {"overridden": overrides, "documents": {code: languages_in[code] for code in overrides}}
-            ),
-            **(
-                {
-                    "perplexity_model_sha256": perplexity_manifest["sha256"],
-                    "perplexity_median": _mean_median(perplexities)[1],
-                    **prefixed_counts("perplexity_bucket", buckets),
-                }
-                if perplexity_manifest
-                else {}
-            ),
-            **counts.metadata(),
-            "compute": executor.describe(),
-        },
-        checks=checks,
-    )
+    in_mean, in_median = _mean_median(stats.input_bytes)
+    ex_mean, ex_median = _mean_median(stats.extracted_chars)
+    out_mean, out_median = _mean_median(stats.output_chars)
+    return {
+        "dagster/row_count": stats.documents_out,
+        "dagster/uri": MetadataValue.path(store.uri(partition_prefix(ASSET, ref))),
+        "documents_in": stats.documents_in,
+        "documents_out": stats.documents_out,
+        "drop_rate": _drop_rate(stats),
+        **{f"funnel/{index:02d}_{name}": count for index, (name, count) in enumerate(stats.reached.items())},
+        **prefixed_counts("drop", stats.drops, known["drop"]),
+        **prefixed_counts("language", stats.languages, known["language"] | set(stats.languages_in)),
+        **prefixed_counts("pii", stats.pii, known["pii"]),
+        "pii_redactions": sum(stats.pii.values()),
+        "input_bytes_mean": in_mean,
+        "input_bytes_median": in_median,
+        "extracted_chars_mean": ex_mean,
+        "extracted_chars_median": ex_median,
+        "mean_chars_out": out_mean,
+        "median_chars_out": out_median,
+        "output_bytes": sum(entry["bytes"] for entry in files),
+        **_tables(store, ref, stats),
+        **_model_metadata(cleaning, stats, models),
+        **prefixed_counts("routed", stats.routed),
+        "code_share_mean": _mean_median(stats.code_shares)[0],
+        "toxic_documents": stats.toxic_documents,
+        "toxic_terms": stats.toxic_terms,
+        **_language_thresholds(cleaning, stats),
+    }
+
+
+def _tables(store: Store, ref: PartitionRef, stats: CleaningStats) -> dict[str, Any]:
+    """The funnel, drop-reason and language tables, and where the dropped and routed documents are."""
+    funnel_rows = [("input", stats.documents_in, "")]
+    funnel_rows += [(name, count, stats.drops_by_step.get(name, 0)) for name, count in stats.reached.items()]
+    funnel_rows += [(f"routed to {name}", count, "") for name, count in sorted(stats.routed.items())]
+    funnel_rows.append(("kept", stats.documents_out, ""))
+    language_rows = [
+        (language, count, stats.languages.get(language, 0))
+        for language, count in sorted(stats.languages_in.items(), key=lambda item: (-item[1], item[0]))
+    ]
+    return {
+        "funnel": markdown_table(["step", "documents reaching it", "dropped by it"], funnel_rows),
+        "drop_reasons": counts_table(stats.drops),
+        "languages": markdown_table(["language", "identified", "kept"], language_rows),
+        "dropped_documents": MetadataValue.md(
+            f"Dropped documents with step, reason and detail: `{store.uri(side_prefix(DROPPED_DATASET, ref))}/` "
+            "(`polars.scan_parquet(..., hive_partitioning=True)` on `cleaned_dropped/`)."
+            + (f" Routed code-heavy documents: `{side_prefix(CODE_DATASET, ref)}/`." if stats.routed else "")
+        ),
+    }
+
+
+def _model_metadata(cleaning: CleaningSettings, stats: CleaningStats, models: _Models) -> dict[str, Any]:
+    """The models scored with (their digests) and the score summaries; nothing for unused models."""
+    metadata: dict[str, Any] = {}
+    if models.quality_sha:
+        mean, median = _mean_median(stats.quality_scores)
+        metadata.update(
+            quality_model_sha256=models.quality_sha, quality_threshold=float(cleaning.quality_threshold),
+            quality_score_mean=mean, quality_score_median=median,
+        )
+    if models.perplexity:
+        metadata.update(perplexity_model_sha256=models.perplexity["sha256"], perplexity_median=_mean_median(stats.perplexities)[1])
+        metadata.update(prefixed_counts("perplexity_bucket", stats.perplexity_buckets))
+    return metadata
+
+
+def _language_thresholds(cleaning: CleaningSettings, stats: CleaningStats) -> dict[str, Any]:
+    """Which thresholds applied: the source's per-language overrides of the languages seen in this partition."""
+    overrides = {code: cleaning.languages[code] for code in sorted(cleaning.languages) if code in stats.languages_in}
+    return {
+        "thresholds_by_language": MetadataValue.json(
+            {"overridden": overrides, "documents": {code: stats.languages_in[code] for code in overrides}}
+        )
+    }
