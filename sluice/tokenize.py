@@ -385,129 +385,160 @@ def tokenize_part(task: TokenizeTask) -> dict[str, Any]:
     The task checks its own output and returns the results (no second read by the caller): every published
     file's digest (`verify_published`), the largest token id, and a sample of documents decoded from the
     written shards against their text; document lengths come back as a histogram (`LENGTH_BINS`)."""
-    encoder = cached_encoder(task.tokenizer_json)
-    eos_id = encoder.tokenizer.token_to_id(task.eos_token)
-    if eos_id is None:
-        raise ValueError(f"the tokenizer has no token {task.eos_token!r} (tokenizer.eos_token)")
-    vocab_size = encoder.vocab_size
-    fallback_documents = 0
-    input_store = StoreSpec(task.input_url, task.s3).open()
-    output_store = StoreSpec(task.output_url, task.s3).open()
-    binary_store = StoreSpec(task.binary_url, task.s3).open() if task.binary_url else output_store
     scratch = local_temp_dir()
-    shards: list[dict[str, Any]] = []
-    files: list[dict[str, Any]] = []  # the .docs.parquet files (the dataset's own)
-    binary_files: list[dict[str, Any]] = []  # .bin, .idx, .urls (in binary_url)
-    histogram = np.zeros(len(LENGTH_BINS) - 1, np.int64)
-    documents = tokens = text_bytes = 0
-    max_token_id = -1
-    problems: list[str] = []
-    mismatched: list[str] = []
-    checked = 0
     try:
-        path = input_store.fetch(task.input_key, scratch)
-        out_dir = os.path.join(scratch, "out")
-        os.makedirs(out_dir)
-        writer: ShardWriter | None = None
-        doc_ids: list[str] = []
-        languages: list[str | None] = []
-        urls: list[str | None] = []
-        first_row = 0  # row in the deduplicated part of the current shard's first document
-        samples: list[tuple[int, str, str]] = []  # (document index in the shard, doc_id, text) to decode back
+        part = _PartTokenizer(task, scratch)
+        part.encode(StoreSpec(task.input_url, task.s3).open().fetch(task.input_key, scratch))
+        return part.result()
+    finally:
+        _remove_tree(scratch)
 
-        def finish(current: ShardWriter) -> None:
-            nonlocal checked
-            current.close()
-            if samples:  # round trip: decode sampled documents from the written files, compare with their text
-                written = np.memmap(current.bin_path, dtype=current.dtype, mode="r")
-                offsets = np.fromfile(current.idx_path, dtype="<u8")
-                for index, doc_id, text in samples:
-                    ids = written[offsets[index] : offsets[index + 1]]
-                    if int(ids[-1]) != eos_id or encoder.tokenizer.decode(ids[:-1].tolist(), skip_special_tokens=False) != text:
-                        mismatched.append(doc_id)
-                checked += len(samples)
-                del written
-                samples.clear()
-            ids_path = os.path.join(out_dir, f"{current.name}.docs.parquet")
-            docs = pa.table(
-                {
-                    "doc_id": pa.array(doc_ids, pa.string()),
-                    "doc_hash": doc_hashes(doc_ids),
-                    "language": pa.array(languages, pa.string()).dictionary_encode(),
-                },
-                schema=DOCS_SCHEMA,
-            )
-            pq.write_table(docs, ids_path, compression="zstd", row_group_size=DOCS_ROW_GROUP)
-            urls_path = os.path.join(out_dir, f"{current.name}.urls")
-            write_urls(urls_path, urls)
-            for local, store, listed in (
-                (current.bin_path, binary_store, binary_files), (current.idx_path, binary_store, binary_files),
-                (ids_path, output_store, files), (urls_path, binary_store, binary_files),
-            ):
-                key = os.path.basename(local)
-                entry = {"key": key, "rows": None, "bytes": os.path.getsize(local), "sha256": sha256_file(local)}
-                store.put_file(local, key)
-                problem = verify_published(store, key, local, entry)
-                if problem:
-                    problems.append(problem)
-                listed.append(entry)
-            shards.append({"name": current.name, "documents": current.documents, "tokens": current.tokens, "part": task.part, "first_row": first_row})
 
+class _PartTokenizer:
+    """The state of one part's encoding: the shard being written, what the finished shards published, and
+    the counts the result reports."""
+
+    def __init__(self, task: TokenizeTask, scratch: str) -> None:
+        self.task = task
+        self.encoder = cached_encoder(task.tokenizer_json)
+        eos_id = self.encoder.tokenizer.token_to_id(task.eos_token)
+        if eos_id is None:
+            raise ValueError(f"the tokenizer has no token {task.eos_token!r} (tokenizer.eos_token)")
+        self.eos_id: int = eos_id
+        self.output_store = StoreSpec(task.output_url, task.s3).open()
+        self.binary_store = StoreSpec(task.binary_url, task.s3).open() if task.binary_url else self.output_store
+        self.out_dir = os.path.join(scratch, "out")
+        os.makedirs(self.out_dir)
+        self.shards: list[dict[str, Any]] = []
+        self.files: list[dict[str, Any]] = []  # the .docs.parquet files (the dataset's own)
+        self.binary_files: list[dict[str, Any]] = []  # .bin, .idx, .urls (in binary_url)
+        self.histogram = np.zeros(len(LENGTH_BINS) - 1, np.int64)
+        self.documents = self.tokens = self.text_bytes = self.fallback_documents = self.checked = 0
+        self.max_token_id = -1
+        self.problems: list[str] = []
+        self.mismatched: list[str] = []
+        # The shard being written: its writer, its documents' ids, languages and URLs, and the documents to
+        # decode back once written ((index in the shard, doc_id, text)).
+        self.writer: ShardWriter | None = None
+        self.doc_ids: list[str] = []
+        self.languages: list[str | None] = []
+        self.urls: list[str | None] = []
+        self.samples: list[tuple[int, str, str]] = []
+        self.first_row = 0  # row in the deduplicated part of the current shard's first document
+
+    def encode(self, path: str) -> None:
+        """Encode the part's Parquet file batch by batch, cutting shards at max_shard_tokens."""
         parquet = pq.ParquetFile(path)
-        has_language = "language" in parquet.schema_arrow.names
-        has_url = "url" in parquet.schema_arrow.names
-        columns = ["doc_id", "text"] + (["language"] if has_language else []) + (["url"] if has_url else [])
-        sample_every = max(1, parquet.metadata.num_rows // task.sample_documents) if task.sample_documents > 0 else 0
+        names = parquet.schema_arrow.names
+        columns = ["doc_id", "text"] + [name for name in ("language", "url") if name in names]
+        samples = self.task.sample_documents
+        sample_every = max(1, parquet.metadata.num_rows // samples) if samples > 0 else 0
         for batch in parquet.iter_batches(batch_size=ENCODE_BATCH, columns=columns):
             texts = batch.column("text").to_pylist()
             ids = batch.column("doc_id").to_pylist()
-            batch_languages = batch.column("language").to_pylist() if has_language else [None] * len(ids)
-            batch_urls = batch.column("url").to_pylist() if has_url else [None] * len(ids)
-            encoded, fallbacks = encoder.encode_counting(texts)
-            fallback_documents += fallbacks
+            batch_languages = batch.column("language").to_pylist() if "language" in names else [None] * len(ids)
+            batch_urls = batch.column("url").to_pylist() if "url" in names else [None] * len(ids)
+            encoded, fallbacks = self.encoder.encode_counting(texts)
+            self.fallback_documents += fallbacks
             sizes = np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1  # EOS
-            histogram += np.histogram(sizes, bins=LENGTH_BINS)[0]
+            self.histogram += np.histogram(sizes, bins=LENGTH_BINS)[0]
             tops = [int(ids_.max()) for ids_ in encoded if len(ids_)]
-            max_token_id = max([max_token_id, eos_id, *tops])
-            for doc_id, language, url, text, doc_tokens, size in zip(ids, batch_languages, batch_urls, texts, encoded, sizes.tolist(), strict=True):
-                if writer is not None and writer.tokens + size > task.max_shard_tokens and writer.documents:
-                    finish(writer)
-                    first_row += writer.documents
-                    writer, doc_ids, languages, urls = None, [], [], []
-                if writer is None:
-                    writer = ShardWriter(out_dir, f"shard-{task.part:05d}-{len(shards):02d}", vocab_size)
-                if sample_every and documents % sample_every == 0:
-                    samples.append((writer.documents, doc_id, text))
-                writer.add(doc_tokens, eos_id)
-                doc_ids.append(doc_id)
-                languages.append(language)
-                urls.append(url)
-                documents += 1
-                tokens += size
-            text_bytes += int(pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0)
-        if writer is not None:
-            finish(writer)
-    finally:
-        _remove_tree(scratch)
-    return {
-        "shards": shards,
-        "files": files,
-        "binary_files": binary_files,
-        "documents": documents,
-        "tokens": tokens,
-        "text_bytes": text_bytes,
-        "length_histogram": histogram.tolist(),
-        "max_token_id": max_token_id,
-        "round_trip_checked": checked,
-        "round_trip_mismatched": mismatched,
-        "publish_problems": problems,
-        "vocab_size": vocab_size,
-        "eos_id": eos_id,
-        "dtype": dtype_name(vocab_size),
-        # None: the word cache fast path encoded the part; else why the tokenizer does not allow it
-        "fast_path_unsupported": encoder.unsupported,
-        "fallback_documents": fallback_documents,
-    }
+            self.max_token_id = max([self.max_token_id, self.eos_id, *tops])
+            for row in zip(ids, batch_languages, batch_urls, texts, encoded, sizes.tolist(), strict=True):
+                self._add(*row, sample=bool(sample_every) and self.documents % sample_every == 0)
+            self.text_bytes += int(pc.sum(pc.binary_length(batch.column("text"))).as_py() or 0)
+        if self.writer is not None:
+            self._finish()
+
+    def _add(self, doc_id: str, language: str | None, url: str | None, text: str, doc_tokens: Any, size: int, sample: bool) -> None:
+        writer = self.writer
+        if writer is not None and writer.tokens + size > self.task.max_shard_tokens and writer.documents:
+            self._finish()
+            self.first_row += writer.documents
+            writer = None
+        if writer is None:
+            writer = self.writer = ShardWriter(self.out_dir, f"shard-{self.task.part:05d}-{len(self.shards):02d}", self.encoder.vocab_size)
+        if sample:
+            self.samples.append((writer.documents, doc_id, text))
+        writer.add(doc_tokens, self.eos_id)
+        self.doc_ids.append(doc_id)
+        self.languages.append(language)
+        self.urls.append(url)
+        self.documents += 1
+        self.tokens += size
+
+    def _finish(self) -> None:
+        """Close the current shard, decode its samples back, write its side files and publish them all."""
+        current = self.writer
+        assert current is not None
+        current.close()
+        self._check_samples(current)
+        ids_path = os.path.join(self.out_dir, f"{current.name}.docs.parquet")
+        docs = pa.table(
+            {
+                "doc_id": pa.array(self.doc_ids, pa.string()),
+                "doc_hash": doc_hashes(self.doc_ids),
+                "language": pa.array(self.languages, pa.string()).dictionary_encode(),
+            },
+            schema=DOCS_SCHEMA,
+        )
+        pq.write_table(docs, ids_path, compression="zstd", row_group_size=DOCS_ROW_GROUP)
+        urls_path = os.path.join(self.out_dir, f"{current.name}.urls")
+        write_urls(urls_path, self.urls)
+        for local, store, listed in (
+            (current.bin_path, self.binary_store, self.binary_files), (current.idx_path, self.binary_store, self.binary_files),
+            (ids_path, self.output_store, self.files), (urls_path, self.binary_store, self.binary_files),
+        ):
+            listed.append(self._publish(store, local))
+        self.shards.append(
+            {"name": current.name, "documents": current.documents, "tokens": current.tokens, "part": self.task.part, "first_row": self.first_row}
+        )
+        self.writer, self.doc_ids, self.languages, self.urls = None, [], [], []
+
+    def _check_samples(self, current: ShardWriter) -> None:
+        """Round trip: decode the sampled documents from the written files and compare them with their text."""
+        if not self.samples:
+            return
+        written = np.memmap(current.bin_path, dtype=current.dtype, mode="r")
+        offsets = np.fromfile(current.idx_path, dtype="<u8")
+        for index, doc_id, text in self.samples:
+            ids = written[offsets[index] : offsets[index + 1]]
+            if int(ids[-1]) != self.eos_id or self.encoder.tokenizer.decode(ids[:-1].tolist(), skip_special_tokens=False) != text:
+                self.mismatched.append(doc_id)
+        self.checked += len(self.samples)
+        del written
+        self.samples.clear()
+
+    def _publish(self, store: Store, local: str) -> dict[str, Any]:
+        key = os.path.basename(local)
+        entry = {"key": key, "rows": None, "bytes": os.path.getsize(local), "sha256": sha256_file(local)}
+        store.put_file(local, key)
+        problem = verify_published(store, key, local, entry)
+        if problem:
+            self.problems.append(problem)
+        return entry
+
+    def result(self) -> dict[str, Any]:
+        vocab_size = self.encoder.vocab_size
+        return {
+            "shards": self.shards,
+            "files": self.files,
+            "binary_files": self.binary_files,
+            "documents": self.documents,
+            "tokens": self.tokens,
+            "text_bytes": self.text_bytes,
+            "length_histogram": self.histogram.tolist(),
+            "max_token_id": self.max_token_id,
+            "round_trip_checked": self.checked,
+            "round_trip_mismatched": self.mismatched,
+            "publish_problems": self.problems,
+            "vocab_size": vocab_size,
+            "eos_id": self.eos_id,
+            "dtype": dtype_name(vocab_size),
+            # None: the word cache fast path encoded the part; else why the tokenizer does not allow it
+            "fast_path_unsupported": self.encoder.unsupported,
+            "fallback_documents": self.fallback_documents,
+        }
 
 
 def shard_manifest(
