@@ -20,9 +20,11 @@ from data_assets.metadata import counts_table, known_keys, markdown_table, prefi
 from data_assets.partitions import partition_check, run_source_partitions, source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS, CRAWL, SOURCE_SETTINGS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
+from sluice.config import SluiceConfig
 from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest
 from sluice.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
 from sluice.preflight import source_problem
+from sluice.storage import Store
 from sluice.tasks import (
     RecordedTask,
     TaskCounts,
@@ -69,22 +71,48 @@ def ingest_partition(
     context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource
 ) -> PartitionResult:
     config = settings.config
-    source = config.source(ref.source)
     store = storage.store()
-    prefix = partition_prefix(ASSET, ref)
-    quarantine_prefix = side_prefix(QUARANTINE_DATASET, ref)
     # Fails the run with one line naming the config key, the path and the fix when the source location
     # cannot be read (missing, not a folder, permissions, S3 credentials).
     problem = source_problem(config, ref.source, settings.path)
     if problem:
         raise Failure(description=problem, allow_retries=False)
-
-    tasks = plan_ingest(source.location, ref, source.format, source.options, store.uri(prefix), config.s3, store.uri(quarantine_prefix))
+    jobs = _jobs(store, ref, config)
     executor = compute.executor()
-    context.log.info(f"{ref.key}: {len(tasks)} input files on {executor.describe()}")
-    # Each task records its completion; a re-run reuses the verified outputs of finished tasks (sluice.tasks).
+    context.log.info(f"{ref.key}: {len(jobs)} input files on {executor.describe()}")
+    progress = stage_progress(context, f"{ASSET} {ref.key}", len(jobs))
+    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["records"], r["content_bytes"]))
+    counts = TaskCounts.of(results)
+    context.log.info(counts.line(f"{ASSET} {ref.key}"))
+    for event in getattr(executor, "events", []):
+        context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
+    reasons: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    for result in results:
+        reasons.update(result["quarantine_reasons"])
+        skipped.update(result["skipped"])
+    _write_manifest(store, ref, results, reasons, [job.task.part for job in jobs])
+    known = known_keys(context, ASSET, ("quarantine", "skipped"))
+    metadata = {
+        **_metadata(store, ref, results, reasons),
+        **prefixed_counts("quarantine", reasons, known["quarantine"]),
+        **prefixed_counts("skipped", skipped, known["skipped"]),
+        **counts.metadata(),
+        "compute": executor.describe(),
+    }
+    return PartitionResult(metadata=metadata, checks=[_quarantine_check(config, results)])
+
+
+def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig) -> list[RecordedTask]:
+    """One recorded task per input file of the source's snapshot folder. Each records its completion; a
+    re-run reuses the verified outputs of finished tasks (sluice.tasks)."""
+    source = config.source(ref.source)
+    tasks = plan_ingest(
+        source.location, ref, source.format, source.options, store.uri(partition_prefix(ASSET, ref)), config.s3,
+        store.uri(side_prefix(QUARANTINE_DATASET, ref)),
+    )
     records_url = store.uri(records_prefix(ASSET, ref))
-    jobs = [
+    return [
         RecordedTask(
             ingest_file, task, task.file_label, task_digest(ASSET, task), records_url, record_key(task.part),
             (("part", task.output_url), ("quarantine_part", task.quarantine_url or task.output_url)), config.s3,
@@ -92,68 +120,61 @@ def ingest_partition(
         )
         for task in tasks
     ]
-    progress = stage_progress(context, f"{ASSET} {ref.key}", len(tasks))
-    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["records"], r["content_bytes"]))
-    counts = TaskCounts.of(results)
-    context.log.info(counts.line(f"{ASSET} {ref.key}"))
-    for event in getattr(executor, "events", []):
-        context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
 
-    files = [result["part"] for result in results]
-    records = sum(result["records"] for result in results)
-    reasons: Counter[str] = Counter()
-    skipped: Counter[str] = Counter()
-    for result in results:
-        reasons.update(result["quarantine_reasons"])
-        skipped.update(result["skipped"])
-    quarantined_files = [result["file"] for result in results if result["file_quarantined"]]
-    file_share = len(quarantined_files) / len(results) if results else 0.0
+
+def _quarantined_files(results: list[dict[str, Any]]) -> list[str]:
+    return [result["file"] for result in results if result["file_quarantined"]]
+
+
+def _write_manifest(store: Store, ref: PartitionRef, results: list[dict[str, Any]], reasons: Counter[str], parts: list[int]) -> None:
+    quarantine_prefix = side_prefix(QUARANTINE_DATASET, ref)
     write_manifest(
         store,
-        prefix,
+        partition_prefix(ASSET, ref),
         {
             "asset": ASSET,
             "partition": {"source": ref.source, "snapshot": ref.snapshot},
-            "files": files,
+            "files": [result["part"] for result in results],
             "side_files": [{**result["quarantine_part"], "prefix": quarantine_prefix} for result in results],
-            "documents": records,
+            "documents": sum(result["records"] for result in results),
             "input_files": [result["file"] for result in results],
-            "quarantined_files": quarantined_files,
+            "quarantined_files": _quarantined_files(results),
             "quarantine_reasons": dict(reasons),
-            "task_records": record_listing(ASSET, ref, (task.part for task in tasks)),
+            "task_records": record_listing(ASSET, ref, parts),
         },
     )
 
+
+def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]]) -> AssetCheckResult:
+    """The share of input files that could not be read at all stays under checks.max_quarantined_file_share."""
+    quarantined = _quarantined_files(results)
+    file_share = len(quarantined) / len(results) if results else 0.0
     bound = config.checks.max_quarantined_file_share
-    check = AssetCheckResult(
+    return AssetCheckResult(
         check_name=QUARANTINE_CHECK,
         passed=file_share <= bound,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"quarantined_file_share": file_share, "bound": bound, "quarantined_files": MetadataValue.json(quarantined_files)},
-        description=f"{len(quarantined_files)} of {len(results)} files unreadable (bound {bound:.0%})",
+        metadata={"quarantined_file_share": file_share, "bound": bound, "quarantined_files": MetadataValue.json(quarantined)},
+        description=f"{len(quarantined)} of {len(results)} files unreadable (bound {bound:.0%})",
     )
+
+
+def _metadata(store: Store, ref: PartitionRef, results: list[dict[str, Any]], reasons: Counter[str]) -> dict[str, Any]:
+    records = sum(result["records"] for result in results)
     per_file = markdown_table(
         ["file", "documents", "quarantined records", "content MB"],
         [(r["file"], r["records"], sum(r["quarantine_reasons"].values()), round(r["content_bytes"] / 1e6, 3)) for r in results],
     )
-    known = known_keys(context, ASSET, ("quarantine", "skipped"))
-    return PartitionResult(
-        metadata={
-            "dagster/row_count": records,
-            "dagster/uri": MetadataValue.path(store.uri(prefix)),
-            "documents_out": records,
-            "input_files": len(results),
-            "quarantined_records": sum(reasons.values()),
-            "quarantined_files": len(quarantined_files),
-            "content_bytes": sum(r["content_bytes"] for r in results),
-            "output_bytes": sum(entry["bytes"] for entry in files),
-            **prefixed_counts("quarantine", reasons, known["quarantine"]),
-            **prefixed_counts("skipped", skipped, known["skipped"]),
-            "quarantine_reasons": counts_table(reasons),
-            "files": per_file,
-            "quarantine_uri": MetadataValue.path(store.uri(quarantine_prefix)),
-            **counts.metadata(),
-            "compute": executor.describe(),
-        },
-        checks=[check],
-    )
+    return {
+        "dagster/row_count": records,
+        "dagster/uri": MetadataValue.path(store.uri(partition_prefix(ASSET, ref))),
+        "documents_out": records,
+        "input_files": len(results),
+        "quarantined_records": sum(reasons.values()),
+        "quarantined_files": len(_quarantined_files(results)),
+        "content_bytes": sum(r["content_bytes"] for r in results),
+        "output_bytes": sum(result["part"]["bytes"] for result in results),
+        "quarantine_reasons": counts_table(reasons),
+        "files": per_file,
+        "quarantine_uri": MetadataValue.path(store.uri(side_prefix(QUARANTINE_DATASET, ref))),
+    }
