@@ -16,6 +16,7 @@ processing is slower than reading the reader blocks instead of filling memory.
 from __future__ import annotations
 
 import queue
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -161,100 +162,114 @@ def list_snapshot_files(source_url: str, fmt: str, s3: S3Settings) -> list[str]:
 
 
 def ingest_file(task: IngestTask) -> dict[str, Any]:
-    source_store = StoreSpec(task.source_url, task.s3).open()
-    output_store = StoreSpec(task.output_url, task.s3).open()
-    options = FORMAT_OPTIONS[task.fmt].model_validate(task.options)
-    counters: dict[str, int] = {}
-    quarantine_reasons: Counter[str] = Counter()
-    file_level_damage = False
-    writer = ParquetStreamWriter(RAW_SCHEMA)
-    quarantine_writer = ParquetStreamWriter(QUARANTINE_SCHEMA, batch_rows=64)
-    records = 0
-    content_bytes = 0
-    scratch = None
-
-    # A gzip/zstd stream's checksum is checked only at the end of its member/frame: records decoded before
-    # a failed check may hold altered bytes that still parse, and a corrupted deflate stream can also
-    # look truncated (it "ends" early). Records of a stream that could not be verified to its end are
-    # moved to quarantine (reason unverified_compressed_data, with their bytes), never kept.
-    compressed_text = task.fmt == "jsonl" and task.file_key.lower().endswith(COMPRESSED_SUFFIXES)
-    checksum_failed = False
-
-    def quarantine(item: Quarantined) -> None:
-        nonlocal file_level_damage
-        quarantine_writer.append(_quarantine_row(task, item), size_hint=len(item.payload))
-        quarantine_reasons[item.reason] += 1
-        file_level_damage |= item.location == "file" or item.reason == "not_gzip"
-
+    """Read one input file into a raw Parquet part and its quarantine part (records and whole-file damage
+    that could not be read, with their bytes and reason); both published atomically, or neither."""
+    ingest = _FileIngest(task)
     try:
-        stream: Any = None
-        try:
-            if task.fmt == "parquet":
-                # Parquet needs random access: read it from a local path (downloaded first from S3).
-                local = source_store.local_path(task.file_key)
-                if local is None:
-                    scratch = local_temp_dir()
-                    local = source_store.fetch(task.file_key, scratch)
-                source: Any = local
-                empty = source_store.size(task.file_key) == 0
-            else:
-                stream = source_store.open_read(task.file_key)
-                first = stream.read(1)
-                empty = not first
-                source = _Prepend(first, stream)
-        except (StorageError, OSError) as error:
-            source = None
-            quarantine(Quarantined("file", "unreadable_file", str(error)))
+        ingest.run()
+    except BaseException:
+        ingest.writer.abort()
+        ingest.quarantine_writer.abort()
+        raise
+    finally:
+        if ingest.scratch:
+            shutil.rmtree(ingest.scratch, ignore_errors=True)
+    return ingest.result()
+
+
+class _FileIngest:
+    """The state of one file's ingest: both writers, the counts, and whether the file itself is damaged."""
+
+    def __init__(self, task: IngestTask) -> None:
+        self.task = task
+        self.source_store = StoreSpec(task.source_url, task.s3).open()
+        self.output_store = StoreSpec(task.output_url, task.s3).open()
+        self.options = FORMAT_OPTIONS[task.fmt].model_validate(task.options)
+        self.counters: dict[str, int] = {}
+        self.quarantine_reasons: Counter[str] = Counter()
+        self.file_level_damage = False
+        self.writer = ParquetStreamWriter(RAW_SCHEMA)
+        self.quarantine_writer = ParquetStreamWriter(QUARANTINE_SCHEMA, batch_rows=64)
+        self.records = self.content_bytes = 0
+        self.scratch: str | None = None
+        # A gzip/zstd stream's checksum is checked only at the end of its member/frame: records decoded before
+        # a failed check may hold altered bytes that still parse, and a corrupted deflate stream can also
+        # look truncated (it "ends" early). Records of a stream that could not be verified to its end are
+        # moved to quarantine (reason unverified_compressed_data, with their bytes), never kept.
+        self.compressed_text = task.fmt == "jsonl" and task.file_key.lower().endswith(COMPRESSED_SUFFIXES)
+        self.checksum_failed = False
+        self.entry: dict[str, Any] | None = None
+        self.quarantine_entry: dict[str, Any] | None = None
+
+    def quarantine(self, item: Quarantined) -> None:
+        self.quarantine_writer.append(_quarantine_row(self.task, item), size_hint=len(item.payload))
+        self.quarantine_reasons[item.reason] += 1
+        self.file_level_damage |= item.location == "file" or item.reason == "not_gzip"
+
+    def run(self) -> None:
+        source, empty, stream = self._open()
         try:
             if source is not None and empty:
-                quarantine(Quarantined("file", "empty_file", "the file has no bytes"))
+                self.quarantine(Quarantined("file", "empty_file", "the file has no bytes"))
             elif source is not None:
-                prefetch = BoundedPrefetch(
-                    read_records(source, task.file_key, task.fmt, options, counters),
-                    _item_size,
-                    PREFETCH_MAX_ITEMS,
-                    PREFETCH_MAX_BYTES,
-                )
-                try:
-                    for item in prefetch:
-                        if isinstance(item, Quarantined):
-                            quarantine(item)
-                            checksum_failed |= compressed_text and item.reason in UNVERIFIABLE_STREAM_REASONS
-                            continue
-                        writer.append(_raw_row(task, item), size_hint=len(item.content))
-                        records += 1
-                        content_bytes += len(item.content)
-                finally:
-                    prefetch.close()
+                self._read(source)
         finally:
             if stream is not None:
                 stream.close()
-        if checksum_failed and records:
-            writer = _quarantine_unverified(writer, quarantine)
-            records = content_bytes = 0
-        part_key = f"part-{task.part:05d}.parquet"
-        entry = writer.publish(output_store, part_key)
-        quarantine_store = StoreSpec(task.quarantine_url, task.s3).open() if task.quarantine_url else output_store
-        quarantine_entry = quarantine_writer.publish(quarantine_store, quarantine_part_key(task.part))
-    except BaseException:
-        writer.abort()
-        quarantine_writer.abort()
-        raise
-    finally:
-        if scratch:
-            import shutil
+        if self.checksum_failed and self.records:
+            self.writer = _quarantine_unverified(self.writer, self.quarantine)
+            self.records = self.content_bytes = 0
+        self.entry = self.writer.publish(self.output_store, f"part-{self.task.part:05d}.parquet")
+        quarantine_store = StoreSpec(self.task.quarantine_url, self.task.s3).open() if self.task.quarantine_url else self.output_store
+        self.quarantine_entry = self.quarantine_writer.publish(quarantine_store, quarantine_part_key(self.task.part))
 
-            shutil.rmtree(scratch, ignore_errors=True)
-    return {
-        "file": task.file_label,
-        "part": entry,
-        "quarantine_part": quarantine_entry,
-        "records": records,
-        "content_bytes": content_bytes,
-        "quarantine_reasons": dict(quarantine_reasons),
-        "skipped": counters,
-        "file_quarantined": records == 0 and file_level_damage,
-    }
+    def _open(self) -> tuple[Any, bool, Any]:
+        """(source to read or None when unreadable, whether it is empty, the stream to close or None).
+        Parquet needs random access: it is read from a local path (downloaded first from S3)."""
+        task, store = self.task, self.source_store
+        stream = None
+        try:
+            if task.fmt == "parquet":
+                local = store.local_path(task.file_key)
+                if local is None:
+                    self.scratch = local_temp_dir()
+                    local = store.fetch(task.file_key, self.scratch)
+                return local, store.size(task.file_key) == 0, None
+            stream = store.open_read(task.file_key)
+            first = stream.read(1)
+            return _Prepend(first, stream), not first, stream
+        except (StorageError, OSError) as error:
+            self.quarantine(Quarantined("file", "unreadable_file", str(error)))
+            return None, False, stream  # (closed by the caller, as a readable one is)
+
+    def _read(self, source: Any) -> None:
+        task = self.task
+        prefetch = BoundedPrefetch(
+            read_records(source, task.file_key, task.fmt, self.options, self.counters), _item_size, PREFETCH_MAX_ITEMS, PREFETCH_MAX_BYTES
+        )
+        try:
+            for item in prefetch:
+                if isinstance(item, Quarantined):
+                    self.quarantine(item)
+                    self.checksum_failed |= self.compressed_text and item.reason in UNVERIFIABLE_STREAM_REASONS
+                    continue
+                self.writer.append(_raw_row(task, item), size_hint=len(item.content))
+                self.records += 1
+                self.content_bytes += len(item.content)
+        finally:
+            prefetch.close()
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "file": self.task.file_label,
+            "part": self.entry,
+            "quarantine_part": self.quarantine_entry,
+            "records": self.records,
+            "content_bytes": self.content_bytes,
+            "quarantine_reasons": dict(self.quarantine_reasons),
+            "skipped": self.counters,
+            "file_quarantined": self.records == 0 and self.file_level_damage,
+        }
 
 
 def _quarantine_unverified(writer: ParquetStreamWriter, quarantine: Any) -> ParquetStreamWriter:
