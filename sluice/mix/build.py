@@ -121,60 +121,17 @@ def build_mix(
 
 def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, plans: list[ComponentPlan], stats: dict[str, SplitStats], folder: str,
              decontamination: dict[str, Any] | None, blocklist: dict[str, Any] | None = None) -> dict[str, Any]:
-    prefix, side = mix_prefix(mix_name), index_prefix(mix_name)
-    files, side_files, splits = [], [], {}
-    for split in SPLITS:
-        split_stats = stats[split]
-        for name, target_prefix, group in ((f"{split}.parquet", prefix, files), (f"{split}.idx", side, side_files)):
-            path = os.path.join(folder, name)
-            entry = {"key": name, "rows": split_stats.ranges, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
-            if target_prefix != prefix:
-                entry["prefix"] = target_prefix
-            store.put_file(path, f"{target_prefix}/{name}")
-            group.append(entry)
-        splits[split] = {
-            "index": f"{side}/{split}.idx",
-            "parquet": f"{split}.parquet",
-            "ranges_count": split_stats.ranges,
-            "tokens": split_stats.tokens,
-            "samples": max(0, (split_stats.tokens - 1) // settings.sequence_length),
-        }
-    rows = pa.concat_tables(scan.contaminated_rows).sort_by([("doc_id", "ascending"), ("partition", "ascending")]) if scan.contaminated_rows else None
-    contaminated = (rows.select(CONTAMINATED_SCHEMA.names).cast(CONTAMINATED_SCHEMA) if rows is not None else CONTAMINATED_SCHEMA.empty_table())
-    contaminated_prefix = named_prefix(CONTAMINATED, "mix", mix_name)
-    side_files.append({**write_parquet(store, f"{contaminated_prefix}/contaminated.parquet", contaminated), "prefix": contaminated_prefix})
-    blocked_rows = pa.concat_tables(scan.blocked_rows).sort_by([("partition", "ascending"), ("doc_id", "ascending")]) if scan.blocked_rows else None
-    blocked = blocked_rows.select(BLOCKED_SCHEMA.names).cast(BLOCKED_SCHEMA) if blocked_rows is not None else BLOCKED_SCHEMA.empty_table()
-    blocked_prefix = named_prefix(BLOCKED, "mix", mix_name)
-    side_files.append({**write_parquet(store, f"{blocked_prefix}/blocked.parquet", blocked), "prefix": blocked_prefix})
+    """Publish the splits' files and the removed-document side files, then the mix manifest over them."""
+    files, side_files, splits = _publish_splits(store, mix_name, settings, stats, folder)
+    contaminated, blocked = _removed_tables(scan)
+    for name, table, dataset in (("contaminated", contaminated, CONTAMINATED), ("blocked", blocked, BLOCKED)):
+        removed_prefix = named_prefix(dataset, "mix", mix_name)
+        side_files.append({**write_parquet(store, f"{removed_prefix}/{name}.parquet", table), "prefix": removed_prefix})
     by_rule: dict[str, int] = {}
     for rule in blocked.column("rule").to_pylist():
         by_rule[rule] = by_rule.get(rule, 0) + 1
-    train = stats["train"]
+    train, validation = stats["train"], stats["validation"]
     shares = {name: (int(train.component_tokens[index]) / train.tokens if train.tokens else 0.0) for index, name in enumerate(scan.components.names)}
-    total_weight = sum(settings.weights.values())
-    sources = [
-        {
-            "component": plan.name,
-            "source": split_weight_key(plan.name)[0],
-            "language": split_weight_key(plan.name)[1],
-            "weight": settings.weights[plan.name] / total_weight,
-            "target_tokens": plan.target,
-            "available_tokens": plan.available_tokens,
-            "available_documents": plan.available_documents,
-            "selected_ranges": plan.ranges,
-            "tokens": int(train.component_tokens[index]),
-            "realized_share": shares[plan.name],
-            "epochs": round(plan.epochs, 4),
-            "validation_documents": int(scan.validation_docs[index]),
-            "validation_tokens": int(scan.validation_tokens[index]),
-            "contaminated_documents": int(scan.contaminated[index]),
-            "blocked_documents": int(scan.blocked[index]),
-            "blocked_tokens": int(scan.blocked_tokens[index]),
-        }
-        for index, plan in enumerate(plans)
-    ]
-    validation = stats["validation"]
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -190,7 +147,7 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
         "components": scan.components.names,
         "splits": splits,
         "shards": scan.shards,
-        "sources": sources,
+        "sources": _source_rows(settings, scan, plans, train, shares),
         "decontamination": {**(decontamination or {}), "removed_documents": contaminated.num_rows},
         # The blocklist version this build applied and what it removed (documents and their tokens, both splits).
         "blocklist": {**(blocklist or {"sha256": None}), "removed_documents": blocked.num_rows,
@@ -211,5 +168,66 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
         "files": files,
         "side_files": side_files,
     }
-    write_manifest(store, prefix, manifest)
+    write_manifest(store, mix_prefix(mix_name), manifest)
     return manifest
+
+
+def _publish_splits(
+    store: Store, mix_name: str, settings: MixSettings, stats: dict[str, SplitStats], folder: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each split's `.parquet` (the mix folder) and `.idx` (its index side folder): (files, side files,
+    the manifest's `splits` table)."""
+    prefix, side = mix_prefix(mix_name), index_prefix(mix_name)
+    files, side_files, splits = [], [], {}
+    for split in SPLITS:
+        split_stats = stats[split]
+        for name, target_prefix, group in ((f"{split}.parquet", prefix, files), (f"{split}.idx", side, side_files)):
+            path = os.path.join(folder, name)
+            entry = {"key": name, "rows": split_stats.ranges, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+            if target_prefix != prefix:
+                entry["prefix"] = target_prefix
+            store.put_file(path, f"{target_prefix}/{name}")
+            group.append(entry)
+        splits[split] = {
+            "index": f"{side}/{split}.idx",
+            "parquet": f"{split}.parquet",
+            "ranges_count": split_stats.ranges,
+            "tokens": split_stats.tokens,
+            "samples": max(0, (split_stats.tokens - 1) // settings.sequence_length),
+        }
+    return files, side_files, splits
+
+
+def _removed_tables(scan: Scan) -> tuple[pa.Table, pa.Table]:
+    """The documents removed as contaminated (by doc_id, partition) and as blocklisted (by partition, doc_id)."""
+    rows = pa.concat_tables(scan.contaminated_rows).sort_by([("doc_id", "ascending"), ("partition", "ascending")]) if scan.contaminated_rows else None
+    contaminated = rows.select(CONTAMINATED_SCHEMA.names).cast(CONTAMINATED_SCHEMA) if rows is not None else CONTAMINATED_SCHEMA.empty_table()
+    rows = pa.concat_tables(scan.blocked_rows).sort_by([("partition", "ascending"), ("doc_id", "ascending")]) if scan.blocked_rows else None
+    blocked = rows.select(BLOCKED_SCHEMA.names).cast(BLOCKED_SCHEMA) if rows is not None else BLOCKED_SCHEMA.empty_table()
+    return contaminated, blocked
+
+
+def _source_rows(settings: MixSettings, scan: Scan, plans: list[ComponentPlan], train: SplitStats, shares: dict[str, float]) -> list[dict[str, Any]]:
+    """Per component (source, or source and language): its weight, target, what it had and what it got."""
+    total_weight = sum(settings.weights.values())
+    return [
+        {
+            "component": plan.name,
+            "source": split_weight_key(plan.name)[0],
+            "language": split_weight_key(plan.name)[1],
+            "weight": settings.weights[plan.name] / total_weight,
+            "target_tokens": plan.target,
+            "available_tokens": plan.available_tokens,
+            "available_documents": plan.available_documents,
+            "selected_ranges": plan.ranges,
+            "tokens": int(train.component_tokens[index]),
+            "realized_share": shares[plan.name],
+            "epochs": round(plan.epochs, 4),
+            "validation_documents": int(scan.validation_docs[index]),
+            "validation_tokens": int(scan.validation_tokens[index]),
+            "contaminated_documents": int(scan.contaminated[index]),
+            "blocked_documents": int(scan.blocked[index]),
+            "blocked_tokens": int(scan.blocked_tokens[index]),
+        }
+        for index, plan in enumerate(plans)
+    ]
