@@ -91,82 +91,88 @@ def iter_gzip_members(read: Callable[[int], bytes], max_member_bytes: int) -> It
     member is damaged (`corrupt_gzip`, `truncated_gzip`, `record_too_large`, `not_gzip`). After damage,
     reading resumes at the next gzip header in the stream.
     """
-    buffer = bytearray()
-    base = 0  # stream offset of buffer[0]
-    eof = False
-
-    def fill() -> bool:
-        nonlocal eof
-        if eof:
-            return False
-        chunk = read(CHUNK)
-        if not chunk:
-            eof = True
-            return False
-        buffer.extend(chunk)
-        return True
-
-    def resync(start: int) -> None:
-        """Drop bytes up to the next gzip header after buffer position `start`."""
-        nonlocal base
-        while True:
-            found = buffer.find(GZIP_MAGIC, start)
-            if found >= 0:
-                del buffer[:found]
-                base += found
-                return
-            keep = max(len(buffer) - 2, start)  # a header may straddle two chunks
-            del buffer[:keep]
-            base += keep
-            start = 0
-            if not fill():
-                base += len(buffer)
-                buffer.clear()
-                return
-
+    stream = _GzipStream(read)
     while True:
-        if len(buffer) < 3 and not fill() and not buffer:
+        buffer = stream.buffer
+        if len(buffer) < 3 and not stream.fill() and not buffer:
             return
         if not buffer.startswith(GZIP_MAGIC):
-            if len(buffer) < 3 and not eof and fill():
+            if len(buffer) < 3 and not stream.eof and stream.fill():
                 continue
-            start_offset = base
-            resync(1)
-            yield start_offset, None, "not_gzip", f"{base - start_offset} bytes that are not gzip data"
+            start_offset = stream.base
+            stream.resync(1)
+            yield start_offset, None, "not_gzip", f"{stream.base - start_offset} bytes that are not gzip data"
             continue
-        decompressor = zlib.decompressobj(wbits=31)
-        pieces: list[bytes] = []
-        produced = 0
-        position = 0
-        member_offset = base
-        failure: tuple[str, str] | None = None
-        while True:
-            if position >= len(buffer) and not fill():
-                failure = ("truncated_gzip", "the file ends inside a gzip member")
-                break
-            data = bytes(buffer[position:])
-            try:
-                out = decompressor.decompress(data, max(0, max_member_bytes - produced) + 1)
-            except zlib.error as error:
-                failure = ("corrupt_gzip", str(error))
-                break
-            consumed = len(data) - len(decompressor.unconsumed_tail) - len(decompressor.unused_data)
-            position += consumed
-            produced += len(out)
-            if produced > max_member_bytes:
-                failure = ("record_too_large", f"a record decompresses to more than {max_member_bytes} bytes")
-                break
-            pieces.append(out)
-            if decompressor.eof:
-                break
+        member_offset = stream.base
+        position, pieces, failure = stream.member(max_member_bytes)
         if failure is None:
-            del buffer[:position]
-            base += position
+            stream.consume(position)
             yield member_offset, b"".join(pieces), "", ""
             continue
         payload = b"".join(pieces)[:MAX_QUARANTINED_PAYLOAD]
-        resync(1)
+        stream.resync(1)
         yield member_offset, payload or None, failure[0], failure[1]
+
+
+class _GzipStream:
+    """A read-ahead buffer over a byte stream: `buffer` starts at stream offset `base`."""
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self.read = read
+        self.buffer = bytearray()
+        self.base = 0
+        self.eof = False
+
+    def fill(self) -> bool:
+        """Read one more chunk into the buffer; False at the end of the stream."""
+        if self.eof:
+            return False
+        chunk = self.read(CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buffer.extend(chunk)
+        return True
+
+    def consume(self, count: int) -> None:
+        del self.buffer[:count]
+        self.base += count
+
+    def resync(self, start: int) -> None:
+        """Drop bytes up to the next gzip header after buffer position `start`."""
+        buffer = self.buffer
+        while True:
+            found = buffer.find(GZIP_MAGIC, start)
+            if found >= 0:
+                self.consume(found)
+                return
+            self.consume(max(len(buffer) - 2, start))  # a header may straddle two chunks
+            start = 0
+            if not self.fill():
+                self.consume(len(buffer))
+                return
+
+    def member(self, max_member_bytes: int) -> tuple[int, list[bytes], tuple[str, str] | None]:
+        """Decompress the member at the buffer's start, at most `max_member_bytes` (+1 to notice more):
+        (bytes of the buffer it used, its decompressed pieces, (reason, detail) when damaged)."""
+        decompressor = zlib.decompressobj(wbits=31)
+        pieces: list[bytes] = []
+        produced = position = 0
+        while True:
+            if position >= len(self.buffer) and not self.fill():
+                return position, pieces, ("truncated_gzip", "the file ends inside a gzip member")
+            data = bytes(self.buffer[position:])
+            try:
+                out = decompressor.decompress(data, max(0, max_member_bytes - produced) + 1)
+            except zlib.error as error:
+                return position, pieces, ("corrupt_gzip", str(error))
+            position += len(data) - len(decompressor.unconsumed_tail) - len(decompressor.unused_data)
+            produced += len(out)
+            if produced > max_member_bytes:
+                return position, pieces, ("record_too_large", f"a record decompresses to more than {max_member_bytes} bytes")
+            pieces.append(out)
+            if decompressor.eof:
+                return position, pieces, None
 
 
 # ---------------------------------------------------------------------------------------------- WARC
