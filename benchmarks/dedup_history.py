@@ -250,6 +250,7 @@ class History:
         return ref, docs
 
     def measure_one(self, counter: RequestCounter) -> tuple[int, float, float, int, int]:
+        from benchmarks.dedup_oracle import write_cleaned
         from sluice.compute import Executor
         from sluice.dedup import (
             cluster_partition,
@@ -259,7 +260,6 @@ class History:
             remaining_exact_duplicates,
             sign_partition,
         )
-        from tests.sluice.dedup_oracle import write_cleaned
 
         ref, docs = self.new_partition()
         self.texts.update(docs)
@@ -312,17 +312,17 @@ def quality(history: History) -> tuple[float, float]:
 def chain_equals_batch() -> tuple[float, int]:
     """Share of (order, cut) cases of the K/X/C chain where partition-by-partition dedup removes what the
     oracle does, and how many cases one batch over all partitions would differ in (bridges)."""
-    from benchmarks.minhash_corpus import corpus_texts
-    from sluice.dedup import deduplicate_in_order
-    from sluice.layout import PartitionRef
-    from sluice.storage import open_store
-    from tests.sluice.dedup_oracle import (
+    from benchmarks.dedup_oracle import (
         deduped_view,
         exact_jaccard,
         make_chain,
         reference_removed,
         write_all,
     )
+    from benchmarks.minhash_corpus import corpus_texts
+    from sluice.dedup import deduplicate_in_order
+    from sluice.layout import PartitionRef
+    from sluice.storage import open_store
 
     chain = make_chain(max(corpus_texts(), key=lambda t: len(t.split())))
     print(
@@ -359,7 +359,7 @@ def open_kind(kind: str, folder: str) -> Iterator[tuple[object, object, RequestC
         with counter.local():
             yield open_store(os.path.join(folder, "store")), None, counter
         return
-    from tests.s3_server import shared_server
+    from benchmarks.s3_server import shared_server
 
     with shared_server() as server:
         os.environ.update(server.env())

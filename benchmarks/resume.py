@@ -56,8 +56,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.crash_harness import wait_group_gone  # noqa: E402
 from benchmarks.peers import figure  # noqa: E402
-from tests.crash_harness import wait_group_gone  # noqa: E402
 
 WORK = Path(os.environ.get("SLUICE_BENCH_DATA", ROOT / ".bench_data")) / "resume"  # git-ignored
 PARTITION = "web|2026-02"
@@ -151,7 +151,7 @@ def kill_after(config: str, stage: str, records: Path, done: int) -> int:
     """Run `stage` in a child process; SIGKILL its process group once tasks 0 .. done-1 all have records,
     then delete later tasks' records. Returns how many later records were deleted."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_harness", config, stage, PARTITION],
+        [sys.executable, "-m", "benchmarks.crash_harness", config, stage, PARTITION],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )
@@ -203,7 +203,7 @@ def make_crawl(source: Path, files: int, target: Path, concat: int = 1) -> tuple
 
 
 def make_config(folder: Path, crawl: Path, workers: int) -> str:
-    from tests.conftest import base_config, write_config
+    from benchmarks.sample_config import base_config, write_config
 
     folder.mkdir(parents=True, exist_ok=True)
     raw = base_config(str(folder / "data"))

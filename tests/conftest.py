@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from benchmarks.sample_config import base_config, write_config
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = PROJECT_ROOT / "sample_data"
@@ -26,25 +27,6 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI ({reason}); with CI=true every test must run (install what it needs, or mark it may_skip with a reason)"
-
-
-def base_config(storage_root: str) -> dict[str, Any]:
-    """The project's sluice.yaml with absolute sample locations and the given storage root."""
-    raw = yaml.safe_load((PROJECT_ROOT / "sluice.yaml").read_text())
-    raw["storage"] = {"root": storage_root}
-    for source in raw["sources"]:
-        source["location"] = str(PROJECT_ROOT / source["location"])
-    for mix in raw["mixes"].values():
-        mix["eval_sets"] = [str(PROJECT_ROOT / path) for path in mix.get("eval_sets", [])]
-    cleaning = raw.get("cleaning") or {}
-    if cleaning.get("url_blocklist"):
-        cleaning["url_blocklist"] = str(PROJECT_ROOT / cleaning["url_blocklist"])
-    return raw
-
-
-def write_config(path: Path, raw: dict[str, Any]) -> str:
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return str(path)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ def test_runs():
 @pytest.mark.parametrize("ci", ["true", ""])
 def test_skips_fail_in_ci_only(pytester, monkeypatch, ci):
     monkeypatch.setenv("CI", ci)
+    monkeypatch.setenv("PYTHONPATH", str(PROJECT_ROOT))  # the copied conftest imports the project's benchmarks/
     pytester.makeconftest((PROJECT_ROOT / "tests" / "conftest.py").read_text())
     pytester.makeini("[pytest]\nmarkers =\n    may_skip: test\n")
     pytester.makepyfile(test_inner=INNER)

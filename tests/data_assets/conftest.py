@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.s3_server import SeaweedS3, shared_server, use_credentials
+from benchmarks.s3_server import SeaweedS3, shared_server, use_credentials
 
 
 @pytest.fixture(scope="session")

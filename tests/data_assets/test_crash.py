@@ -75,7 +75,7 @@ def check_visible_files(root: Path) -> None:
 def child(config: str, stage: str, partition: str, scratch: Path) -> subprocess.Popen:
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(PROJECT_ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_harness", config, stage, partition],
+        [sys.executable, "-m", "benchmarks.crash_harness", config, stage, partition],
         cwd=PROJECT_ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -260,7 +260,7 @@ def test_command_and_ctrl_c_on_the_postgres_instance(tmp_path, monkeypatch):
     storage's, tested above on SQLite; a whole second graph here would add minutes to CI.)"""
     from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
 
-    from tests.pg_server import PostgresServer
+    from tests.support.pg_server import PostgresServer
 
     with PostgresServer() as server:
         home, env, _ = setup(tmp_path, PROJECT_ROOT / "deploy" / "dagster.yaml")

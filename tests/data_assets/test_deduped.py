@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from dagster import DagsterInstance, materialize
 
+from benchmarks.dedup_oracle import write_all
 from data_assets.deduped import STAGE_ASSETS
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import SNAPSHOTS, multi_key
 from sluice.storage import open_store
-from tests.sluice.dedup_oracle import write_all
 from tests.sluice.test_dedup import ORDER, long_texts, planted_partitions  # noqa: F401 - the module-scoped fixture
 from tests.support.results import checks_of, metadata_of
 

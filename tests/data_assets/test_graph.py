@@ -175,15 +175,15 @@ def test_cleaning_metadata_explains_every_decision(local_run):
 def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
     import polars as pl
 
-    from sluice.config import DedupSettings
-    from sluice.storage import open_store
-    from tests.sluice.dedup_oracle import (
+    from benchmarks.dedup_oracle import (
         deduped_view,
         exact_jaccard,
         lsh_one_batch,
         reference_removed,
         stored_partitions,
     )
+    from sluice.config import DedupSettings
+    from sluice.storage import open_store
 
     folder, report, _ = local_run
     fuzzy = {key: meta["deduped_documents"]["removed_fuzzy"] for key, meta in report["partitions"].items()}

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
 from tests.data_assets.test_crash import check_visible_files, child
-from tests.pg_server import PostgresServer, pg_binary
+from tests.support.pg_server import PostgresServer, pg_binary
 
 pytestmark = [
     pytest.mark.slow,

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.conftest import SAMPLE, base_config, tree_digest, write_config
-from tests.ray_cluster import RayCluster
+from tests.support.ray_cluster import RayCluster
 
 pytestmark = pytest.mark.slow
 STAGES = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"]

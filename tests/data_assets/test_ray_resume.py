@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.crash_harness import wait_group_gone
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
-from tests.crash_harness import wait_group_gone
-from tests.ray_cluster import RayCluster, _pids_with
+from tests.support.ray_cluster import RayCluster, _pids_with
 
 pytestmark = pytest.mark.slow
 COPIES = 6  # of each of the 3 sample WARC files: 18 input files in one partition
@@ -182,7 +182,7 @@ def kill_driver_at_half(config: str, stage: str, folder: Path, cluster: RayClust
     """Run `stage` in a child process (a Ray driver); SIGKILL it once half the tasks have records, then wait
     until the cluster has stopped the dead driver's tasks (so the records on disk are final)."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_harness", config, stage, "web|2026-02"],
+        [sys.executable, "-m", "benchmarks.crash_harness", config, stage, "web|2026-02"],
         cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,
     )

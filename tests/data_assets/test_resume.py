@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, materialize
 
+from benchmarks.crash_harness import wait_group_gone
 from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
-from tests.crash_harness import wait_group_gone
 
 COPIES = 4  # of each of the 3 sample WARC files: 12 input files in one partition
 CHILD_TIMEOUT_S = 300
@@ -67,7 +67,7 @@ def kill_at_half(config: str, stage: str, records: Path, total: int, scratch: Pa
     """Start the stage in a child process and SIGKILL its process group once half its tasks have records."""
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(PROJECT_ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_harness", config, stage, "web|2026-02"],
+        [sys.executable, "-m", "benchmarks.crash_harness", config, stage, "web|2026-02"],
         cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     deadline = time.monotonic() + CHILD_TIMEOUT_S

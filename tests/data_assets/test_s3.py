@@ -17,13 +17,13 @@ import pytest
 from dagster import materialize
 
 import sluice.storage
+from benchmarks.s3_server import SeaweedS3, use_credentials
 from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from data_assets.summary import registered_refs
 from sluice.config import load_config
 from tests.conftest import PROJECT_ROOT, base_config, write_config
-from tests.s3_server import SeaweedS3, use_credentials
 from tests.support.graph import graph_instance, materialize_graph
 
 SAMPLE = PROJECT_ROOT / "sample_data"

@@ -19,14 +19,14 @@ from dagster import DagsterInstance, materialize
 
 import sluice.config
 import sluice.storage
+from benchmarks.s3_server import use_credentials
 from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from sluice.layout import entry_key
 from tests.conftest import base_config, write_config
 from tests.data_assets.test_s3 import failure_text, list_keys, s3_digest, upload_sample
-from tests.fault_proxy import FaultProxy
-from tests.s3_server import use_credentials
+from tests.support.fault_proxy import FaultProxy
 from tests.support.graph import graph_instance, materialize_graph
 
 STAGES = ["raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"]

@@ -16,11 +16,11 @@ from dagster import materialize
 from dagster._serdes import serialize_value
 
 import sluice.storage
+from benchmarks.s3_server import use_credentials
 from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
 from tests.data_assets.test_s3 import list_keys, s3_config, upload_sample
-from tests.s3_server import use_credentials
 
 
 def forms(secret: str) -> list[str]:

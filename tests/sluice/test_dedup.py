@@ -13,12 +13,7 @@ import pytest
 
 import sluice.dedup as dedup
 import sluice.dedup.signatures as signatures_module
-from sluice.config import DedupSettings
-from sluice.dedup.schemas import CLUSTERS, REMOVED_SCHEMA, SHINGLES
-from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_manifest, read_parquet_file
-from sluice.storage import Store, open_store
-from sluice.tasks import records_prefix
-from tests.sluice.dedup_oracle import (
+from benchmarks.dedup_oracle import (
     cleaned_texts,
     deduped_view,
     edit,
@@ -28,6 +23,11 @@ from tests.sluice.dedup_oracle import (
     stored_partitions,
     write_all,
 )
+from sluice.config import DedupSettings
+from sluice.dedup.schemas import CLUSTERS, REMOVED_SCHEMA, SHINGLES
+from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_manifest, read_parquet_file
+from sluice.storage import Store, open_store
+from sluice.tasks import records_prefix
 from tests.sluice.test_minhash import sample_texts
 
 ORDER = [PartitionRef("reference", "2026-01"), PartitionRef("web", "2026-01"), PartitionRef("reference", "2026-02"), PartitionRef("web", "2026-02")]

@@ -15,6 +15,7 @@ import pytest
 
 import sluice.dedup as dedup
 import sluice.dedup.signatures as signatures_module
+from benchmarks.dedup_oracle import edit, write_all
 from sluice.config import DedupSettings
 from sluice.dedup.index import DedupIndex, IndexEntry, partition_rows, partition_table
 from sluice.dedup.schemas import DEDUPED
@@ -28,7 +29,6 @@ from sluice.layout import (
 )
 from sluice.storage import LocalStore, open_store
 from tests.conftest import tree_digest
-from tests.sluice.dedup_oracle import edit, write_all
 
 
 def synthetic(count: int, docs: int = 6, seed: int = 0) -> list[tuple[PartitionRef, list[list[tuple[str, str]]]]]:

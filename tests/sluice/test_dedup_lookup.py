@@ -13,6 +13,7 @@ from itertools import combinations
 import pytest
 
 import sluice.dedup as dedup
+from benchmarks.dedup_oracle import make_chain, stored_partitions, write_all
 from sluice.clean import normalize_for_hash
 from sluice.config import DedupSettings
 from sluice.dedup.index import DedupIndex
@@ -21,7 +22,6 @@ from sluice.dedup.schemas import CLUSTERS
 from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_parquet_file
 from sluice.minhash import shingles
 from sluice.storage import Store, open_store
-from tests.sluice.dedup_oracle import make_chain, stored_partitions, write_all
 from tests.sluice.test_dedup import REFS, planted_partitions
 from tests.sluice.test_minhash import sample_texts
 

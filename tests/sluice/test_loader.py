@@ -318,7 +318,7 @@ def test_stall_metric_counts_every_step(data):
 @pytest.fixture(scope="module")
 def s3_mix(mix_root):
     """The test mix uploaded to a bucket on a real SeaweedFS server."""
-    from tests.s3_server import shared_server
+    from benchmarks.s3_server import shared_server
 
     with shared_server() as server:
         bucket = server.create_bucket("sluice-loader")
@@ -332,8 +332,8 @@ def s3_mix(mix_root):
 
 def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_path, monkeypatch):
     import sluice.storage
+    from benchmarks.s3_server import use_credentials
     from sluice.config import S3Settings
-    from tests.s3_server import use_credentials
 
     server, bucket = s3_mix
     use_credentials(monkeypatch, server.access_key, server.secret_key)
@@ -358,8 +358,8 @@ def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_pat
 
 def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
     import sluice.storage
+    from benchmarks.s3_server import use_credentials
     from sluice.config import S3Settings
-    from tests.s3_server import use_credentials
 
     server, bucket = s3_mix
     use_credentials(monkeypatch, server.access_key, server.secret_key)

@@ -1,4 +1,4 @@
-"""Every regular expression in sluice/, data_assets/ and resources/ passes the ReDoS audit (tests/regex_audit.py).
+"""Every regular expression in sluice/, data_assets/ and resources/ passes the ReDoS audit (tests/support/regex_audit.py).
 
 The patterns are found two ways, so a new one cannot slip past: every module is imported and its module-level
 compiled patterns collected (also when only a bound method such as `.search` is kept), and every call
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.regex_audit import problems, translate_regex_module
+from tests.support.regex_audit import problems, translate_regex_module
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sluice", "data_assets", "resources")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import sluice.storage
+from benchmarks.s3_server import SeaweedS3, shared_server, use_credentials
 from sluice.config import S3Settings
 from sluice.storage import TMP_PREFIX, LocalStore, S3Store, StorageError, open_store
-from tests.s3_server import SeaweedS3, shared_server, use_credentials
 
 MB = 1 << 20
 
@@ -361,7 +361,7 @@ def test_s3_check_access_on_missing_bucket_fails_clearly(s3_credentials, s3_sett
 
 
 def test_s3_unreachable_endpoint_is_a_storage_error(s3_credentials):
-    from tests.s3_server import free_ports
+    from benchmarks.s3_server import free_ports
 
     (port,) = free_ports(1)  # nothing listens there
     store = open_store("s3://bucket/p", S3Settings(endpoint_url=f"http://127.0.0.1:{port}", max_attempts=1))
@@ -377,7 +377,7 @@ def test_s3_unreachable_endpoint_is_a_storage_error(s3_credentials):
 def test_s3_connection_reset_is_a_storage_error_from_every_operation(s3_credentials, s3_settings, operation):
     """A store that drops every connection (TCP reset, no answer) surfaces as a StorageError naming the URL
     from each operation, never as a raw botocore exception (CI once saw exists() leak ConnectionClosedError)."""
-    from tests.fault_proxy import FaultProxy
+    from tests.support.fault_proxy import FaultProxy
 
     bucket = s3_credentials.create_bucket()
     healthy = open_store(f"s3://{bucket}/p", s3_settings)

@@ -1,6 +1,7 @@
-"""Child process of the crash tests: materialize one stage for one partition, so the parent can SIGKILL it.
+"""Child process of the crash tests and benchmarks/resume.py: materialize one stage for one partition, so
+the parent can SIGKILL it. (Beside the benchmarks, which use it too; tests import it from here.)
 
-    python -m tests.crash_harness CONFIG STAGE[,STAGE...] PARTITION
+    python -m benchmarks.crash_harness CONFIG STAGE[,STAGE...] PARTITION
 
 PARTITION is `source|snapshot`, a mix name, or `-` for the unpartitioned tokenizer. The child prints
 `READY` once Dagster is imported and the snapshots are registered (an ephemeral instance), right before

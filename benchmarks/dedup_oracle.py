@@ -1,4 +1,5 @@
-"""Helpers of the dedup tests: cleaned partitions from texts, readers of the outputs, and an independent oracle.
+"""Helpers of the dedup tests and benchmarks/dedup_history.py: cleaned partitions from texts, readers of the
+outputs, and an independent oracle. (Beside the benchmarks, which use it too; tests import it from here.)
 
 The oracle (`reference_removed`) knows nothing of MinHash, LSH, the index or the partition steps: for each
 partition in the global order it takes every document of that partition and the earlier ones, links every

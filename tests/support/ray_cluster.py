@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.s3_server import free_ports
 from tests.conftest import PROJECT_ROOT
-from tests.s3_server import free_ports
 
 
 def _ray() -> str:

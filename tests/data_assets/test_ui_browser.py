@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_webserver import CHECKS, PROJECT_ROOT, Webserver, serve_webserver
+from tests.data_assets.test_webserver import CHECKS, PROJECT_ROOT, Webserver, serve_webserver
 
 pytestmark = pytest.mark.slow
 
