@@ -13,9 +13,10 @@ same fold's model (pairs within each language and fold, pooled; ties count half)
 the reference text (CCNet's intent), so pages the heuristics keep separate from it as well; the gap between the
 two AUCs is what is specific to low quality. The bundled sample holds few reference documents per language
 (22 in all), so its figure is noisy even with every document held out once; `--data corpus` has 62. Its "low-quality" pages are
-also not low-fluency text: they are real Debian handbook prose (the same documentation family as the
-reference), dropped almost all by `gopher_below_alpha_threshold` (too many words without a letter: commands,
-paths, version numbers), which perplexity is not meant to see; the drop reasons are printed. A single 80/20
+also not low-fluency text: they are real Debian handbook pages (the same documentation family as the
+reference) dropped by the heuristics (repeated lines, code, few sentences), which perplexity is not meant to
+see; the drop reasons are printed. Since the Gopher alpha rule counts whitespace words (issue 32) the sample
+has 15 such pages, not 34, and its figure rests on 72 pairs. A single 80/20
 split of the sample (6 documents held out, 59 pairs) gave 0.66: its figure depends on which few documents
 are held out, which the folds average over.
 """
