@@ -22,8 +22,10 @@ With `english` word splitting every language is treated as datatrove treats it b
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import compress, filterfalse, repeat
 from typing import Any
 
@@ -62,7 +64,45 @@ def _duplicates(items: list[str]) -> tuple[int, int]:
     return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
-class GopherQualityFilter(Step):
+# The comparison under which a rule keeps a document: `value <keep_if> threshold`.
+KEEPS: dict[str, Callable[[Any, Any], bool]] = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+
+
+@dataclass(slots=True)
+class Rule:
+    """One rule of a filter evaluated on a document: its statistic's value, the threshold the document must
+    meet (`value <keep_if> threshold`; None: the rule is off) and the drop it causes otherwise (the detail
+    is formatted only then). `traced`: the tracer lists it (False for guards that are no statistic)."""
+
+    statistic: str
+    value: Any
+    threshold: Any
+    keep_if: str
+    reason: str
+    detail: str  # a format string over `args`
+    args: tuple = ()
+    traced: bool = True
+
+    def keeps(self) -> bool:
+        return self.threshold is None or KEEPS[self.keep_if](self.value, self.threshold)
+
+
+class RuleFilter(Step):
+    """A filter written once as an ordered table of rules (`rules`, a generator: each statistic is computed
+    only when the rules before it kept the document). `apply` stops at the first rule that fails, as fast as
+    a hand-written chain of ifs; the tracer (sluice.trace.measures) evaluates every rule of the same table."""
+
+    def rules(self, doc: Document) -> Iterator[Rule]:
+        raise NotImplementedError
+
+    def apply(self, doc: Document) -> Drop | None:
+        for rule in self.rules(doc):
+            if not rule.keeps():
+                return Drop(rule.reason, rule.detail.format(*rule.args))
+        return None
+
+
+class GopherQualityFilter(RuleFilter):
     name = "gopher_quality"
 
     def __init__(self, settings: GopherQualitySettings | None = None, multilingual: bool = True) -> None:
@@ -70,58 +110,56 @@ class GopherQualityFilter(Step):
         self.multilingual = multilingual
         self.stop_words = frozenset(self.s.stop_words) if self.s.stop_words is not None else None
 
-    def apply(self, doc: Document) -> Drop | None:
+    def rules(self, doc: Document) -> Iterator[Rule]:
         s = self.s
         text = doc.text or ""
         words = doc.tokens(self.multilingual)
         counts = doc.token_counts(self.multilingual)
         n_words = len(words)
         symbols = counts.keys() & PUNCTUATION  # (a dict view & a set: looks up the smaller one's items)
-        n_non_symbol = n_words - sum(counts[p] for p in symbols)
-        if s.min_doc_words and n_non_symbol < s.min_doc_words:
-            return Drop("gopher_short_doc", f"{n_non_symbol} words < {s.min_doc_words}")
-        if s.max_doc_words and n_non_symbol > s.max_doc_words:
-            return Drop("gopher_long_doc", f"{n_non_symbol} words > {s.max_doc_words}")
-        if n_non_symbol == 0:
-            return Drop("gopher_short_doc", "no words")
-        spaceless = self.multilingual and doc.mostly_spaceless()
-        if not spaceless:
-            chars = len("".join(words)) - sum(len(p) * counts[p] for p in symbols)
-            mean_length = chars / n_non_symbol
-            if s.min_avg_word_length and mean_length < s.min_avg_word_length:
-                return Drop("gopher_below_avg_threshold", f"mean word length {mean_length:.2f}")
-            if s.max_avg_word_length and mean_length > s.max_avg_word_length:
-                return Drop("gopher_above_avg_threshold", f"mean word length {mean_length:.2f}")
+        n = n_words - sum(counts[p] for p in symbols)
+        yield Rule("words", n, s.min_doc_words or None, ">=", "gopher_short_doc", "{} words < {}", (n, s.min_doc_words))
+        yield Rule("words", n, s.max_doc_words or None, "<=", "gopher_long_doc", "{} words > {}", (n, s.max_doc_words))
+        if n == 0:
+            yield Rule("words", n, 1, ">=", "gopher_short_doc", "no words", traced=False)
+            return
+        if not (self.multilingual and doc.mostly_spaceless()):
+            mean = (len("".join(words)) - sum(len(p) * counts[p] for p in symbols)) / n
+            yield Rule("mean_word_length", mean, s.min_avg_word_length or None, ">=", "gopher_below_avg_threshold", "mean word length {:.2f}", (mean,))
+            yield Rule("mean_word_length", mean, s.max_avg_word_length or None, "<=", "gopher_above_avg_threshold", "mean word length {:.2f}", (mean,))
         if s.max_symbol_word_ratio:
             hashes = text.count("#") / n_words
-            if hashes > s.max_symbol_word_ratio:
-                return Drop("gopher_too_many_hashes", f"{hashes:.3f} '#' per word")
+            yield Rule("hashes_per_word", hashes, s.max_symbol_word_ratio, "<=", "gopher_too_many_hashes", "{:.3f} '#' per word", (hashes,))
             ellipses = (text.count("...") + text.count("…")) / n_words
-            if ellipses > s.max_symbol_word_ratio:
-                return Drop("gopher_too_many_ellipsis", f"{ellipses:.3f} ellipses per word")
+            yield Rule("ellipses_per_word", ellipses, s.max_symbol_word_ratio, "<=", "gopher_too_many_ellipsis", "{:.3f} ellipses per word", (ellipses,))
         lines = text.splitlines() or [""]
         if s.max_bullet_lines_ratio:
             bullets = _count(str.startswith, map(str.lstrip, lines), ("•", "-")) / len(lines)
-            if bullets > s.max_bullet_lines_ratio:
-                return Drop("gopher_too_many_bullets", f"{bullets:.2f} of lines start with a bullet")
+            yield Rule("bullet_lines", bullets, s.max_bullet_lines_ratio, "<=", "gopher_too_many_bullets", "{:.2f} of lines start with a bullet", (bullets,))
         if s.max_ellipsis_lines_ratio:
-            ellipsis_lines = _count(str.endswith, map(str.rstrip, lines), ("...", "…")) / len(lines)
-            if ellipsis_lines > s.max_ellipsis_lines_ratio:
-                return Drop("gopher_too_many_end_ellipsis", f"{ellipsis_lines:.2f} of lines end with an ellipsis")
+            ends = _count(str.endswith, map(str.rstrip, lines), ("...", "…")) / len(lines)
+            yield Rule("ellipsis_lines", ends, s.max_ellipsis_lines_ratio, "<=", "gopher_too_many_end_ellipsis", "{:.2f} of lines end with an ellipsis", (ends,))
         if s.max_non_alpha_words_ratio:
             alpha = _alpha_share(text, counts, n_words, s.alpha_words)
-            if alpha < s.max_non_alpha_words_ratio:
-                return Drop("gopher_below_alpha_threshold", f"{alpha:.2f} of {s.alpha_words} words contain a letter")
+            yield Rule(
+                "words_with_a_letter", alpha, s.max_non_alpha_words_ratio, ">=", "gopher_below_alpha_threshold",
+                "{:.2f} of {} words contain a letter", (alpha, s.alpha_words),
+            )
         if s.min_stop_words:
-            if self.stop_words is not None:
-                stop_words, spaceless = self.stop_words, False  # a configured list applies to every script
-            else:
-                stop_words = STOP_WORDS["en"] if not self.multilingual else STOP_WORDS.get(doc.language)
-            if stop_words is not None and not spaceless:
-                found = sum(counts[w] for w in counts.keys() & stop_words)
-                if found < s.min_stop_words:
-                    return Drop("gopher_enough_stop_words", f"{found} stop words < {s.min_stop_words}")
-        return None
+            yield from self._stop_words(doc, counts)
+
+    def _stop_words(self, doc: Document, counts: dict[str, int]) -> Iterator[Rule]:
+        """The stop-word rule: a configured list applies to every script; else the document's language's list
+        (Gopher's English one with `english` word splitting), skipped for spaceless scripts and languages
+        without a list."""
+        if self.stop_words is not None:
+            stop_words, spaceless = self.stop_words, False
+        else:
+            stop_words = STOP_WORDS["en"] if not self.multilingual else STOP_WORDS.get(doc.language)
+            spaceless = self.multilingual and doc.mostly_spaceless()
+        if stop_words is not None and not spaceless:
+            found = sum(counts[w] for w in counts.keys() & stop_words)
+            yield Rule("stop_words", found, self.s.min_stop_words, ">=", "gopher_enough_stop_words", "{} stop words < {}", (found, self.s.min_stop_words))
 
 
 def _alpha_share(text: str, counts: dict[str, int], n_tokens: int, words: str) -> float:
@@ -153,65 +191,63 @@ def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
     return keys
 
 
-class GopherRepetitionFilter(Step):
+class GopherRepetitionFilter(RuleFilter):
     name = "gopher_repetition"
 
     def __init__(self, settings: GopherRepetitionSettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or GopherRepetitionSettings()
         self.multilingual = multilingual
 
-    def apply(self, doc: Document) -> Drop | None:
+    def rules(self, doc: Document, exact: bool = False) -> Iterator[Rule]:
+        """The repetition rules in order. Without `exact`, a duplicated n-gram rule whose decision is known to
+        be "keep" from a cheaper bound is skipped (the filter's speed); the tracer asks for every value."""
         s = self.s
         text = doc.text or ""
         length = len(text) or 1
-        paragraphs = _PARAGRAPH_BREAK.split(text.strip())
-        dup, dup_chars = _duplicates(paragraphs)
-        if s.dup_para_frac and dup / len(paragraphs) > s.dup_para_frac:
-            return Drop("dup_para_frac", f"{dup} of {len(paragraphs)} paragraphs repeat")
-        if s.dup_para_char_frac and dup_chars / length > s.dup_para_char_frac:
-            return Drop("dup_para_char_frac", f"{dup_chars / length:.3f} of characters in repeated paragraphs")
-        lines = _LINE_BREAKS.split(text)
-        dup, dup_chars = _duplicates(lines)
-        if s.dup_line_frac and dup / len(lines) > s.dup_line_frac:
-            return Drop("dup_line_frac", f"{dup} of {len(lines)} lines repeat")
-        if s.dup_line_char_frac and dup_chars / length > s.dup_line_char_frac:
-            return Drop("dup_line_char_frac", f"{dup_chars / length:.3f} of characters in repeated lines")
-
+        for unit, parts in (("para", _PARAGRAPH_BREAK.split(text.strip())), ("line", _LINE_BREAKS.split(text))):
+            dup, dup_chars = _duplicates(parts)
+            noun = "paragraphs" if unit == "para" else "lines"
+            frac, char_frac = (s.dup_para_frac, s.dup_para_char_frac) if unit == "para" else (s.dup_line_frac, s.dup_line_char_frac)
+            yield Rule(f"dup_{unit}_frac", dup / len(parts), frac or None, "<=", f"dup_{unit}_frac", "{} of {} " + noun + " repeat", (dup, len(parts)))
+            yield Rule(
+                f"dup_{unit}_char_frac", dup_chars / length, char_frac or None, "<=", f"dup_{unit}_char_frac",
+                "{:.3f} of characters in repeated " + noun, (dup_chars / length,),
+            )
         words = doc.tokens(self.multilingual)
-        if not words:
-            return None
+        if words:
+            yield from self._ngram_rules(doc, words, length, exact)
+
+    def _ngram_rules(self, doc: Document, words: list[str], length: int, exact: bool) -> Iterator[Rule]:
+        s = self.s
         scale = 2 if self.multilingual and doc.mostly_spaceless() else 1
         # Python's string hash as the token id (C-speed; 64-bit, so two different tokens share one with
         # negligible probability; decisions never depend on the hash values' order).
         ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
-
         for n, threshold in sorted(s.top_n_grams.items()):
-            n *= scale
-            if len(words) < n:
+            span = n * scale
+            if len(words) < span:
                 continue
-            top, at = _top_ngram(_ngram_keys(ids, n))
+            top, at = _top_ngram(_ngram_keys(ids, span))
             # Words joined by spaces (datatrove); characters of a spaceless script are joined by nothing.
-            chars = (_span_chars(words, at, n) + (n - 1 if scale == 1 else 0)) * top
-            if chars / length > threshold:
-                return Drop(f"top_{n // scale}_gram", f"{chars / length:.3f} of characters in the top n-gram")
-
+            share = (_span_chars(words, at, span) + (span - 1 if scale == 1 else 0)) * top / length
+            yield Rule(f"top_{n}_gram_char_frac", share, threshold, "<=", f"top_{n}_gram", "{:.3f} of characters in the top n-gram", (share,))
         # Characters inside the repeated n-grams of the smallest n: at least the repeated characters of any
         # n, so every size whose threshold it does not pass is skipped (the decision cannot change).
         bound = None
         for n, threshold in sorted(s.dup_n_grams.items()):
-            n *= scale
-            if len(words) < n or (bound is not None and bound / length <= threshold):
+            span = n * scale
+            if len(words) < span or (not exact and bound is not None and bound / length <= threshold):
                 continue
-            keys = _ngram_keys(ids, n)
+            keys = _ngram_keys(ids, span)
             repeated = _repeated_positions(keys)
             if bound is None:
-                bound = _covered_chars(repeated, words, n)
-                if bound / length <= threshold:
+                bound = _covered_chars(repeated, words, span)
+                if not exact and bound / length <= threshold:
                     continue
-            chars = _scan_repeats(keys, repeated, words, n)
-            if chars / length > threshold:
-                return Drop(f"duplicated_{n // scale}_n_grams", f"{chars / length:.3f} of characters in repeated n-grams")
-        return None
+            share = _scan_repeats(keys, repeated, words, span) / length
+            yield Rule(
+                f"duplicated_{n}_gram_char_frac", share, threshold, "<=", f"duplicated_{n}_n_grams", "{:.3f} of characters in repeated n-grams", (share,)
+            )
 
     @staticmethod
     def _repeated_ngram_chars(keys: np.ndarray, words: list[str], n: int) -> int:
@@ -339,7 +375,7 @@ class C4QualityFilter(Step):
         return None
 
 
-class FineWebQualityFilter(Step):
+class FineWebQualityFilter(RuleFilter):
     name = "fineweb_quality"
 
     def __init__(self, settings: FineWebQualitySettings | None = None, multilingual: bool = True) -> None:
@@ -347,27 +383,21 @@ class FineWebQualityFilter(Step):
         self.multilingual = multilingual
         self.stop_chars = (".", "'", '"', "!", "?") + (OTHER_TERMINAL if multilingual else ())
 
-    def apply(self, doc: Document) -> Drop | None:
+    def rules(self, doc: Document) -> Iterator[Rule]:
         s = self.s
         text = doc.text or ""
         lines = text.split("\n")
-        ends = self.stop_chars
-        ratio = _count(str.endswith, lines, ends) / len(lines)
-        if ratio <= s.line_punct_thr and not (ratio == 0 and s.line_punct_exclude_zero):
-            return Drop("line_punct_ratio", f"{ratio:.2f} of lines end in punctuation")
+        punct = _count(str.endswith, lines, self.stop_chars) / len(lines)
+        excluded = punct == 0 and s.line_punct_exclude_zero
+        yield Rule("line_punct_ratio", punct, None if excluded else s.line_punct_thr, ">", "line_punct_ratio", "{:.2f} of lines end in punctuation", (punct,))
         short = s.short_line_length
         if self.multilingual and doc.mostly_spaceless():
             short = max(1, short // 3)
-        ratio = sum(map(short.__ge__, map(len, lines))) / len(lines)  # lines of at most `short` characters
-        if ratio >= s.short_line_thr:
-            return Drop("short_line_ratio", f"{ratio:.2f} of lines are <= {short} characters")
-        non_empty = list(filter(str.strip, lines))
+        short_share = sum(map(short.__ge__, map(len, lines))) / len(lines)  # lines of at most `short` characters
+        yield Rule("short_line_ratio", short_share, s.short_line_thr, "<", "short_line_ratio", "{:.2f} of lines are <= {} characters", (short_share, short))
         chars = len(text) - text.count("\n")
-        ratio = _duplicates(non_empty)[1] / chars if chars else 0.0
-        if ratio >= s.char_duplicates_ratio:
-            return Drop("char_dup_ratio", f"{ratio:.3f} of characters in repeated lines")
+        dup_share = _duplicates(list(filter(str.strip, lines)))[1] / chars if chars else 0.0
+        yield Rule("char_dup_ratio", dup_share, s.char_duplicates_ratio, "<", "char_dup_ratio", "{:.3f} of characters in repeated lines", (dup_share,))
         n_words = len(doc.tokens(self.multilingual))
-        ratio = text.count("\n") / n_words if n_words else float("inf")
-        if ratio > s.new_line_ratio:
-            return Drop("list_ratio", f"{ratio:.2f} newlines per word")
-        return None
+        newlines = text.count("\n") / n_words if n_words else float("inf")
+        yield Rule("newlines_per_word", newlines, s.new_line_ratio, "<=", "list_ratio", "{:.2f} newlines per word", (newlines,))

@@ -9,24 +9,21 @@ source and language. Values recorded by cleaning (language score, code share, to
 score) are compared with their thresholds as recorded. Each `Measure` says whether the rule keeps the
 document and whether the value is within `margin` (relative) of the threshold.
 
-The statistics follow the filters' code rule for rule (tests check that a measure fails exactly when the
-filter drops); the text replay is checked too: the replayed text must equal the cleaned text before PII
+Gopher quality, Gopher repetition and FineWeb are read from the filters' own rule tables
+(`RuleFilter.rules`: each rule written once); the other steps' values come from the step or the cleaned
+row. Tests check that a measure fails exactly when the filter drops; the text replay is checked too: the replayed text must equal the cleaned text before PII
 redaction (`replay_matches`).
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-import numpy as np
-
 from sluice.config import CleaningSettings
+from sluice.filters import KEEPS, Rule
 from sluice.steps import Document
-
-KEEPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
 
 
 @dataclass
@@ -141,95 +138,23 @@ def measure_document(raw: dict[str, Any], cleaned: dict[str, Any], settings: Cle
     }
 
 
-def _words(doc: Document, multilingual: bool) -> tuple[list[str], Any, int]:
-    from sluice.words import PUNCTUATION
-
-    words = doc.tokens(multilingual)
-    counts = doc.token_counts(multilingual)
-    symbols = PUNCTUATION.intersection(counts)
-    return words, counts, len(words) - sum(counts[p] for p in symbols)
+def _add_rules(measures: Measures, step: str, rules: Iterable[Rule]) -> None:
+    """Every rule of a filter's table (sluice.filters.RuleFilter.rules), as the filter computes it."""
+    for rule in rules:
+        if rule.traced:
+            measures.add(step, rule.statistic, rule.value, rule.threshold, rule.keep_if)
 
 
 def _gopher_quality(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    from sluice.words import PUNCTUATION, STOP_WORDS
+    from sluice.filters import GopherQualityFilter
 
-    s, add = settings.gopher_quality, measures.add
-    text = doc.text or ""
-    words, counts, n_non_symbol = _words(doc, multilingual)
-    n_words = len(words)
-    add("gopher_quality", "words", n_non_symbol, s.min_doc_words or None, ">=")
-    add("gopher_quality", "words", n_non_symbol, s.max_doc_words or None, "<=")
-    if n_non_symbol == 0:
-        return
-    spaceless = multilingual and doc.mostly_spaceless()
-    if not spaceless:
-        symbols = PUNCTUATION.intersection(counts)
-        mean = (sum(map(len, words)) - sum(len(p) * counts[p] for p in symbols)) / n_non_symbol
-        add("gopher_quality", "mean_word_length", mean, s.min_avg_word_length or None, ">=")
-        add("gopher_quality", "mean_word_length", mean, s.max_avg_word_length or None, "<=")
-    if s.max_symbol_word_ratio:
-        add("gopher_quality", "hashes_per_word", text.count("#") / n_words, s.max_symbol_word_ratio, "<=")
-        add("gopher_quality", "ellipses_per_word", (text.count("...") + text.count("…")) / n_words, s.max_symbol_word_ratio, "<=")
-    lines = text.splitlines() or [""]
-    if s.max_bullet_lines_ratio:
-        bullets = sum(1 for line in lines if line.lstrip().startswith(("•", "-"))) / len(lines)
-        add("gopher_quality", "bullet_lines", bullets, s.max_bullet_lines_ratio, "<=")
-    if s.max_ellipsis_lines_ratio:
-        ellipsis = sum(1 for line in lines if line.rstrip().endswith(("...", "…"))) / len(lines)
-        add("gopher_quality", "ellipsis_lines", ellipsis, s.max_ellipsis_lines_ratio, "<=")
-    if s.max_non_alpha_words_ratio:
-        from sluice.filters import _alpha_share
-
-        add("gopher_quality", "words_with_a_letter", _alpha_share(text, counts, n_words, s.alpha_words), s.max_non_alpha_words_ratio, ">=")
-    if s.min_stop_words:
-        if s.stop_words is not None:
-            stop_words, spaceless = frozenset(s.stop_words), False
-        else:
-            stop_words = STOP_WORDS["en"] if not multilingual else STOP_WORDS.get(doc.language)
-        if stop_words is not None and not spaceless:
-            add("gopher_quality", "stop_words", sum(counts[w] for w in stop_words.intersection(counts)), s.min_stop_words, ">=")
+    _add_rules(measures, "gopher_quality", GopherQualityFilter(settings.gopher_quality, multilingual).rules(doc))
 
 
 def _gopher_repetition(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    from sluice.filters import (
-        _LINE_BREAKS,
-        _PARAGRAPH_BREAK,
-        GopherRepetitionFilter,
-        _duplicates,
-        _ngram_keys,
-        _span_chars,
-        _top_ngram,
-    )
+    from sluice.filters import GopherRepetitionFilter
 
-    s, add = settings.gopher_repetition, measures.add
-    text = doc.text or ""
-    length = len(text) or 1
-    paragraphs = _PARAGRAPH_BREAK.split(text.strip())
-    dup, dup_chars = _duplicates(paragraphs)
-    add("gopher_repetition", "dup_para_frac", dup / len(paragraphs), s.dup_para_frac or None, "<=")
-    add("gopher_repetition", "dup_para_char_frac", dup_chars / length, s.dup_para_char_frac or None, "<=")
-    lines = _LINE_BREAKS.split(text)
-    dup, dup_chars = _duplicates(lines)
-    add("gopher_repetition", "dup_line_frac", dup / len(lines), s.dup_line_frac or None, "<=")
-    add("gopher_repetition", "dup_line_char_frac", dup_chars / length, s.dup_line_char_frac or None, "<=")
-    words = doc.tokens(multilingual)
-    if not words:
-        return
-    scale = 2 if multilingual and doc.mostly_spaceless() else 1
-    ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
-    for n, threshold in sorted(s.top_n_grams.items()):
-        span = n * scale
-        if len(words) < span:
-            continue
-        top, at = _top_ngram(_ngram_keys(ids, span))
-        chars = (_span_chars(words, at, span) + (span - 1 if scale == 1 else 0)) * top
-        add("gopher_repetition", f"top_{n}_gram_char_frac", chars / length, threshold, "<=")
-    for n, threshold in sorted(s.dup_n_grams.items()):
-        span = n * scale
-        if len(words) < span:
-            continue
-        chars = GopherRepetitionFilter._repeated_ngram_chars(_ngram_keys(ids, span), words, span)
-        add("gopher_repetition", f"duplicated_{n}_gram_char_frac", chars / length, threshold, "<=")
+    _add_rules(measures, "gopher_repetition", GopherRepetitionFilter(settings.gopher_repetition, multilingual).rules(doc, exact=True))
 
 
 def _c4(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
@@ -257,21 +182,6 @@ def _info(step: str, rule: str, value: float) -> Measure:
 
 
 def _fineweb(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    from sluice.filters import FineWebQualityFilter, _duplicates
+    from sluice.filters import FineWebQualityFilter
 
-    step = FineWebQualityFilter(settings.fineweb_quality, multilingual)
-    s, add = settings.fineweb_quality, measures.add
-    text = doc.text or ""
-    lines = text.split("\n")
-    ratio = sum(1 for line in lines if line.endswith(step.stop_chars)) / len(lines)
-    if not (ratio == 0 and s.line_punct_exclude_zero):
-        add("fineweb_quality", "line_punct_ratio", ratio, s.line_punct_thr, ">")
-    short = s.short_line_length
-    if multilingual and doc.mostly_spaceless():
-        short = max(1, short // 3)
-    add("fineweb_quality", "short_line_ratio", sum(1 for line in lines if len(line) <= short) / len(lines), s.short_line_thr, "<")
-    non_empty = [line for line in lines if line.strip()]
-    chars = len(text) - text.count("\n")
-    add("fineweb_quality", "char_dup_ratio", _duplicates(non_empty)[1] / chars if chars else 0.0, s.char_duplicates_ratio, "<")
-    n_words = len(doc.tokens(multilingual))
-    add("fineweb_quality", "newlines_per_word", text.count("\n") / n_words if n_words else float("inf"), s.new_line_ratio, "<=")
+    _add_rules(measures, "fineweb_quality", FineWebQualityFilter(settings.fineweb_quality, multilingual).rules(doc))
