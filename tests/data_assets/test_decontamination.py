@@ -87,7 +87,7 @@ def test_mixes_refuse_missing_or_stale_flags(setup):
 
 
 def test_the_code_version_follows_the_eval_sets_content(setup):
-    from data_assets.versions import code_versions
+    from data_assets.versions import STAGE_VERSIONS, code_versions
 
     _, eval_file, _, resources = setup
     config = resources["settings"].config
@@ -95,4 +95,4 @@ def test_the_code_version_follows_the_eval_sets_content(setup):
     assert first == code_versions(config)["decontamination"] and first.startswith("1-")
     eval_file.write_text(eval_file.read_text().replace("Passage", "Text"))
     assert code_versions(config)["decontamination"] != first
-    assert code_versions(config)["cleaned_documents"] == "1"  # the eval sets are no input of cleaning
+    assert code_versions(config)["cleaned_documents"] == STAGE_VERSIONS["cleaned_documents"]  # the eval sets are no input of cleaning
