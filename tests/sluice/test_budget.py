@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sluice.budget
-import sluice.clean
+import sluice.clean.pipeline
 import sluice.workers
 from sluice.budget import ChildError
 from sluice.clean import CleanTask, clean_part
@@ -110,14 +110,14 @@ class Misbehaving(Step):
 @pytest.fixture
 def misbehaving_chain(monkeypatch):
     """build_steps with the test step right after extraction, in forked workers (they inherit the patch)."""
-    original = sluice.clean.build_steps
+    original = sluice.clean.pipeline.build_steps
 
     def build_steps(settings, *args, **kwargs):
         steps = original(settings, *args, **kwargs)
         at = next(i for i, step in enumerate(steps) if step.name == "extract") + 1
         return steps[:at] + [Misbehaving()] + steps[at:]
 
-    monkeypatch.setattr(sluice.clean, "build_steps", build_steps)
+    monkeypatch.setattr(sluice.clean.pipeline, "build_steps", build_steps)
     monkeypatch.setattr(sluice.budget, "START_METHOD", "fork")
     # Forking copies this process with its threads' locks: first stop the warm pool an earlier test left.
     sluice.workers.shutdown()
