@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import AllPartitionMapping, AssetKey, Definitions, MultiPartitionKey
+from dagster import AllPartitionMapping, AssetKey, Definitions, MultiPartitionKey, RepositoryDefinition
 from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleCauseCategory
@@ -44,6 +44,12 @@ def dedup_order(key: Partition) -> tuple[str, ...]:
     return (str(key),)
 
 
+
+def asset_graph(defs: Definitions | RepositoryDefinition) -> Any:
+    """The asset graph of the code location's definitions, or of the repository a schedule or sensor is
+    evaluated in (`context.repository_def`)."""
+    return defs.asset_graph if isinstance(defs, RepositoryDefinition) else defs.resolve_asset_graph()
+
 @dataclass
 class Plan:
     """The asset partitions to run, with why each was selected (`reasons[asset][why]` = partitions)."""
@@ -56,8 +62,8 @@ class Plan:
     def count(self) -> int:
         return sum(len(partitions) for partitions in self.selected.values())
 
-    def subset(self, defs: Definitions) -> AssetGraphSubset:
-        graph = defs.resolve_asset_graph()
+    def subset(self, defs: Definitions | RepositoryDefinition) -> AssetGraphSubset:
+        graph = asset_graph(defs)
         pairs = {AssetKeyPartitionKey(key, partition) for key, partitions in self.selected.items() for partition in partitions}
         return AssetGraphSubset.from_asset_partition_set(pairs, graph)
 
@@ -72,7 +78,7 @@ class Planner:
     """Walks the asset graph in topological order and selects partitions (see the module docstring)."""
 
     def __init__(
-        self, defs: Definitions, instance: Any, in_scope: Callable[[AssetKey, Partition], bool] | None = None, new_snapshots: Iterable[str] = ()
+        self, defs: Definitions | RepositoryDefinition, instance: Any, in_scope: Callable[[AssetKey, Partition], bool] | None = None, new_snapshots: Iterable[str] = ()
     ) -> None:
         """`new_snapshots`: snapshots about to be registered, planned as if they were (all their partitions
         missing), so that registering and submitting the backfill can follow each other at once."""
@@ -80,7 +86,7 @@ class Planner:
 
         from data_assets.partitions import snapshot_partitions
 
-        self.graph = defs.resolve_asset_graph()
+        self.graph = asset_graph(defs)
         self.instance = instance
         pending = list(new_snapshots)
         self.partitions_store = (

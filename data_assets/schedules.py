@@ -13,9 +13,9 @@ from resources.run_tags import PURPOSE_TAG
     description="Rebuild the mixes that are missing or stale (new tokenized data, changed settings) at 04:00 UTC.",
 )
 def daily_mix_rebuild(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
-    from data_assets.definitions import defs
     from data_assets.freshness import Planner
 
+    defs = context.repository_def  # this code location's definitions, as the daemon loaded them
     planner = Planner(defs, context.instance, in_scope=lambda asset, partition: asset == AssetKey("mixed_dataset"))
     plan = planner.plan()
     if not plan.count:

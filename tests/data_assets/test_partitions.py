@@ -8,11 +8,13 @@ from datetime import datetime
 
 from dagster import DagsterInstance, RunRequest, SkipReason, build_schedule_context, materialize
 
-from data_assets.definitions import ASSETS, build_resources
+from data_assets.definitions import ASSETS, build_resources, defs
 from data_assets.partitions import multi_key
 from data_assets.schedules import daily_mix_rebuild
 from tests.conftest import SAMPLE
 from tests.support.graph import graph_instance, materialize_graph
+
+REPOSITORY = defs.get_repository_def()  # what the daemon evaluates the schedule in
 
 
 def test_pair_without_data_materializes_empty_and_tokenizer_json_is_accepted(tmp_path, make_config):
@@ -31,7 +33,7 @@ def test_pair_without_data_materializes_empty_and_tokenizer_json_is_accepted(tmp
     with graph_instance(tmp_path / "home") as instance:
         report = materialize_graph(instance, config)
         # The daily schedule rebuilds only a mix that is missing or stale: nothing here.
-        context = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 4, 0))
+        context = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 4, 0), repository_def=REPOSITORY)
         assert isinstance(daily_mix_rebuild(context), SkipReason)
     empty = report["partitions"][("reference", "2026-02")]
     assert empty["raw_documents"]["documents_out"] == 0 and empty["raw_documents"]["input_files"] == 0
@@ -60,7 +62,7 @@ def test_pair_without_data_materializes_empty_and_tokenizer_json_is_accepted(tmp
 
 
 def test_schedule_requests_a_missing_mix_as_a_backfill(dagster_instance):
-    context = build_schedule_context(instance=dagster_instance, scheduled_execution_time=datetime(2026, 11, 21, 4, 0))
+    context = build_schedule_context(instance=dagster_instance, scheduled_execution_time=datetime(2026, 11, 21, 4, 0), repository_def=REPOSITORY)
     request = daily_mix_rebuild(context)
     assert isinstance(request, RunRequest) and request.requires_backfill_daemon()
     assert [(pair.asset_key.to_user_string(), pair.partition_key) for pair in request.asset_graph_subset.iterate_asset_partitions()] == [
