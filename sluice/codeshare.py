@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
 
 from sluice.config import CodeShareSettings
 from sluice.steps import Document, Drop, Route, Step
@@ -208,3 +209,7 @@ class CodeShare(Step):
         if s.max_share is not None and share > s.max_share:
             return Drop("code_heavy", f"{code} of {total} lines look like code ({share:.2f} > {s.max_share})")
         return None
+
+    def count_kept(self, doc: Document, stats: Any) -> None:
+        if doc.code_share is not None:
+            stats.code_shares.append(doc.code_share)

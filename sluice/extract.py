@@ -293,6 +293,10 @@ class ExtractHtml(Step):
             return Drop("empty_text", "no text after extraction")
         return None
 
+    def count(self, doc: Document, drop: Drop | None, stats: Any) -> None:
+        if drop is None:
+            stats.extracted_chars.append(len(doc.text or ""))
+
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()

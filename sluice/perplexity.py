@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from itertools import chain, islice
 from pathlib import Path
+from typing import Any
 
 from sluice.config import PerplexitySettings
 from sluice.steps import Document, Drop, Step
@@ -267,6 +268,11 @@ class PerplexityScorer(Step):
         if doc.perplexity_bucket in s.drop_buckets:
             return Drop(f"perplexity_{doc.perplexity_bucket}", f"{value:.1f}, cut-offs {entry['cutoffs']} ({doc.language})")
         return None
+
+    def count_kept(self, doc: Document, stats: Any) -> None:
+        if doc.perplexity is not None:
+            stats.perplexities.append(doc.perplexity)
+            stats.perplexity_buckets[doc.perplexity_bucket or ""] += 1
 
 
 if __name__ == "__main__":

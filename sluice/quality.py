@@ -24,6 +24,7 @@ import random
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import xxhash
 
@@ -128,3 +129,7 @@ class QualityScorer(Step):
         if doc.quality_score < self.threshold:
             return Drop("low_quality_score", f"{doc.quality_score!r} < {self.threshold}")
         return None
+
+    def count_kept(self, doc: Document, stats: Any) -> None:
+        if doc.quality_score is not None:
+            stats.quality_scores.append(doc.quality_score)

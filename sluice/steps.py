@@ -118,6 +118,13 @@ class Step:
     def apply(self, doc: Document) -> Drop | None:
         raise NotImplementedError
 
+    def count(self, doc: Document, drop: Drop | None, stats: Any) -> None:  # noqa: B027 - optional hook
+        """Add what this step measured on `doc` to the part's counts (sluice.clean.stats.CleaningStats) right
+        after it ran (`drop`: its outcome): each step counts its own statistics (datatrove's stat_update)."""
+
+    def count_kept(self, doc: Document, stats: Any) -> None:  # noqa: B027 - optional hook
+        """Add what this step recorded on `doc` to the counts once the whole chain kept the document."""
+
     def close(self) -> None:  # noqa: B027 - optional hook (steps that own a process)
         """Release what the step holds (called once at the end of a part)."""
 
@@ -136,6 +143,16 @@ class ByLanguage(Step):
     def apply(self, doc: Document) -> Drop | None:
         step = self.by_language.get(doc.language, self.default)
         return None if step is None else step.apply(doc)
+
+    def count(self, doc: Document, drop: Drop | None, stats: Any) -> None:
+        step = self.by_language.get(doc.language, self.default)
+        if step is not None:
+            step.count(doc, drop, stats)
+
+    def count_kept(self, doc: Document, stats: Any) -> None:
+        step = self.by_language.get(doc.language, self.default)
+        if step is not None:
+            step.count_kept(doc, stats)
 
     def close(self) -> None:
         for step in {id(s): s for s in (self.default, *self.by_language.values()) if s is not None}.values():

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from sluice.config import ToxicitySettings
 from sluice.steps import Document, Drop, Step
@@ -160,3 +161,8 @@ class ToxicityFilter(Step):
             top = ", ".join(f"{term} x{n}" for term, n in sorted(found.items(), key=lambda item: (-item[1], item[0]))[:5])
             return Drop("toxic_content", f"{doc.toxic_terms} listed terms, {doc.toxicity_score:.4f} per word > {s.max_score}: {top}")
         return None
+
+    def count_kept(self, doc: Document, stats: Any) -> None:
+        if doc.toxic_terms:
+            stats.toxic_documents += 1
+            stats.toxic_terms += doc.toxic_terms

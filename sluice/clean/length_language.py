@@ -4,6 +4,8 @@ fastText language identification with its keep list and per-language minimum sco
 
 from __future__ import annotations
 
+from typing import Any
+
 from sluice.steps import Document, Drop, Step
 
 
@@ -53,3 +55,6 @@ class LanguageFilter(Step):
         if doc.language_score < threshold:
             return Drop("low_language_score", f"{doc.language} {doc.language_score:.2f} < {threshold}")
         return None
+
+    def count(self, doc: Document, drop: Drop | None, stats: Any) -> None:
+        stats.languages_in[doc.language] += 1  # every identified document, kept or not

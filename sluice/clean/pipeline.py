@@ -64,10 +64,7 @@ class CleaningPipeline:
                 on_step(index)
             stats.reached[step.name] += 1
             drop = step.apply(doc)
-            if step.name == "extract" and drop is None:
-                stats.extracted_chars.append(len(doc.text or ""))
-            elif step.name == "language":
-                stats.languages_in[doc.language] += 1
+            step.count(doc, drop, stats)  # each step counts its own statistics
             if isinstance(drop, Route):
                 for later_index, later in enumerate(self.steps[index + 1 :], index + 1):
                     if later.on_routed:
@@ -86,16 +83,8 @@ class CleaningPipeline:
         stats.output_chars.append(len(doc.text or ""))
         stats.languages[doc.language] += 1
         stats.pii.update(doc.pii)
-        if doc.quality_score is not None:
-            stats.quality_scores.append(doc.quality_score)
-        if doc.code_share is not None:
-            stats.code_shares.append(doc.code_share)
-        if doc.toxic_terms:
-            stats.toxic_documents += 1
-            stats.toxic_terms += doc.toxic_terms
-        if doc.perplexity is not None:
-            stats.perplexities.append(doc.perplexity)
-            stats.perplexity_buckets[doc.perplexity_bucket or ""] += 1
+        for step in self.steps:
+            step.count_kept(doc, stats)  # the scores the steps recorded on a kept document
         return None
 
     def close(self) -> None:
