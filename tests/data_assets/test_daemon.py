@@ -83,13 +83,16 @@ def started_run_of(instance: DagsterInstance, asset: str):
     return None
 
 
-def interrupt_during(env: dict[str, str], home: Path, asset: str, send: callable) -> tuple[int, str, str, float]:
-    """Run `sluice materialize`, and once a run materializing `asset` has started, call `send(process)`."""
+def interrupt_during(
+    env: dict[str, str], home: Path, asset: str, send: callable, settle_s: float = 1.0, every: float = 0.5
+) -> tuple[int, str, str, float]:
+    """Run `sluice materialize`, and once a run materializing `asset` has started (polled `every` s), wait
+    `settle_s` (to be inside its steps) and call `send(process, run)`."""
     process = sluice(env, "materialize")
     with DagsterInstance.from_config(str(home)) as instance:
-        run = wait_for(lambda: started_run_of(instance, asset) or (process.poll() is not None and "ended"), 600, f"a run of {asset}")
+        run = wait_for(lambda: started_run_of(instance, asset) or (process.poll() is not None and "ended"), 600, f"a run of {asset}", every)
         assert run != "ended", process.communicate()
-        time.sleep(1.0)  # inside its steps
+        time.sleep(settle_s)
         signaled = time.monotonic()
         send(process, run)
     code, out, err = finish(process)
@@ -184,7 +187,9 @@ def test_sigterm_and_a_run_terminated_from_outside(tmp_path):
             assert instance.run_coordinator.cancel_run(run.run_id)
         terminated.append(run.run_id)
 
-    code, out, err, _ = interrupt_during(env, home, "dedup_clusters", terminate)
+    # A run of dedup_clusters does about a second of work once STARTED: terminate it at once (a settle
+    # second let it finish first now and then, leaving nothing to cancel).
+    code, out, err, _ = interrupt_during(env, home, "dedup_clusters", terminate, settle_s=0.0, every=0.1)
     assert code == 130 and "a run was canceled" in err, out[-3000:] + err[-3000:]
     with DagsterInstance.from_config(str(home)) as instance:
         assert instance.get_run_by_id(terminated[0]).status == DagsterRunStatus.CANCELED
