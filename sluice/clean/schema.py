@@ -55,7 +55,8 @@ def text_hash(text: str) -> str:
     return xxhash.xxh3_128_hexdigest(normalize_for_hash(text).encode("utf-8"))
 
 
-def _dropped_row(doc: Document, step: str, drop: Drop) -> dict[str, Any]:
+def dropped_row(doc: Document, step: str, drop: Drop) -> dict[str, Any]:
+    """A cleaned_dropped row: the document, the step that dropped it, the reason and detail."""
     return {
         "doc_id": doc.doc_id,
         "url": doc.url,
@@ -66,7 +67,7 @@ def _dropped_row(doc: Document, step: str, drop: Drop) -> dict[str, Any]:
     }
 
 
-def _row(doc: Document, text: str) -> dict[str, Any]:
+def cleaned_row(doc: Document, text: str) -> dict[str, Any]:
     """A cleaned_documents (or cleaned_code) row for a document whose final text is `text`."""
     return {
         "doc_id": doc.doc_id,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.clean.pipeline import CleaningPipeline
-from sluice.clean.schema import CLEANED_SCHEMA, DROPPED_SCHEMA, _dropped_row, _row
+from sluice.clean.schema import CLEANED_SCHEMA, DROPPED_SCHEMA, cleaned_row, dropped_row
 from sluice.clean.stats import CleaningStats
 from sluice.config import CleaningSettings, S3Settings
 from sluice.layout import ParquetStreamWriter
@@ -102,19 +102,19 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
             if skip is not None:
                 reason = "step_timeout" if skip.kind == "timeout" else "step_crashed"
                 drop = pipeline.count_skipped(doc, skip.stage, reason, skip.detail)
-                rows.append(("dropped", _dropped_row(doc, pipeline.stage_name(skip.stage), drop)))
+                rows.append(("dropped", dropped_row(doc, pipeline.stage_name(skip.stage), drop)))
                 continue
             outcome = pipeline.run(doc)
             if outcome is not None and not isinstance(outcome[1], Route):
                 step, drop = outcome
-                rows.append(("dropped", _dropped_row(doc, step.name, drop)))
+                rows.append(("dropped", dropped_row(doc, step.name, drop)))
                 size += len(doc.text or "")
                 continue
             heartbeat.stage(output_stage)
             text = doc.text or ""
             # Independent re-scan of exactly what is written (the blocking asset check reads it).
             pipeline.stats.residual_pii.update(find_pii(text, pii_kinds))
-            rows.append(("kept" if outcome is None else "routed", _row(doc, text)))
+            rows.append(("kept" if outcome is None else "routed", cleaned_row(doc, text)))
             size += len(text)
         final = (rows, pipeline.take_stats())
     finally:
