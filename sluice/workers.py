@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import context as mp_context
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
@@ -194,9 +195,23 @@ def stop_forkserver() -> None:
             return
         os.close(server._forkserver_alive_fd)  # the server exits when it reads EOF here
         server._forkserver_alive_fd = None
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+        _reap(pid)
         _forget_forkserver(server)
+
+
+def _reap(pid: int, grace_s: float = 10.0) -> None:
+    """Wait for the forkserver to exit; kill it after `grace_s` (a process forked from this one before
+    `_forget_in_forked_child` was registered, or by code that bypasses `os.fork`'s hooks, may still hold the
+    pipe's other end, and the server would then wait for that process forever)."""
+    deadline = time.monotonic() + grace_s
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.01)
 
 
 def _forget_forkserver(server: Any) -> None:
@@ -207,6 +222,28 @@ def _forget_forkserver(server: Any) -> None:
             os.unlink(address)
     server._forkserver_address = None
     server._forkserver_pid = None
+
+
+def _forget_in_forked_child() -> None:
+    """In a process forked from this one (a torch DataLoader worker, a `fork` multiprocessing child): drop
+    the copies of the parent's pools and of its end of the forkserver's lifeline pipe. Kept open, that copy
+    keeps the parent's forkserver alive until the child exits, and the parent's `shutdown` would wait for
+    it. The child starts its own forkserver if it needs workers."""
+    global _lock, _started_env
+    _lock = threading.RLock()  # another thread of the parent may have held it at the fork
+    _pools.clear()
+    _started_env = None
+    server = forkserver._forkserver
+    server._lock = threading.Lock()
+    if server._forkserver_alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(server._forkserver_alive_fd)
+    server._forkserver_alive_fd = None
+    server._forkserver_address = None  # the parent's socket: the parent removes it
+    server._forkserver_pid = None
+
+
+os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
 def shutdown() -> None:

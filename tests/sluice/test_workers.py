@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
+from sluice import workers
 from sluice.compute import LocalPoolExecutor
 from tests.conftest import PROJECT_ROOT
 
@@ -82,3 +84,48 @@ def test_a_multiprocessing_child_that_used_the_pool_exits(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "exited", done.stdout + done.stderr[-2000:]
+
+
+def test_shutdown_returns_while_a_forked_child_lives(tmp_path):
+    """A process forked from this one (a torch DataLoader worker, a `fork` multiprocessing child) inherits the
+    pipe whose end tells the forkserver to exit: stopping the forkserver must not wait for that child."""
+    script = tmp_path / "forked_child.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time
+        from sluice import workers
+        from sluice.compute import LocalPoolExecutor
+        from tests.sluice.test_workers import worker_pid
+
+        LocalPoolExecutor(2).map(worker_pid, list(range(4)))  # the forkserver runs
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        started = time.monotonic()
+        workers.shutdown()
+        print(f"stopped in {time.monotonic() - started:.1f} s")
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    """))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True, text=True, timeout=50,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-2]) < 10, done.stdout
+
+
+def test_a_forkserver_that_does_not_exit_is_killed_after_the_grace_period():
+    stubborn = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    started = time.monotonic()
+    workers._reap(stubborn.pid, grace_s=0.5)
+    assert time.monotonic() - started < 5
+    assert _reaped(stubborn.pid)  # killed and waited for
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
