@@ -41,7 +41,7 @@ EXIT_TIMEOUT_S = 10.0  # a child that has sent "done" gets this long to exit bef
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Imported once by the forkserver, before it forks workers (the process's forkserver is shared with
 # sluice.workers: whichever starts it first names what it preloads).
-_PRELOAD = ["sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet"]
+_PRELOAD = ["sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet"]  # and workers.ARROW_LAZY
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def _context() -> Any:
     # The warm forkserver (its children do not import the main script again), spawn where there is none.
     from sluice import workers
 
-    return workers.context(_PRELOAD)
+    return workers.context([*_PRELOAD, *workers.ARROW_LAZY])
 
 
 def _child_main(work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip], shared: Any, connection: Any) -> None:

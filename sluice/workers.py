@@ -35,10 +35,15 @@ from multiprocessing import context as mp_context
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from typing import Any
 
+# What pyarrow imports on first use, not at `import pyarrow`: `pa.array` from Python objects and the
+# conversion of a zoned timestamp import pandas and pyarrow.compute (about half a CPU second, paid again by
+# every fresh process: a third of the cleaning stage's CPU on a 2,000-page crawl when each task's
+# supervised child imported them). A forkserver that cannot import one (no pandas) skips it.
+ARROW_LAZY = ["pyarrow.compute", "pandas"]
 # What a stage worker imports (the forkserver imports it once; every worker forked from it has it).
 PRELOAD = [
     "sluice.tasks", "sluice.ingest", "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii",
-    "sluice.langid", "sluice.tokenize", "pyarrow.parquet",
+    "sluice.langid", "sluice.tokenize", "pyarrow.parquet", *ARROW_LAZY,
 ]
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 _lock = threading.RLock()  # re-entered when context() starts over inside pool()
