@@ -15,9 +15,9 @@ STAGE, and what it runs for every source x snapshot partition of the graph run (
 
 SCRATCH must hold what the stage reads and none of what it writes: `prepare` makes it, a hard-linked copy of
 GRAPH_DATA without the stage's own datasets (outputs are written to new files and renamed into place, so
-the graph's files are never changed). The caller measures the process's CPU (its own and its children's:
-the extraction helper is reaped at exit) and subtracts the `imports` run; `differing_outputs` then checks
-that the stage wrote the graph's bytes (the same work).
+the graph's files are never changed). The caller measures the process's CPU, its own and its children's (the
+budget's forkserver, with the supervised cleaning children it reaped, is stopped and reaped before exit),
+and subtracts the `imports` run; `differing_outputs` then checks that the stage wrote the graph's bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sluice import workers  # noqa: E402
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part  # noqa: E402
 from sluice.codeshare import CODE_DATASET  # noqa: E402
 from sluice.compute import Executor  # noqa: E402
@@ -145,6 +146,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"stage_costs: {scratch} already holds {stage}'s output (run `prepare` first)")
     {"raw": run_raw, "cleaned": run_cleaned, "signatures": run_signatures, "index_clusters": run_index_clusters,
      "tokenized": run_tokenized}[stage](config, store, refs)
+    workers.shutdown()  # reaps the budget's forkserver, with its children's CPU, before this process exits
     return 0
 
 
