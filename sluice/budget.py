@@ -41,7 +41,9 @@ EXIT_TIMEOUT_S = 10.0  # a child that has sent "done" gets this long to exit bef
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Imported once by the forkserver, before it forks workers (the process's forkserver is shared with
 # sluice.workers: whichever starts it first names what it preloads).
-_PRELOAD = ["sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet"]  # and workers.ARROW_LAZY
+_PRELOAD = [
+    "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet", "sluice.langid_warm",
+]  # and workers.ARROW_LAZY
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ ARROW_LAZY = ["pyarrow.compute", "pandas"]
 # What a stage worker imports (the forkserver imports it once; every worker forked from it has it).
 PRELOAD = [
     "sluice.tasks", "sluice.ingest", "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii",
-    "sluice.langid", "sluice.tokenize", "pyarrow.parquet", *ARROW_LAZY,
+    "sluice.langid", "sluice.tokenize", "pyarrow.parquet", *ARROW_LAZY, "sluice.langid_warm",
 ]
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 _lock = threading.RLock()  # re-entered when context() starts over inside pool()

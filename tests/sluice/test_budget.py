@@ -201,3 +201,28 @@ def test_a_temporary_folder_too_deep_for_a_unix_socket_still_cleans(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["spawn", "3"]
+
+
+def loaded_models(queue) -> None:
+    from sluice import langid
+
+    queue.put((sorted(langid._MODELS), "pandas" in __import__("sys").modules))
+
+
+def test_budgeted_children_start_with_the_language_model_and_pandas_loaded():
+    """The budget's forkserver preloads them (sluice.langid_warm, workers.ARROW_LAZY): a cleaning child, one
+    per task, does not load the model or import pandas again."""
+    from sluice.langid import default_model_path
+
+    if not default_model_path().is_file():
+        pytest.skip("no default language-ID model (make setup fetches it)")
+    sluice.workers.shutdown()  # a forkserver started by an earlier test may preload other modules
+    context = sluice.budget._context()
+    queue = context.Queue()
+    child = context.Process(target=loaded_models, args=(queue,))
+    child.start()
+    models, has_pandas = queue.get(timeout=120)
+    child.join(timeout=60)
+    sluice.workers.shutdown()
+    assert models == [str(default_model_path())]
+    assert has_pandas
