@@ -64,9 +64,9 @@ from benchmarks.peers import datatrove_python, figure  # noqa: E402
 # The command users run for the whole graph on their own crawl (`sluice materialize`).
 GRAPH_COMMAND = ("-m", "data_assets.cli", "materialize")
 DATA = Path(os.environ.get("SLUICE_BENCH_DATA", ROOT / ".bench_data"))  # crawls and run folders (git-ignored)
-STAGES = ("raw", "quality_model", "cleaned", "deduped", "tokenizer", "tokenized", "mixed")
+STAGES = ("raw", "quality_model", "cleaned", "deduped", "tokenizer", "tokenized", "mixed", "quality_report")
 # Storage datasets (top-level folders) and step keys -> stage; side datasets follow issue 18's names.
-DATASET_STAGE = (("raw", "raw"), ("quality", "quality_model"), ("clean", "cleaned"), ("dedup", "deduped"),
+DATASET_STAGE = (("raw", "raw"), ("quality_report", "quality_report"), ("quality", "quality_model"), ("clean", "cleaned"), ("dedup", "deduped"),
                  ("tokenizer", "tokenizer"), ("tokenized", "tokenized"), ("mix", "mixed"), ("decontam", "mixed"))
 THRESHOLD = 0.8
 TOKENS_PER_SCALE = 50_000
