@@ -39,11 +39,6 @@ from typing import Any
 CHILD_START_TIMEOUT_S = 300.0  # a child that never beats (imports, model loading) fails the task after this
 EXIT_TIMEOUT_S = 10.0  # a child that has sent "done" gets this long to exit before it is killed
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-# Imported once by the forkserver, before it forks workers (the process's forkserver is shared with
-# sluice.workers: whichever starts it first names what it preloads).
-_PRELOAD = [
-    "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii", "sluice.langid", "pyarrow.parquet", "sluice.langid_warm",
-]  # and workers.ARROW_LAZY
 
 
 @dataclass(frozen=True)
@@ -136,7 +131,8 @@ def _context() -> Any:
     # The warm forkserver (its children do not import the main script again), spawn where there is none.
     from sluice import workers
 
-    return workers.context([*_PRELOAD, *workers.ARROW_LAZY])
+    # The process's forkserver is shared with sluice.workers' pool, so both preload one list (workers.PRELOAD).
+    return workers.context()
 
 
 def _child_main(work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip], shared: Any, connection: Any) -> None:

@@ -1,4 +1,4 @@
-"""Preloaded by the forkservers that cleaning workers fork from (`sluice.workers.PRELOAD`, `sluice.budget`):
+"""Preloaded by the forkservers that cleaning workers fork from (`sluice.workers.PRELOAD`, the budget's too):
 importing it loads the default language-ID model into `sluice.langid`'s per-process cache, so every forked
 cleaning child starts with the model (and its pages shared with the server) instead of loading it again:
 about 0.15 CPU s per child, one child per cleaning task (2 ms per page of a 100-page WARC file). A
