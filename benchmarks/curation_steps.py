@@ -104,12 +104,13 @@ def main() -> None:
         for page in pages:
             doc = Document(page["id"], "b", "b", page["url"], None, "text/html", page["content"], page["charset"])
             outcome = pipeline.run(doc)
-            if doc.code_share is not None:
-                shares.append(doc.code_share)
-            if doc.toxic_terms:
+            values = doc.values  # what the steps measured (Step.columns)
+            if values.get("code_share") is not None:
+                shares.append(values["code_share"])
+            if values.get("toxic_terms"):
                 toxic_pages += 1
-            if doc.perplexity_bucket and outcome is None:
-                buckets[doc.perplexity_bucket] += 1
+            if values.get("perplexity_bucket") and outcome is None:
+                buckets[values["perplexity_bucket"]] += 1
             routed += outcome is not None and isinstance(outcome[1], Route)
         pipeline.close()
     stats = pipeline.stats

@@ -31,6 +31,8 @@ import re
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
+
 from sluice.config import CodeShareSettings
 from sluice.steps import Document, Drop, Route, Step
 from sluice.words import HAS_LETTER
@@ -193,6 +195,7 @@ def code_line_counts(text: str) -> tuple[int, int]:
 
 class CodeShare(Step):
     name = "code_share"
+    columns = (pa.field("code_share", pa.float32()),)  # share of non-empty lines that look like code
 
     def __init__(self, settings: CodeShareSettings | None = None) -> None:
         self.s = settings or CodeShareSettings()
@@ -200,7 +203,7 @@ class CodeShare(Step):
     def apply(self, doc: Document) -> Drop | None:
         code, total = code_line_counts(doc.text or "")
         share = code / total if total else 0.0
-        doc.code_share = share
+        doc.values["code_share"] = share
         s = self.s
         if total < s.min_lines:
             return None
@@ -211,5 +214,5 @@ class CodeShare(Step):
         return None
 
     def count_kept(self, doc: Document, stats: Any) -> None:
-        if doc.code_share is not None:
-            stats.code_shares.append(doc.code_share)
+        if "code_share" in doc.values:
+            stats.code_shares.append(doc.values["code_share"])

@@ -321,8 +321,22 @@ _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _POLICY = re.compile("terms of use|privacy policy|cookie policy|uses cookies|use of cookies|use cookies")
 
 
-class C4QualityFilter(Step):
-    """Keeps the lines C4 keeps (the document's text is replaced by them) or drops the document."""
+@dataclass(slots=True)
+class C4Lines:
+    """What C4's line rules leave of a text: the kept lines, their `split()` words, the sentences in them (1 +
+    the sentence ends inside each line), the non-empty lines read, and the line that stops the document
+    (`stop`: the rule's reason and the line) when lorem ipsum or a curly bracket is found in a kept line."""
+
+    kept: list[str]
+    chunks: list[str]
+    sentences: int
+    lines_in: int
+    stop: tuple[str, str] | None
+
+
+class C4QualityFilter(RuleFilter):
+    """Keeps the lines C4 keeps (the document's text is replaced by them) or drops the document. The line
+    rules select lines (`lines`); the document rules are a table (`rules`) over what they left."""
 
     name = "c4"
 
@@ -331,21 +345,22 @@ class C4QualityFilter(Step):
         self.multilingual = multilingual
         self.terminal = ASCII_TERMINAL + OTHER_TERMINAL if multilingual else ASCII_TERMINAL
         self.sentence_end = _SENTENCE_END_MULTI if multilingual else _SENTENCE_END
-        self.lines_removed = 0
 
-    def apply(self, doc: Document) -> Drop | None:
+    def lines(self, text: str) -> C4Lines:
+        """Applies the line rules, stopping at the first line that drops the whole document."""
         from sluice.words import tokenize
 
         s = self.s
-        sentences = 0
+        sentences = lines_in = 0
         kept: list[str] = []
         chunks: list[str] = []  # the kept text's `split()`, line by line
         # The three line tests before the first that can drop the document only skip lines, so their order
         # is free: the cheap terminal-punctuation test (most lines that fail, fail it) goes first.
-        for line in (doc.text or "").splitlines():
+        for line in text.splitlines():
             stripped = line.strip()
             if not stripped:
                 continue
+            lines_in += 1
             line = _CITATION.sub("", stripped) if s.remove_citations and "[" in stripped else stripped
             if s.filter_no_terminal_punct and (not line.endswith(self.terminal) or line.endswith("...")):
                 continue
@@ -359,19 +374,36 @@ class C4QualityFilter(Step):
                 continue
             lower = line.lower()
             if s.filter_lorem_ipsum and "lorem ipsum" in lower:
-                return Drop("lorem_ipsum", line[:80])
+                return C4Lines(kept, chunks, sentences, lines_in, ("lorem_ipsum", line[:80]))
             if s.filter_javascript and "javascript" in lower:
                 continue
             if s.filter_curly_bracket and "{" in line:
-                return Drop("curly_bracket", line[:80])
+                return C4Lines(kept, chunks, sentences, lines_in, ("curly_bracket", line[:80]))
             if s.filter_policy and _POLICY.search(lower):
                 continue
             sentences += 1 + len(self.sentence_end.findall(line))
             kept.append(line)
             chunks += words if line is stripped else line.split()
-        if sentences < s.min_num_sentences:
-            return Drop("too_few_sentences", f"{sentences} sentences < {s.min_num_sentences}")
-        doc.keep_part_of_text("\n".join(kept).strip(), chunks)
+        return C4Lines(kept, chunks, sentences, lines_in, None)
+
+    def rules(self, doc: Document, lines: C4Lines | None = None) -> Iterator[Rule]:
+        """The document rules over `lines` (computed from the text when not given); the sentence count is
+        only a statistic of a document no line stopped."""
+        s = self.s
+        c4 = lines or self.lines(doc.text or "")
+        reason, line = c4.stop or ("", "")
+        for rule, enabled in (("lorem_ipsum", s.filter_lorem_ipsum), ("curly_bracket", s.filter_curly_bracket)):
+            yield Rule(rule, int(reason == rule), 0 if enabled else None, "==", rule, "{}", (line,))
+        if c4.stop is None:
+            threshold = None if s.min_num_sentences == -1 else s.min_num_sentences
+            yield Rule("sentences", c4.sentences, threshold, ">=", "too_few_sentences", "{} sentences < {}", (c4.sentences, s.min_num_sentences))
+
+    def apply(self, doc: Document) -> Drop | None:
+        c4 = self.lines(doc.text or "")
+        for rule in self.rules(doc, c4):
+            if not rule.keeps():
+                return Drop(rule.reason, rule.detail.format(*rule.args))
+        doc.keep_part_of_text("\n".join(c4.kept).strip(), c4.chunks)
         return None
 
 

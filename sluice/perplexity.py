@@ -33,6 +33,8 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from sluice.config import PerplexitySettings
 from sluice.steps import Document, Drop, Step
 
@@ -241,6 +243,10 @@ class PerplexityScorer(Step):
     `max_perplexity` (`high_perplexity`) or in `drop_buckets` (`perplexity_<bucket>`)."""
 
     name = "perplexity"
+    columns = (
+        pa.field("perplexity", pa.float32()),  # under the language's n-gram model; null when not scored
+        pa.field("perplexity_bucket", pa.string()),  # head / middle / tail (per-language cut-offs)
+    )
 
     def __init__(
         self,
@@ -260,19 +266,19 @@ class PerplexityScorer(Step):
         if doc.language not in self._loaded:
             self._loaded[doc.language] = load_model(self.fetch(entry["key"]))
         value = perplexity(self._loaded[doc.language], lm_line(doc.tokens(True)))
-        doc.perplexity = value
-        doc.perplexity_bucket = bucket(value, tuple(entry["cutoffs"]))
+        doc.values["perplexity"] = value
+        which = doc.values["perplexity_bucket"] = bucket(value, tuple(entry["cutoffs"]))
         s = self.s
         if s.max_perplexity is not None and value > s.max_perplexity:
             return Drop("high_perplexity", f"{value:.1f} > {s.max_perplexity} ({doc.language})")
-        if doc.perplexity_bucket in s.drop_buckets:
-            return Drop(f"perplexity_{doc.perplexity_bucket}", f"{value:.1f}, cut-offs {entry['cutoffs']} ({doc.language})")
+        if which in s.drop_buckets:
+            return Drop(f"perplexity_{which}", f"{value:.1f}, cut-offs {entry['cutoffs']} ({doc.language})")
         return None
 
     def count_kept(self, doc: Document, stats: Any) -> None:
-        if doc.perplexity is not None:
-            stats.perplexities.append(doc.perplexity)
-            stats.perplexity_buckets[doc.perplexity_bucket or ""] += 1
+        if "perplexity" in doc.values:
+            stats.perplexities.append(doc.values["perplexity"])
+            stats.perplexity_buckets[doc.values["perplexity_bucket"] or ""] += 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Any
+
+import pyarrow as pa
 
 from sluice.config import PIISettings
 from sluice.steps import Document, Drop, Step
@@ -219,11 +222,16 @@ class PIIRedactor(Step):
 
     name = "pii"
     on_routed = True  # documents routed to a side dataset are redacted too
+    columns = (pa.field("pii_redactions", pa.int32(), nullable=False),)  # placeholders put into this text
 
     def __init__(self, settings: PIISettings | None = None) -> None:
         self.settings = settings or PIISettings()
 
     def apply(self, doc: Document) -> Drop | None:
         doc.text, counts = redact(doc.text or "", self.settings)
-        doc.pii.update(counts)
+        doc.values["pii"] = counts  # by kind, for count_kept
+        doc.values["pii_redactions"] = sum(counts.values())
         return None
+
+    def count_kept(self, doc: Document, stats: Any) -> None:
+        stats.pii.update(doc.values.get("pii", ()))

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 import xxhash
 
 from sluice.config import QualityModelSettings
@@ -108,6 +109,7 @@ class QualityScorer(Step):
     """Scores with the trained model (`quality_score`) and drops below the threshold."""
 
     name = "quality_model"
+    columns = (pa.field("quality_score", pa.float32()),)  # P(like the reference); null when not used
 
     def __init__(self, model_path: str, threshold: float, max_chars: int) -> None:
         import fasttext
@@ -125,11 +127,11 @@ class QualityScorer(Step):
         return 0.0
 
     def apply(self, doc: Document) -> Drop | None:
-        doc.quality_score = self.score(doc.text or "")
-        if doc.quality_score < self.threshold:
-            return Drop("low_quality_score", f"{doc.quality_score!r} < {self.threshold}")
+        score = doc.values["quality_score"] = self.score(doc.text or "")
+        if score < self.threshold:
+            return Drop("low_quality_score", f"{score!r} < {self.threshold}")
         return None
 
     def count_kept(self, doc: Document, stats: Any) -> None:
-        if doc.quality_score is not None:
-            stats.quality_scores.append(doc.quality_score)
+        if "quality_score" in doc.values:
+            stats.quality_scores.append(doc.values["quality_score"])

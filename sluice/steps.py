@@ -1,15 +1,21 @@
 """The document a cleaning step works on, and the step interface.
 
-A step is a small object with one job: `apply(doc)` may edit the document (its text, language, scores)
-and returns None to keep it, or a `Drop(reason, detail)`. Reason codes are short snake_case names
-(`gopher_short_doc`, `extract_timeout`); they end up as metadata keys and in the dropped-documents file.
+A step is a small object with one job: `apply(doc)` may edit the document (its text, language, the values
+it measures) and returns None to keep it, or a `Drop(reason, detail)`. Reason codes are short snake_case
+names (`gopher_short_doc`, `extract_timeout`); they end up as metadata keys and in the dropped-documents
+file. A step that measures something for the output declares the columns it writes (`Step.columns`, NeMo
+Curator's `ProcessingStage.outputs()`), records their values in `doc.values`, and counts its own
+statistics (`count` / `count_kept`, datatrove's `stat_update`): the cleaned datasets' schema and rows are
+built from those declarations (sluice.clean.schema), so a new step touches only its own module.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+import pyarrow as pa
 
 
 @dataclass
@@ -40,13 +46,9 @@ class Document:
     text: str | None = None
     language: str = "unknown"
     language_score: float = 0.0
-    quality_score: float | None = None
-    code_share: float | None = None  # share of non-empty lines that look like code (sluice.codeshare)
-    toxicity_score: float | None = None  # listed toxic terms per word (sluice.toxicity)
-    toxic_terms: int | None = None
-    perplexity: float | None = None  # under the language's n-gram model (sluice.perplexity)
-    perplexity_bucket: str | None = None  # head / middle / tail
-    pii: Counter[str] = field(default_factory=Counter)  # redactions by kind
+    # What the steps measured, by name: the values of the columns they declare (Step.columns), written to
+    # the cleaned datasets, and what their own count hooks read back (e.g. PII redactions by kind).
+    values: dict[str, Any] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)  # per text version, see tokens()
 
     def _cached(self, key: str, compute: Any) -> Any:
@@ -114,6 +116,9 @@ class Step:
 
     name = "step"
     on_routed = False
+    # The columns the step adds to the cleaned datasets; it records their values in `doc.values` under the
+    # fields' names. Nullable: null where the step did not measure; a non-nullable one is 0 there.
+    columns: ClassVar[tuple[pa.Field, ...]] = ()
 
     def apply(self, doc: Document) -> Drop | None:
         raise NotImplementedError
@@ -123,7 +128,8 @@ class Step:
         after it ran (`drop`: its outcome): each step counts its own statistics (datatrove's stat_update)."""
 
     def count_kept(self, doc: Document, stats: Any) -> None:  # noqa: B027 - optional hook
-        """Add what this step recorded on `doc` to the counts once the whole chain kept the document."""
+        """Add what this step recorded on `doc` to the counts once the document is written out: kept by the
+        whole chain, or routed to a side dataset (then only for the `on_routed` steps that ran on it)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook (steps that own a process)
         """Release what the step holds (called once at the end of a part)."""

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
+import pyarrow as pa
+
 from sluice.config import ToxicitySettings
 from sluice.steps import Document, Drop, Step
 from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
@@ -130,6 +132,10 @@ class ToxicityFilter(Step):
     """Scores listed terms per word (`toxicity_score`, `toxic_terms`) and drops above the threshold."""
 
     name = "toxicity"
+    columns = (
+        pa.field("toxicity_score", pa.float32()),  # listed toxic terms per word; null: no list for the language
+        pa.field("toxic_terms", pa.int32()),  # occurrences of listed terms
+    )
 
     def __init__(self, settings: ToxicitySettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or ToxicitySettings()
@@ -162,15 +168,15 @@ class ToxicityFilter(Step):
         if scored is None:
             return None
         found, words, dropping = scored
-        doc.toxic_terms = sum(found.values())
-        doc.toxicity_score = doc.toxic_terms / words if words else 0.0
+        terms = doc.values["toxic_terms"] = sum(found.values())
+        score = doc.values["toxicity_score"] = terms / words if words else 0.0
         s = self.s
-        if s.max_score is not None and dropping >= s.min_terms and doc.toxicity_score > s.max_score:
+        if s.max_score is not None and dropping >= s.min_terms and score > s.max_score:
             top = ", ".join(f"{term} x{n}" for term, n in sorted(found.items(), key=lambda item: (-item[1], item[0]))[:5])
-            return Drop("toxic_content", f"{doc.toxic_terms} listed terms, {doc.toxicity_score:.4f} per word > {s.max_score}: {top}")
+            return Drop("toxic_content", f"{terms} listed terms, {score:.4f} per word > {s.max_score}: {top}")
         return None
 
     def count_kept(self, doc: Document, stats: Any) -> None:
-        if doc.toxic_terms:
+        if doc.values.get("toxic_terms"):
             stats.toxic_documents += 1
-            stats.toxic_terms += doc.toxic_terms
+            stats.toxic_terms += doc.values["toxic_terms"]

@@ -71,8 +71,8 @@ class CleaningPipeline:
                         if on_step is not None:
                             on_step(later_index)
                         later.apply(doc)  # language ID and PII redaction; no drop for a routed document
+                        later.count_kept(doc, stats)
                 stats.routed[drop.dataset] += 1
-                stats.pii.update(doc.pii)
                 return step, drop
             if drop is not None:
                 stats.drops[drop.reason] += 1
@@ -82,7 +82,6 @@ class CleaningPipeline:
         stats.chars_out += len(doc.text or "")
         stats.output_chars.append(len(doc.text or ""))
         stats.languages[doc.language] += 1
-        stats.pii.update(doc.pii)
         for step in self.steps:
             step.count_kept(doc, stats)  # the scores the steps recorded on a kept document
         return None

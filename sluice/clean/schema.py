@@ -1,6 +1,12 @@
 """The cleaned datasets' schemas and rows: `cleaned_documents` (and the routed side dataset `cleaned_code`,
 same schema), `cleaned_dropped` (every dropped document with its step, reason and detail), and the
-normalized text hash exact deduplication compares."""
+normalized text hash exact deduplication compares.
+
+`cleaned_documents` = the document's own columns (id, URL, date, text, language, size, hash) followed by
+the columns the measuring steps declare (`Step.columns`), taken from the step classes in COLUMN_STEPS'
+order. Every file has every column, whichever steps a source's chain runs: a step that did not run leaves
+its columns null (0 for a non-nullable count), so parts of different configs concatenate and the order of
+existing files never changes. A new measuring step appends itself to COLUMN_STEPS."""
 
 from __future__ import annotations
 
@@ -10,7 +16,16 @@ from typing import Any
 import pyarrow as pa
 import xxhash
 
-from sluice.steps import Document, Drop
+from sluice.codeshare import CodeShare
+from sluice.perplexity import PerplexityScorer
+from sluice.pii import PIIRedactor
+from sluice.quality import QualityScorer
+from sluice.steps import Document, Drop, Step
+from sluice.toxicity import ToxicityFilter
+
+COLUMN_STEPS: tuple[type[Step], ...] = (PIIRedactor, QualityScorer, CodeShare, ToxicityFilter, PerplexityScorer)
+STEP_FIELDS: tuple[pa.Field, ...] = tuple(field for step in COLUMN_STEPS for field in step.columns)
+_STEP_DEFAULTS = tuple((field.name, None if field.nullable else 0) for field in STEP_FIELDS)
 
 CLEANED_SCHEMA = pa.schema(
     [
@@ -22,13 +37,7 @@ CLEANED_SCHEMA = pa.schema(
         pa.field("language_score", pa.float32(), nullable=False),
         pa.field("n_chars", pa.int64(), nullable=False),
         pa.field("text_hash", pa.string(), nullable=False),  # see normalize_for_hash
-        pa.field("pii_redactions", pa.int32(), nullable=False),  # placeholders put into this text
-        pa.field("quality_score", pa.float32()),  # quality model's P(like the reference); null when not used
-        pa.field("code_share", pa.float32()),  # share of lines that look like code (sluice.codeshare)
-        pa.field("toxicity_score", pa.float32()),  # listed toxic terms per word; null: no list for the language
-        pa.field("toxic_terms", pa.int32()),  # occurrences of listed terms
-        pa.field("perplexity", pa.float32()),  # under the language's n-gram model; null when not scored
-        pa.field("perplexity_bucket", pa.string()),  # head / middle / tail (per-language cut-offs)
+        *STEP_FIELDS,
     ]
 )
 
@@ -69,7 +78,8 @@ def dropped_row(doc: Document, step: str, drop: Drop) -> dict[str, Any]:
 
 def cleaned_row(doc: Document, text: str) -> dict[str, Any]:
     """A cleaned_documents (or cleaned_code) row for a document whose final text is `text`."""
-    return {
+    values = doc.values
+    row = {
         "doc_id": doc.doc_id,
         "url": doc.url,
         "fetch_date": doc.fetch_date,
@@ -78,11 +88,7 @@ def cleaned_row(doc: Document, text: str) -> dict[str, Any]:
         "language_score": doc.language_score,
         "n_chars": len(text),
         "text_hash": text_hash(text),
-        "pii_redactions": sum(doc.pii.values()),
-        "quality_score": doc.quality_score,
-        "code_share": doc.code_share,
-        "toxicity_score": doc.toxicity_score,
-        "toxic_terms": doc.toxic_terms,
-        "perplexity": doc.perplexity,
-        "perplexity_bucket": doc.perplexity_bucket,
     }
+    for name, default in _STEP_DEFAULTS:
+        row[name] = values.get(name, default)
+    return row

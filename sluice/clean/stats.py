@@ -4,7 +4,7 @@ languages, PII redactions, sizes and scores; merged across parts and tasks with 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -33,37 +33,23 @@ class CleaningStats:
     chars_out: int = 0
 
     def merge(self, other: dict[str, Any]) -> None:
-        """Add the counts of another part of the same chain (`as_dict()` form), keeping step order."""
-        for name, count in other["reached"].items():
-            self.reached[name] = self.reached.get(name, 0) + count
-        for name in ("documents_in", "documents_out", "toxic_documents", "toxic_terms", "chars_in", "chars_out"):
-            setattr(self, name, getattr(self, name) + other[name])
-        for counter in ("drops", "drops_by_step", "languages_in", "languages", "pii", "residual_pii", "routed", "perplexity_buckets"):
-            getattr(self, counter).update(other[counter])
-        for values in ("input_bytes", "extracted_chars", "output_chars", "quality_scores", "code_shares", "perplexities"):
-            getattr(self, values).extend(other[values])
+        """Add the counts of another part of the same chain (`as_dict()` form), keeping step order: numbers
+        add, counters and per-step counts add key by key, per-document lists extend."""
+        for name in _FIELDS:
+            mine, theirs = getattr(self, name), other[name]
+            if isinstance(mine, int):
+                setattr(self, name, mine + theirs)
+            elif isinstance(mine, list):
+                mine.extend(theirs)
+            elif isinstance(mine, Counter):
+                mine.update(theirs)
+            else:  # `reached`: a plain dict, in step order
+                for key, count in theirs.items():
+                    mine[key] = mine.get(key, 0) + count
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "documents_in": self.documents_in,
-            "documents_out": self.documents_out,
-            "reached": dict(self.reached),
-            "drops": dict(self.drops),
-            "drops_by_step": dict(self.drops_by_step),
-            "languages_in": dict(self.languages_in),
-            "languages": dict(self.languages),
-            "pii": dict(self.pii),
-            "residual_pii": dict(self.residual_pii),
-            "input_bytes": self.input_bytes,
-            "extracted_chars": self.extracted_chars,
-            "output_chars": self.output_chars,
-            "quality_scores": self.quality_scores,
-            "routed": dict(self.routed),
-            "code_shares": self.code_shares,
-            "toxic_documents": self.toxic_documents,
-            "toxic_terms": self.toxic_terms,
-            "perplexities": self.perplexities,
-            "perplexity_buckets": dict(self.perplexity_buckets),
-            "chars_in": self.chars_in,
-            "chars_out": self.chars_out,
-        }
+        """Plain values (counters as dicts), in field order: what a task records and `merge` reads."""
+        return {name: dict(value) if isinstance(value, dict) else value for name, value in ((n, getattr(self, n)) for n in _FIELDS)}
+
+
+_FIELDS = tuple(item.name for item in fields(CleaningStats))

@@ -158,23 +158,16 @@ def _gopher_repetition(measures: Measures, doc: Document, settings: CleaningSett
 
 
 def _c4(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    """C4's statistics; leaves the lines C4 keeps as the document's text (what FineWeb then sees)."""
+    """C4's rules (its table, sluice.filters.C4QualityFilter.rules) and the lines it removed; leaves the
+    lines C4 keeps as the document's text (what FineWeb then sees)."""
     from sluice.filters import C4QualityFilter
 
     step = C4QualityFilter(settings.c4, multilingual)
-    before = doc.text or ""
-    lines_in = sum(1 for line in before.splitlines() if line.strip())
-    drop = step.apply(doc)
-    s = settings.c4
-    if drop is not None:  # not what cleaning did for a kept document: the trace says so (replay_matches)
-        measures.add("c4", "dropped", 1, 0, "==")
-        return
-    kept = (doc.text or "").split("\n") if doc.text else []
-    if s.min_num_sentences != -1:
-        # C4 counts 1 + the sentence ends inside each kept line
-        sentences = sum(1 + len(step.sentence_end.findall(line)) for line in kept)
-        measures.add("c4", "sentences", sentences, s.min_num_sentences, ">=")
-    measures.items.append(_info("c4", "lines_removed", lines_in - len(kept)))
+    c4 = step.lines(doc.text or "")
+    _add_rules(measures, "c4", step.rules(doc, c4))
+    if c4.stop is None:
+        doc.keep_part_of_text("\n".join(c4.kept).strip(), c4.chunks)
+    measures.items.append(_info("c4", "lines_removed", c4.lines_in - len(c4.kept)))
 
 
 def _info(step: str, rule: str, value: float) -> Measure:

@@ -89,14 +89,14 @@ def test_buckets_and_the_scorer_step(model_path):
 
     scorer = PerplexityScorer(PerplexitySettings(enabled=True), models, fetch)
     for doc in (good, bad):
-        assert scorer.apply(doc) is None and doc.perplexity > 1 and doc.perplexity_bucket == "tail"
-    assert scorer.apply(other) is None and other.perplexity is None  # no German model: not scored
+        assert scorer.apply(doc) is None and doc.values.get("perplexity") > 1 and doc.values.get("perplexity_bucket") == "tail"
+    assert scorer.apply(other) is None and other.values.get("perplexity") is None  # no German model: not scored
     assert fetched == ["en.arpa"]  # fetched once, on first use
-    cut = (good.perplexity + bad.perplexity) / 2
+    cut = (good.values.get("perplexity") + bad.values.get("perplexity")) / 2
     strict = PerplexityScorer(PerplexitySettings(enabled=True, max_perplexity=cut), models, fetch)
     assert strict.apply(good) is None and strict.apply(bad).reason == "high_perplexity"
-    tail = PerplexityScorer(PerplexitySettings(enabled=True, drop_buckets=("tail",)), {"en": {"key": "k", "cutoffs": [good.perplexity, cut]}}, fetch)
-    assert tail.apply(good) is None and good.perplexity_bucket == "head"
+    tail = PerplexityScorer(PerplexitySettings(enabled=True, drop_buckets=("tail",)), {"en": {"key": "k", "cutoffs": [good.values.get("perplexity"), cut]}}, fetch)
+    assert tail.apply(good) is None and good.values.get("perplexity_bucket") == "head"
     assert tail.apply(bad).reason == "perplexity_tail"
 
 

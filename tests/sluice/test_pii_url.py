@@ -66,7 +66,7 @@ def test_redaction_counts_by_kind_and_kinds_can_be_disabled():
 def test_redactor_step_records_counts_on_the_document():
     doc = Document.from_text("Reach me at me@example.com.")
     assert PIIRedactor().apply(doc) is None
-    assert doc.text == "Reach me at <EMAIL>." and doc.pii == {"email": 1}
+    assert doc.text == "Reach me at <EMAIL>." and doc.values["pii"] == {"email": 1} and doc.values["pii_redactions"] == 1
 
 
 def test_url_blocklist(tmp_path):

@@ -54,9 +54,9 @@ def test_model_separates_classes_and_training_is_deterministic(tmp_path):
     step = QualityScorer(str(first), 0.5, settings.max_chars)
     good = Document.from_text(curated(random.Random(99)))
     bad = Document.from_text(spam(random.Random(99)))
-    assert step.apply(good) is None and good.quality_score > 0.5
+    assert step.apply(good) is None and good.values.get("quality_score") > 0.5
     drop = step.apply(bad)
-    assert drop is not None and drop.reason == "low_quality_score" and bad.quality_score < 0.5
+    assert drop is not None and drop.reason == "low_quality_score" and bad.values.get("quality_score") < 0.5
     assert QualityScorer(str(first), 0.0, settings.max_chars).apply(bad) is None  # 0 scores without dropping
 
 

@@ -55,15 +55,15 @@ def test_listed_terms_drop_a_document_and_clean_text_passes(language):
     term = listed(language)
     step = ToxicityFilter(ToxicitySettings(max_score=0.005, min_terms=3))
     clean = Document.from_text(PROSE[language] * 8, language=language)
-    assert step.apply(clean) is None and clean.toxic_terms == 0 and clean.toxicity_score == 0.0
+    assert step.apply(clean) is None and clean.values.get("toxic_terms") == 0 and clean.values.get("toxicity_score") == 0.0
     joiner = "" if language == "zh" else " "
     toxic_text = joiner.join([PROSE[language], term, PROSE[language], term.capitalize(), PROSE[language], term.upper()])
     toxic = Document.from_text(toxic_text, language=language)
     drop = step.apply(toxic)
     expected = oracle_count(toxic_text, term)
-    assert expected == 3 and toxic.toxic_terms == expected
+    assert expected == 3 and toxic.values.get("toxic_terms") == expected
     words = sum(1 for t in tokenize(toxic_text) if t not in "，。,.")
-    assert toxic.toxicity_score == pytest.approx(expected / words, rel=0.05)
+    assert toxic.values.get("toxicity_score") == pytest.approx(expected / words, rel=0.05)
     assert drop is not None and drop.reason == "toxic_content" and term in drop.detail.lower()
 
 
@@ -78,7 +78,7 @@ def test_reporting_terms_count_in_the_score_but_cannot_drop_a_report_on_their_ow
     doc = Document.from_text(report, language="en")
     assert step.apply(doc) is None
     expected = sum(oracle_count(report, term) for term in ("pedophile", "rape", "sex"))
-    assert expected == 5 and doc.toxic_terms == expected and doc.toxicity_score > ToxicitySettings().max_score
+    assert expected == 5 and doc.values.get("toxic_terms") == expected and doc.values.get("toxicity_score") > ToxicitySettings().max_score
     # The same report with min_terms of the other listed terms is dropped, and so is it without the exemption.
     term = listed("en")
     abusive = Document.from_text(" ".join([report, term, term, term]), language="en")
@@ -92,7 +92,7 @@ def test_multi_token_terms_whole_words_only_and_score_only_mode():
     text = f"{PROSE['en']} {phrase} and {phrase.title()} again. Classy assessments of {word}ly {word}s mean nothing."
     doc = Document.from_text(text, language="en")
     ToxicityFilter(ToxicitySettings(max_score=None)).apply(doc)
-    assert doc.toxic_terms == oracle_count(text, phrase) == 2  # the word inside longer words does not count
+    assert doc.values.get("toxic_terms") == oracle_count(text, phrase) == 2  # the word inside longer words does not count
     matcher = TermMatcher([word, phrase])
     assert matcher.count(tokenize("classy"), __import__("collections").Counter(tokenize("classy"))) == {}
 
@@ -101,10 +101,10 @@ def test_languages_without_a_list_are_not_scored_and_extra_languages_apply():
     term = listed("en")
     text = f"Il fiume scorre accanto al vecchio mulino {term} {term} {term} e la città."
     doc = Document.from_text(text, language="vi")  # no Vietnamese list
-    assert ToxicityFilter().apply(doc) is None and doc.toxicity_score is None and doc.toxic_terms is None
+    assert ToxicityFilter().apply(doc) is None and doc.values.get("toxicity_score") is None and doc.values.get("toxic_terms") is None
     with_english = ToxicityFilter(ToxicitySettings(extra_languages=("en",)))
     doc = Document.from_text(text, language="vi")
-    assert with_english.apply(doc).reason == "toxic_content" and doc.toxic_terms == 3
+    assert with_english.apply(doc).reason == "toxic_content" and doc.values.get("toxic_terms") == 3
 
 
 def test_ignored_terms_and_single_spaceless_characters_are_not_counted():
@@ -112,10 +112,10 @@ def test_ignored_terms_and_single_spaceless_characters_are_not_counted():
     text = "Sistemin durum bilgisi ve durum kodu. " * 5
     doc = Document.from_text(text, language="tr")
     ToxicityFilter().apply(doc)
-    assert doc.toxic_terms == 0
+    assert doc.values.get("toxic_terms") == 0
     doc = Document.from_text("系统的安全性和可靠性很重要。" * 5, language="zh")
     ToxicityFilter().apply(doc)
-    assert doc.toxic_terms == 0
+    assert doc.values.get("toxic_terms") == 0
     matcher = TermMatcher(load_terms("zh"))
     assert not any(len(t) == 1 and NO_SPACE_CHAR.match(t) for t in matcher.spellings)
 
@@ -131,7 +131,7 @@ def test_per_language_switch_through_the_pipeline_counts_a_funnel():
         for language in ("en", "de", "ru")
     }
     outcomes = {language: pipeline.run(doc) for language, doc in docs.items()}
-    assert outcomes["de"] is None and docs["de"].toxic_terms is None  # switched off for German
+    assert outcomes["de"] is None and docs["de"].values.get("toxic_terms") is None  # switched off for German
     assert outcomes["en"][1].reason == outcomes["ru"][1].reason == "toxic_content"
     assert pipeline.stats.reached == {"toxicity": 3} and pipeline.stats.drops == {"toxic_content": 2}
 
@@ -183,10 +183,10 @@ def test_code_share_is_the_share_of_code_like_lines_and_drops_above_max():
     text = "\n".join(PROSE_LINES[:6] + ["", "   "] + CODE_LINES[:3])
     assert code_line_counts(text) == (3, 9)  # blank lines do not count
     doc = Document.from_text(text)
-    assert CodeShare(CodeShareSettings(max_share=0.5)).apply(doc) is None and doc.code_share == pytest.approx(3 / 9)
+    assert CodeShare(CodeShareSettings(max_share=0.5)).apply(doc) is None and doc.values.get("code_share") == pytest.approx(3 / 9)
     heavy = Document.from_text("\n".join(CODE_LINES + PROSE_LINES[:2]))
     drop = CodeShare(CodeShareSettings(max_share=0.5)).apply(heavy)
-    assert drop.reason == "code_heavy" and heavy.code_share == pytest.approx(15 / 17)
+    assert drop.reason == "code_heavy" and heavy.values.get("code_share") == pytest.approx(15 / 17)
     tiny = Document.from_text("\n".join(CODE_LINES[:2]))
     assert CodeShare(CodeShareSettings(max_share=0.1)).apply(tiny) is None  # fewer than min_lines lines
 
