@@ -127,79 +127,87 @@ def build_mix_partition(
 
 
 def _result(store: Store, manifest: dict, tolerance: float) -> PartitionResult:
-    values = manifest["checks"]
-    shares = values["realized_shares"]
-    deviations = {row["component"]: abs(shares[row["component"]] - row["weight"]) for row in manifest["sources"]}
-    low, high = values["training_min_doc_hash"], values["validation_max_doc_hash"]
-    disjoint = low is None or high is None or high < low
+    return PartitionResult(metadata=_metadata(store, manifest), checks=_checks(manifest, tolerance))
+
+
+def _metadata(store: Store, manifest: dict) -> dict:
+    """The mix's metadata: sizes, splits, realized shares and epochs per component, decontamination."""
+    shares = manifest["checks"]["realized_shares"]
     splits = manifest["splits"]
     rows = [
         (row["component"], round(row["weight"], 4), round(shares[row["component"]], 4), row["target_tokens"], row["available_tokens"],
          row["epochs"], row["validation_tokens"], row["contaminated_documents"], row.get("blocked_documents", 0), row.get("blocked_tokens", 0))
         for row in manifest["sources"]
     ]
-    return PartitionResult(
-        metadata={
-            "dagster/row_count": manifest["samples"],
-            "dagster/uri": MetadataValue.path(store.uri(mix_prefix(manifest["mix"]))),
-            "tokens": manifest["tokens"],
-            "samples": manifest["samples"],
-            "sequence_length": manifest["sequence_length"],
-            "ranges": splits["train"]["ranges_count"],
-            "shards": len(manifest["shards"]),
-            "validation_tokens": splits["validation"]["tokens"],
-            "validation_samples": splits["validation"]["samples"],
-            "validation_documents": splits["validation"]["ranges_count"],
-            "contaminated_documents": manifest["decontamination"]["removed_documents"],
-            "blocklist_sha256": str(manifest.get("blocklist", {}).get("sha256")),
-            "blocklisted_documents": manifest.get("blocklist", {}).get("removed_documents", 0),
-            "blocklisted_tokens": manifest.get("blocklist", {}).get("removed_tokens", 0),
-            "blocklist": MetadataValue.json(manifest.get("blocklist", {})),
-            **{f"share/{name}": value for name, value in sorted(shares.items())},
-            **{f"epochs/{row['component']}": row["epochs"] for row in manifest["sources"]},
-            "sources": markdown_table(
-                ["component", "weight", "realized share", "tokens", "available tokens", "epochs", "validation tokens", "contaminated docs",
-                 "blocklisted docs", "blocklisted tokens"],
-                rows,
-            ),
-            "decontamination": MetadataValue.json(manifest["decontamination"]),
-        },
-        checks=[
-            AssetCheckResult(
-                check_name=SHARES_CHECK,
-                passed=all(d <= tolerance for d in deviations.values()),
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"max_deviation": max(deviations.values()), "tolerance": tolerance, "shares": MetadataValue.json(shares)},
-            ),
-            AssetCheckResult(
-                check_name=DISJOINT_CHECK,
-                passed=disjoint,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={
-                    "training_documents": values["training_documents"],
-                    "validation_documents": values["validation_documents"],
-                    "validation_max_doc_hash": str(high),
-                    "training_min_doc_hash": str(low),
-                },
-            ),
-            AssetCheckResult(
-                check_name=DECONTAMINATED_CHECK,
-                passed=values["flagged_in_index"] == 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"flagged": values["flagged_documents"], "still_in_mix": values["flagged_in_index"]},
-            ),
-            AssetCheckResult(
-                check_name=BLOCKLIST_CHECK,
-                passed=values.get("blocked_in_index", 0) == 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"blocklisted": values.get("blocked_documents", 0), "still_in_mix": values.get("blocked_in_index", 0),
-                          "blocklist_sha256": str(manifest.get("blocklist", {}).get("sha256"))},
-            ),
-            AssetCheckResult(
-                check_name=COPIES_CHECK,
-                passed=values["copies_in_one_sample"] == 0,
-                severity=AssetCheckSeverity.ERROR,
-                metadata={"ranges_sharing_a_sample_with_a_copy": values["copies_in_one_sample"]},
-            ),
-        ],
-    )
+    return {
+        "dagster/row_count": manifest["samples"],
+        "dagster/uri": MetadataValue.path(store.uri(mix_prefix(manifest["mix"]))),
+        "tokens": manifest["tokens"],
+        "samples": manifest["samples"],
+        "sequence_length": manifest["sequence_length"],
+        "ranges": splits["train"]["ranges_count"],
+        "shards": len(manifest["shards"]),
+        "validation_tokens": splits["validation"]["tokens"],
+        "validation_samples": splits["validation"]["samples"],
+        "validation_documents": splits["validation"]["ranges_count"],
+        "contaminated_documents": manifest["decontamination"]["removed_documents"],
+        "blocklist_sha256": str(manifest.get("blocklist", {}).get("sha256")),
+        "blocklisted_documents": manifest.get("blocklist", {}).get("removed_documents", 0),
+        "blocklisted_tokens": manifest.get("blocklist", {}).get("removed_tokens", 0),
+        "blocklist": MetadataValue.json(manifest.get("blocklist", {})),
+        **{f"share/{name}": value for name, value in sorted(shares.items())},
+        **{f"epochs/{row['component']}": row["epochs"] for row in manifest["sources"]},
+        "sources": markdown_table(
+            ["component", "weight", "realized share", "tokens", "available tokens", "epochs", "validation tokens", "contaminated docs",
+             "blocklisted docs", "blocklisted tokens"],
+            rows,
+        ),
+        "decontamination": MetadataValue.json(manifest["decontamination"]),
+    }
+
+
+def _checks(manifest: dict, tolerance: float) -> list[AssetCheckResult]:
+    """The mix's checks, from the values the mix step computed while writing (manifest["checks"])."""
+    values = manifest["checks"]
+    shares = values["realized_shares"]
+    deviations = {row["component"]: abs(shares[row["component"]] - row["weight"]) for row in manifest["sources"]}
+    low, high = values["training_min_doc_hash"], values["validation_max_doc_hash"]
+    disjoint = low is None or high is None or high < low
+    return [
+        AssetCheckResult(
+            check_name=SHARES_CHECK,
+            passed=all(d <= tolerance for d in deviations.values()),
+            severity=AssetCheckSeverity.ERROR,
+            metadata={"max_deviation": max(deviations.values()), "tolerance": tolerance, "shares": MetadataValue.json(shares)},
+        ),
+        AssetCheckResult(
+            check_name=DISJOINT_CHECK,
+            passed=disjoint,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={
+                "training_documents": values["training_documents"],
+                "validation_documents": values["validation_documents"],
+                "validation_max_doc_hash": str(high),
+                "training_min_doc_hash": str(low),
+            },
+        ),
+        AssetCheckResult(
+            check_name=DECONTAMINATED_CHECK,
+            passed=values["flagged_in_index"] == 0,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={"flagged": values["flagged_documents"], "still_in_mix": values["flagged_in_index"]},
+        ),
+        AssetCheckResult(
+            check_name=BLOCKLIST_CHECK,
+            passed=values.get("blocked_in_index", 0) == 0,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={"blocklisted": values.get("blocked_documents", 0), "still_in_mix": values.get("blocked_in_index", 0),
+                      "blocklist_sha256": str(manifest.get("blocklist", {}).get("sha256"))},
+        ),
+        AssetCheckResult(
+            check_name=COPIES_CHECK,
+            passed=values["copies_in_one_sample"] == 0,
+            severity=AssetCheckSeverity.ERROR,
+            metadata={"ranges_sharing_a_sample_with_a_copy": values["copies_in_one_sample"]},
+        ),
+    ]
