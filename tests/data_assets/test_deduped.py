@@ -10,7 +10,7 @@ from data_assets.deduped import STAGE_ASSETS
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import SNAPSHOTS, multi_key
 from sluice.storage import open_store
-from tests.sluice.test_dedup import ORDER, long_texts, planted_partitions  # noqa: F401 - the module-scoped fixture
+from tests.sluice.dedup.test_dedup import ORDER, long_texts, planted_partitions  # noqa: F401 - the module-scoped fixture
 from tests.support.results import checks_of, metadata_of
 
 
@@ -35,7 +35,7 @@ def test_metadata_and_removed_share_check(planted_root, make_config, tmp_path):
             checks[ref.key] = {name: passed for _, name, passed in checks_of(result)}
     web_early = metadata["web/2026-01"]["deduped_documents"]
     # Planted in web/2026-01: one exact and two near duplicates (the sample's w1-15 is an LSH candidate of
-    # r1-3 below Jaccard 0.8, kept by the default verification; see tests/sluice/test_dedup.py).
+    # r1-3 below Jaccard 0.8, kept by the default verification; see tests/sluice/dedup/test_dedup.py).
     assert (web_early["documents_in"], web_early["removed_exact"], web_early["removed_fuzzy"]) == (12, 1, 2)
     assert web_early["removed_share_against/2026-01"] == 3 / 12
     assert "| 2 | 3 |" in web_early["cluster_sizes"]  # three clusters of two

@@ -13,7 +13,7 @@ from sluice.export import export_split
 from sluice.storage import open_store
 from tests.conftest import tree_digest
 from tests.data_assets.test_s3 import s3_digest, upload_tree
-from tests.sluice.mix_fixture import build_test_mix
+from tests.support.mix_fixture import build_test_mix
 
 MIX = {"test": {"weights": {"web": 0.6, "reference": 0.4}, "token_budget": 40_000, "sequence_length": 64, "seed": 11, "validation_share": 0.1}}
 

@@ -222,7 +222,7 @@ def test_a_blocklisted_mix_holds_none_of_the_blocked_and_keeps_the_rest_in_order
     pick = sorted(in_mix)[:2]
     # Each sample source is a single host (a domain entry matching it would empty the source and the mix
     # could not be built): the domain entry names a host of no sample document; domains are matched in
-    # tests/sluice/test_trace_measures.py and tests/sluice/test_provenance_skip.py.
+    # tests/sluice/trace/test_trace_measures.py and tests/sluice/loader/test_provenance_skip.py.
     host = "handbook.invalid"
     lines = [f"doc:{pick[0]}", f"doc:{pick[1]}", "url:https://debian-handbook.info/browse/ru-RU/*", f"domain:{host}", r"regex:(?i)\bsyslog"]
     blocklist = tmp_path / "blocklist.txt"

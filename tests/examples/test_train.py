@@ -8,7 +8,7 @@ import torch
 
 from sluice.storage import open_store
 from tests.conftest import PROJECT_ROOT, base_config, write_config
-from tests.sluice.mix_fixture import build_test_mix
+from tests.support.mix_fixture import build_test_mix
 
 
 def load_example():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sluice.test_mix import mix_settings, write_partition
+from tests.sluice.mix.test_mix import mix_settings, write_partition
 
 pytest.importorskip("matplotlib")
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot_mix.py"

@@ -33,7 +33,7 @@ def _tokenize_patterns() -> list[tuple[str, int]]:
 def _user_blocklist_patterns() -> list[tuple[str, int]]:
     """None the audit can vouch for: a training blocklist's `regex:` lines are the user's. They compile
     here, and every search with them runs under the `regex` module's timeout (Blocklist.regex_timeout_s;
-    a search that runs out counts as a match), so no pattern can stall a run (tests/sluice/test_trace_measures.py)."""
+    a search that runs out counts as a match), so no pattern can stall a run (tests/sluice/trace/test_trace_measures.py)."""
     return []
 
 

@@ -3,7 +3,7 @@
 Oracle: all-pairs brute force over every document of every partition (Jaccard of word 5-gram shingle
 strings >= 0.8, or the same normalized text), union-find; a document's cluster is its component and the
 cluster's id its first document in the global order. On the planted partitions incremental dedup equals
-one batch (tests/sluice/test_dedup.py), so components and published clusters agree.
+one batch (tests/sluice/dedup/test_dedup.py), so components and published clusters agree.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sluice.dedup.schemas import CLUSTERS
 from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_parquet_file
 from sluice.minhash import shingles
 from sluice.storage import Store, open_store
-from tests.sluice.test_dedup import REFS, planted_partitions
+from tests.sluice.dedup.test_dedup import REFS, planted_partitions
 from tests.sluice.test_minhash import sample_texts
 
 

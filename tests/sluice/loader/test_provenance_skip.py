@@ -24,7 +24,7 @@ from sluice.loader.packing import PROVENANCE_COLUMNS
 from sluice.loader.skip import SkipList, kth_kept, wildcard_match
 from sluice.shards import binary_folder
 from sluice.storage import open_store
-from tests.sluice.mix_fixture import build_test_mix, fixture_url, stream_oracle
+from tests.support.mix_fixture import build_test_mix, fixture_url, stream_oracle
 
 SEQ = 64
 SEED = 5

@@ -1,5 +1,5 @@
 """Export of a mix split as Parquet, WebDataset and MDS: read back with pyarrow, HF `datasets` and the real
-`webdataset` package (MosaicML Streaming's reader runs in its own environment: tests/sluice/test_export_mds.py),
+`webdataset` package (MosaicML Streaming's reader runs in its own environment: tests/sluice/export/test_export_mds.py),
 compared token for token with the training loader's stream and with an independent oracle (the split's
 ranges concatenated from the shard files, document ids from the shards' .docs.parquet)."""
 
@@ -19,7 +19,7 @@ from sluice.export.mds import INDEX
 from sluice.loader import IGNORE_INDEX, MixedTokens, TrainingLoader
 from sluice.storage import open_store
 from tests.conftest import tree_digest
-from tests.sluice.mix_fixture import build_test_mix, stream_oracle
+from tests.support.mix_fixture import build_test_mix, stream_oracle
 
 SEQ = 64
 SMALL_SHARDS = 1 << 14  # several shards per export

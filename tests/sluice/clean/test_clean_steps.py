@@ -12,7 +12,7 @@ from sluice.config import CleaningSettings, ExtractionSettings
 from sluice.extract import DecodeText, ExtractHtml, detect_charset, nesting_estimate
 from sluice.steps import Document
 
-PAGES = Path(__file__).resolve().parents[1] / "data" / "pages"
+PAGES = Path(__file__).resolve().parents[2] / "data" / "pages"
 LANGUAGES = sorted(path.stem for path in PAGES.glob("*.html"))
 
 

@@ -11,7 +11,7 @@ import torch.multiprocessing as mp
 
 from sluice.storage import open_store
 from tests.conftest import base_config, write_config
-from tests.sluice.mix_fixture import build_test_mix
+from tests.support.mix_fixture import build_test_mix
 
 
 def _rank_main(rank: int, world_size: int, init_file: str, config: str, out_dir: str) -> None:

@@ -14,8 +14,8 @@ import pytest
 
 from sluice.export import export_split
 from sluice.storage import open_store
-from tests.sluice.mix_fixture import build_test_mix
-from tests.sluice.test_export import SEQ, loader_rows, read_json
+from tests.sluice.export.test_export import SEQ, loader_rows, read_json
+from tests.support.mix_fixture import build_test_mix
 
 pytestmark = pytest.mark.slow
 

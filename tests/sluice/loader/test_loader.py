@@ -15,7 +15,7 @@ import torch
 from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import open_store
-from tests.sluice.mix_fixture import build_test_mix, range_offsets_oracle, read_ranges, stream_oracle
+from tests.support.mix_fixture import build_test_mix, range_offsets_oracle, read_ranges, stream_oracle
 
 SEQ = 64
 

@@ -34,7 +34,7 @@ from sluice.trace.measures import (
     replay_text,
 )
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "web"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_data" / "web"
 
 
 @pytest.fixture(scope="module")
