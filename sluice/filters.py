@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from sluice.codeshare import is_code_line
 from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
 from sluice.steps import Document, Drop, Step
 from sluice.words import HAS_LETTER, PUNCTUATION, STOP_WORDS
@@ -378,6 +379,8 @@ class C4QualityFilter(RuleFilter):
             if s.filter_javascript and "javascript" in lower:
                 continue
             if s.filter_curly_bracket and "{" in line:
+                if s.curly_bracket_code_lines == "remove_line" and is_code_line(stripped):
+                    continue
                 return C4Lines(kept, chunks, sentences, lines_in, ("curly_bracket", line[:80]))
             if s.filter_policy and _POLICY.search(lower):
                 continue

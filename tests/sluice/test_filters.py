@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
+from sluice.codeshare import is_code_line
+from sluice.config import (
+    C4Settings,
+    CleaningSettings,
+    FineWebQualitySettings,
+    GopherQualitySettings,
+    GopherRepetitionSettings,
+)
 from sluice.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 from sluice.steps import Document
 from sluice.words import tokenize
@@ -210,6 +217,18 @@ def test_c4_curly_bracket_only_counts_in_kept_lines_and_can_be_disabled():
     # A code line without terminal punctuation is removed before the bracket rule sees it.
     assert reason(C4QualityFilter(), PROSE + "\nint main() {") is None
     assert reason(C4QualityFilter(C4Settings(filter_curly_bracket=False)), PROSE + "\nIt is { this }.") is None
+
+
+def test_c4_removes_a_code_line_with_a_curly_bracket_and_drops_for_one_in_prose():
+    code = "$ hg log -q --template '{rev}:{node|short}'"  # ends in a quote: C4's line rules keep it
+    assert is_code_line(code)
+    doc = Document.from_text(PROSE + "\n" + code)
+    assert C4QualityFilter().apply(doc) is None and doc.text == PROSE  # the line is gone, the article stays
+    datatrove = C4Settings(curly_bracket_code_lines="drop_document")
+    assert reason(C4QualityFilter(datatrove), PROSE + "\n" + code) == "curly_bracket"
+    assert reason(C4QualityFilter(), PROSE + "\nThe function body is { return x; } as you can see.") == "curly_bracket"
+    assert CleaningSettings().c4.curly_bracket_code_lines == "remove_line"
+    assert CleaningSettings(preset="datatrove").c4.curly_bracket_code_lines == "drop_document"
 
 
 def test_c4_terminal_punctuation_of_other_scripts():

@@ -56,6 +56,24 @@ def test_resiliparse_extracts_main_text():
     assert "DoudouLinux" in doc.text and "<div" not in doc.text
 
 
+@pytest.mark.parametrize("isolate", ["never", "always"])
+def test_a_posts_byline_is_left_out_unless_post_meta_is_on(isolate):
+    body = "<p>" + " ".join(["The council approved the new budget after a long debate on Tuesday evening."] * 6) + "</p>"
+    page = f"<html><body><article><header><h1>Budget passes</h1><div class='byline'>by Jane Doe</div></header>{body}</article></body></html>"
+    texts = {}
+    for post_meta in (False, True):
+        doc = html_doc(page.encode())
+        step = ExtractHtml(ExtractionSettings(isolate=isolate, post_meta=post_meta))
+        try:
+            assert DecodeText().apply(doc) is None and step.apply(doc) is None
+        finally:
+            step.close()
+        texts[post_meta] = doc.text
+    assert "council approved" in texts[False] and "Jane Doe" not in texts[False]  # the default
+    assert "council approved" in texts[True] and "Jane Doe" in texts[True]
+    assert ExtractionSettings().post_meta is False
+
+
 def test_trafilatura_is_selectable():
     doc = html_doc((PAGES / "de.html").read_bytes())
     DecodeText().apply(doc)

@@ -36,10 +36,11 @@ def test_preset_datatrove_sets_datatroves_rule_definitions_under_explicit_keys(t
     sluice, datatrove = CleaningSettings(), CleaningSettings(preset="datatrove")
     assert (sluice.word_splitting, sluice.gopher_quality.alpha_words) == ("multilingual", "whitespace")
     assert (datatrove.word_splitting, datatrove.gopher_quality.alpha_words) == ("english", "tokens")
+    assert (sluice.c4.curly_bracket_code_lines, datatrove.c4.curly_bracket_code_lines) == ("remove_line", "drop_document")
     # Only the rule definitions change; thresholds and the other steps stay as they are.
-    assert datatrove.model_dump(exclude={"preset", "word_splitting", "gopher_quality"}) == sluice.model_dump(
-        exclude={"preset", "word_splitting", "gopher_quality"}
-    )
+    rules = {"preset", "word_splitting", "gopher_quality", "c4"}
+    assert datatrove.model_dump(exclude=rules) == sluice.model_dump(exclude=rules)
+    assert datatrove.c4.model_copy(update={"curly_bracket_code_lines": "remove_line"}) == sluice.c4
     # Keys a config gives explicitly win over the preset, also inside a section.
     config = load(tmp_path, {"preset": "datatrove", "word_splitting": "multilingual", "gopher_quality": {"min_doc_words": 20}})
     s = config.cleaning
