@@ -74,11 +74,13 @@ def test_the_same_steps_config_turns_off_what_datatroves_pipeline_lacks_and_noth
     assert same.dedup.verify_min_jaccard is None
     # datatrove's rule definitions and extractor call: preset datatrove, no second opinion
     assert (off.preset, off.word_splitting, off.gopher_quality.alpha_words) == ("datatrove", "english", "tokens")
+    assert off.c4.curly_bracket_code_lines == "drop_document"
     assert off.extraction.second_opinion is None
     assert off.extraction.model_copy(update={"second_opinion": "trafilatura"}) == default.cleaning.extraction
     # the filters' thresholds, the language threshold and the rest of the graph are untouched
     assert off.gopher_quality.model_copy(update={"alpha_words": "whitespace"}) == default.cleaning.gopher_quality
-    for name in ("gopher_repetition", "c4", "fineweb_quality", "min_language_score", "max_chars"):
+    assert off.c4.model_copy(update={"curly_bracket_code_lines": "remove_line"}) == default.cleaning.c4
+    for name in ("gopher_repetition", "fineweb_quality", "min_language_score", "max_chars"):
         assert getattr(off, name) == getattr(default.cleaning, name), name
     assert same.mixes == default.mixes and same.tokenizer == default.tokenizer
     assert same.dedup.model_copy(update={"verify_min_jaccard": 0.8}) == default.dedup.model_copy(update={"verify_min_jaccard": 0.8})
