@@ -1,11 +1,11 @@
 """Real pages: extraction against trafilatura, and what the default filters keep of real articles.
 
-    python benchmarks/real_pages.py [--repeats 3] [--show-drops]
+    python benchmarks/real_pages.py [--repeats 3] [--show-drops] [--corpus-snapshot web/2026-01]
 
 The set: `benchmarks/data/readability-pages.tar.xz`, the 93 real pages of Mozilla Readability's test set
 (news, blogs, docs and wikis in English and eight other languages; Apache-2.0, see readability-NOTICE; built by
 scripts/build_readability_pages.py). Each page has its source HTML and its article as reviewed HTML; pages
-marked `readerable: false` are not articles and are left out (88 remain).
+marked `readerable: false` are not articles and are left out of sections 1 and 2 (91 remain).
 
 1. Extraction. Gold text = the article HTML's text (lxml; block elements end lines: neither extractor's
    code). Per page, token precision / recall / F1 of the extracted text against the gold text, as bags of
@@ -20,6 +20,10 @@ marked `readerable: false` are not articles and are left out (88 remain).
    (CleaningSettings(): language ID, Gopher, C4, FineWeb, toxicity ...), fed (a) the gold text and (b) the
    page's HTML (the default extraction first): the share kept and the drop reasons. The same with
    `preset: datatrove` (datatrove's rule definitions), to show what the defaults' departures buy.
+3. What the departures cost elsewhere: the default chain's keep/drop decision on every page of a corpus
+   snapshot (`../shared/corpus/<--corpus-snapshot>`, handbook pages in 13 languages) and on the set's
+   non-article pages, with each of sluice's extraction and C4 departures reverted (`post_meta: true`,
+   `curly_bracket_code_lines: drop_document`): the decisions that differ from the defaults'.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ _WORD = re.compile(r"\w+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 
 
-def load_pages() -> list[dict]:
-    """The articles of the set: name, source HTML, gold text, metadata."""
+def load_pages(articles: bool = True) -> list[dict]:
+    """The articles of the set (name, source HTML, gold text, metadata), or with `articles=False` its pages
+    marked as not articles (no gold text)."""
     files: dict[str, dict[str, bytes]] = {}
     with tarfile.open(DATA, "r:xz") as archive:
         for member in archive.getmembers():
@@ -59,10 +64,11 @@ def load_pages() -> list[dict]:
     pages = []
     for name in sorted(files):
         meta = json.loads(files[name]["expected-metadata.json"])
-        if meta.get("readerable") is False:
+        if (meta.get("readerable") is not False) != articles:
             continue
         html = files[name]["source.html"].decode("utf-8", "replace")
-        pages.append({"name": name, "html": html, "gold": gold_text(files[name]["expected.html"]), "lang": meta.get("lang")})
+        gold = gold_text(files[name]["expected.html"]) if articles else ""
+        pages.append({"name": name, "html": html, "gold": gold, "lang": meta.get("lang")})
     return pages
 
 
@@ -158,10 +164,46 @@ def filter_articles(articles: list[dict], preset: str, field: str) -> tuple[int,
     return kept, reasons, dropped
 
 
+DEPARTURES = {"extraction.post_meta: true": {"extraction": {"post_meta": True}},
+              "c4.curly_bracket_code_lines: drop_document": {"c4": {"curly_bracket_code_lines": "drop_document"}}}
+
+
+def decisions(documents: list, overrides: dict) -> list[str]:
+    """The default chain's outcome ("kept" or the drop reason) for each (id, url, content type, bytes, charset)."""
+    from sluice.clean import CleaningPipeline
+    from sluice.config import CleaningSettings
+    from sluice.steps import Document
+
+    pipeline = CleaningPipeline.from_settings(CleaningSettings(**overrides))
+    outcomes = []
+    for doc_id, url, content_type, content, charset in documents:
+        result = pipeline.run(Document(doc_id, "web", "s", url, None, content_type, content, charset))
+        outcomes.append("kept" if result is None else result[1].reason)
+    pipeline.close()
+    return outcomes
+
+
+def departures_elsewhere(snapshot: str) -> None:
+    """Section 3: decisions on the corpus snapshot and the non-article pages with each departure reverted."""
+    from benchmarks.cleaning import load_pages as corpus_pages
+
+    corpus = [(p["id"], p["url"], "text/html", p["content"], p["charset"]) for p in corpus_pages(snapshot, 10**9)]
+    junk = [(p["name"], f"https://example.org/{p['name']}", "text/html", p["html"].encode(), "utf-8") for p in load_pages(articles=False)]
+    print(f"\n3. The departures elsewhere: {len(corpus)} pages of {snapshot}, {len(junk)} non-article pages of the set")
+    for label, documents in (("corpus", corpus), ("non-articles", junk)):
+        default = decisions(documents, {})
+        print(f"  {label:12s} defaults: kept {default.count('kept')}/{len(documents)}")
+        for name, overrides in DEPARTURES.items():
+            other = decisions(documents, overrides)
+            changed = Counter(f"{a} -> {b}" for a, b in zip(default, other, strict=True) if a != b)
+            print(f"  {label:12s} with {name}: kept {other.count('kept')}; decisions that differ: {sum(changed.values())} {dict(changed)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per extractor (the best counts)")
     parser.add_argument("--show-drops", action="store_true", help="list every dropped article with its reason")
+    parser.add_argument("--corpus-snapshot", default="web/2026-01", help="corpus snapshot of section 3 ('' skips it)")
     args = parser.parse_args()
     pages = load_pages()
     print(f"{len(pages)} articles from {DATA.name} (one core, best of {args.repeats} passes)")
@@ -193,6 +235,9 @@ def main() -> None:
                     print(f"      {name:28s} {reason:30s} {detail[:100]}")
             if preset == "sluice" and field == "gold":
                 toxic_drops = reasons["toxic_content"]
+
+    if args.corpus_snapshot:
+        departures_elsewhere(args.corpus_snapshot)
 
     config = f"readability test pages, {len(pages)} articles, 1 core"
     figure("real_pages_extraction_f1", round(ours["f1"], 3), f">= trafilatura favor_precision's {peer['f1']:.3f}", config)

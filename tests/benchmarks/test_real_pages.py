@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.real_pages import gold_text, load_pages, scores, tokens
+from benchmarks.real_pages import DEPARTURES, decisions, gold_text, load_pages, scores, tokens
 
 
 def test_token_scores_against_a_hand_count():
@@ -39,3 +39,14 @@ def test_paired_bootstrap_interval_brackets_the_mean_difference():
     mixed = {name: value + (0.2 if i % 2 else -0.2) for i, (name, value) in enumerate(ours.items())}
     low, high = paired_bootstrap(ours, mixed)
     assert low < 0.0 < high and high - low < 0.3  # mean difference 0, spread from resampling 40 pages
+
+
+def test_the_non_article_pages_load_apart_and_a_reverted_departure_shows_as_a_changed_decision():
+    junk = load_pages(articles=False)
+    assert len(junk) == 2 and not any(page["gold"] for page in junk)
+    # The Mercurial how-to's gold text has one shell line with a `{...}` template (its only curly bracket).
+    mercurial = next(page for page in load_pages() if page["name"] == "mercurial")
+    assert mercurial["gold"].count("{") == 3 and "--template '{rev}" in mercurial["gold"]
+    document = [("mercurial", "https://example.org/mercurial", "text/plain", mercurial["gold"].encode(), "utf-8")]
+    assert decisions(document, {}) == ["kept"]
+    assert decisions(document, DEPARTURES["c4.curly_bracket_code_lines: drop_document"]) == ["curly_bracket"]
