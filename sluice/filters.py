@@ -97,10 +97,15 @@ class RuleFilter(Step):
         raise NotImplementedError
 
     def apply(self, doc: Document) -> Drop | None:
-        for rule in self.rules(doc):
-            if not rule.keeps():
-                return Drop(rule.reason, rule.detail.format(*rule.args))
-        return None
+        return first_drop(self.rules(doc))
+
+
+def first_drop(rules: Iterable[Rule]) -> Drop | None:
+    """The drop of the first rule that fails (the later rules are not computed), or None."""
+    for rule in rules:
+        if not rule.keeps():
+            return Drop(rule.reason, rule.detail.format(*rule.args))
+    return None
 
 
 class GopherQualityFilter(RuleFilter):
@@ -334,6 +339,10 @@ class C4Lines:
     lines_in: int
     stop: tuple[str, str] | None
 
+    def keep(self, doc: Document) -> None:
+        """Replace the document's text by the kept lines (their words are the new text's chunks)."""
+        doc.keep_part_of_text("\n".join(self.kept).strip(), self.chunks)
+
 
 class C4QualityFilter(RuleFilter):
     """Keeps the lines C4 keeps (the document's text is replaced by them) or drops the document. The line
@@ -393,7 +402,7 @@ class C4QualityFilter(RuleFilter):
         """The document rules over `lines` (computed from the text when not given); the sentence count is
         only a statistic of a document no line stopped."""
         s = self.s
-        c4 = lines or self.lines(doc.text or "")
+        c4 = lines if lines is not None else self.lines(doc.text or "")
         reason, line = c4.stop or ("", "")
         for rule, enabled in (("lorem_ipsum", s.filter_lorem_ipsum), ("curly_bracket", s.filter_curly_bracket)):
             yield Rule(rule, int(reason == rule), 0 if enabled else None, "==", rule, "{}", (line,))
@@ -403,11 +412,10 @@ class C4QualityFilter(RuleFilter):
 
     def apply(self, doc: Document) -> Drop | None:
         c4 = self.lines(doc.text or "")
-        for rule in self.rules(doc, c4):
-            if not rule.keeps():
-                return Drop(rule.reason, rule.detail.format(*rule.args))
-        doc.keep_part_of_text("\n".join(c4.kept).strip(), c4.chunks)
-        return None
+        drop = first_drop(self.rules(doc, c4))
+        if drop is None:
+            c4.keep(doc)
+        return drop
 
 
 class FineWebQualityFilter(RuleFilter):

@@ -166,7 +166,7 @@ def _c4(measures: Measures, doc: Document, settings: CleaningSettings, multiling
     c4 = step.lines(doc.text or "")
     _add_rules(measures, "c4", step.rules(doc, c4))
     if c4.stop is None:
-        doc.keep_part_of_text("\n".join(c4.kept).strip(), c4.chunks)
+        c4.keep(doc)
     measures.items.append(_info("c4", "lines_removed", c4.lines_in - len(c4.kept)))
 
 
