@@ -142,34 +142,15 @@ def paired_bootstrap(ours: dict[str, float], theirs: dict[str, float], rounds: i
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def filter_articles(articles: list[dict], preset: str, field: str) -> tuple[int, Counter[str], list[tuple[str, str, str]]]:
-    """(kept, drop reasons, dropped (name, reason, detail)) of the default chain (with `preset`) over the
-    articles, fed their gold text (`field` = gold) or their HTML (`field` = html)."""
-    from sluice.clean import CleaningPipeline
-    from sluice.config import CleaningSettings
-    from sluice.steps import Document
-
-    pipeline = CleaningPipeline.from_settings(CleaningSettings(preset=preset))
-    kept, reasons, dropped = 0, Counter(), []
-    for page in articles:
-        content_type = "text/html" if field == "html" else "text/plain"
-        doc = Document(page["name"], "web", "s", f"https://example.org/{page['name']}", None, content_type, page[field].encode(), "utf-8")
-        result = pipeline.run(doc)
-        if result is None:
-            kept += 1
-        else:
-            reasons[result[1].reason] += 1
-            dropped.append((page["name"], result[1].reason, result[1].detail))
-    pipeline.close()
-    return kept, reasons, dropped
+def page_documents(pages: list[dict], field: str) -> list[tuple]:
+    """(id, URL, content type, bytes, charset) of each page's gold text (`field` = gold) or HTML (`html`)."""
+    content_type = "text/html" if field == "html" else "text/plain"
+    return [(page["name"], f"https://example.org/{page['name']}", content_type, page[field].encode(), "utf-8") for page in pages]
 
 
-DEPARTURES = {"extraction.post_meta: true": {"extraction": {"post_meta": True}},
-              "c4.curly_bracket_code_lines: drop_document": {"c4": {"curly_bracket_code_lines": "drop_document"}}}
-
-
-def decisions(documents: list, overrides: dict) -> list[str]:
-    """The default chain's outcome ("kept" or the drop reason) for each (id, url, content type, bytes, charset)."""
+def chain_drops(documents: list[tuple], overrides: dict) -> list:
+    """The default chain's (CleaningSettings(**overrides)) outcome for each (id, URL, content type, bytes,
+    charset): None where it keeps the document, else its Drop."""
     from sluice.clean import CleaningPipeline
     from sluice.config import CleaningSettings
     from sluice.steps import Document
@@ -178,9 +159,26 @@ def decisions(documents: list, overrides: dict) -> list[str]:
     outcomes = []
     for doc_id, url, content_type, content, charset in documents:
         result = pipeline.run(Document(doc_id, "web", "s", url, None, content_type, content, charset))
-        outcomes.append("kept" if result is None else result[1].reason)
+        outcomes.append(None if result is None else result[1])
     pipeline.close()
     return outcomes
+
+
+def decisions(documents: list[tuple], overrides: dict) -> list[str]:
+    """"kept" or the drop reason for each document (see chain_drops)."""
+    return ["kept" if drop is None else drop.reason for drop in chain_drops(documents, overrides)]
+
+
+def filter_articles(articles: list[dict], preset: str, field: str) -> tuple[int, Counter[str], list[tuple[str, str, str]]]:
+    """(kept, drop reasons, dropped (name, reason, detail)) of the default chain (with `preset`) over the
+    articles, fed their gold text (`field` = gold) or their HTML (`field` = html)."""
+    drops = chain_drops(page_documents(articles, field), {"preset": preset})
+    dropped = [(page["name"], drop.reason, drop.detail) for page, drop in zip(articles, drops, strict=True) if drop is not None]
+    return len(articles) - len(dropped), Counter(reason for _, reason, _ in dropped), dropped
+
+
+DEPARTURES = {"extraction.post_meta: true": {"extraction": {"post_meta": True}},
+              "c4.curly_bracket_code_lines: drop_document": {"c4": {"curly_bracket_code_lines": "drop_document"}}}
 
 
 def departures_elsewhere(snapshot: str) -> None:
@@ -188,7 +186,7 @@ def departures_elsewhere(snapshot: str) -> None:
     from benchmarks.cleaning import load_pages as corpus_pages
 
     corpus = [(p["id"], p["url"], "text/html", p["content"], p["charset"]) for p in corpus_pages(snapshot, 10**9)]
-    junk = [(p["name"], f"https://example.org/{p['name']}", "text/html", p["html"].encode(), "utf-8") for p in load_pages(articles=False)]
+    junk = page_documents(load_pages(articles=False), "html")
     print(f"\n3. The departures elsewhere: {len(corpus)} pages of {snapshot}, {len(junk)} non-article pages of the set")
     for label, documents in (("corpus", corpus), ("non-articles", junk)):
         default = decisions(documents, {})
