@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from sluice.config import CleaningSettings, ConfigError, load_config
-from tests.conftest import PROJECT_ROOT, base_config
-
-
-def load(tmp_path, cleaning: dict):
-    raw = base_config(str(tmp_path / "data"))
-    raw["cleaning"] = cleaning
-    path = tmp_path / "sluice.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return load_config(path)
+from tests.conftest import PROJECT_ROOT
+from tests.sluice.config.conftest import load
 
 
 def test_defaults_are_datatroves():

@@ -11,14 +11,7 @@ from sluice.config import CleaningSettings, ConfigError, load_config
 from sluice.filters import GopherQualityFilter
 from sluice.steps import ByLanguage, Document
 from tests.conftest import base_config
-
-
-def load(tmp_path, cleaning: dict):
-    raw = base_config(str(tmp_path / "data"))
-    raw["cleaning"] = cleaning
-    path = tmp_path / "sluice.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return load_config(path)
+from tests.sluice.config.conftest import load
 
 
 @pytest.mark.parametrize(

@@ -15,24 +15,8 @@ import torch
 from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import open_store
+from tests.sluice.loader.conftest import SEQ
 from tests.support.mix_fixture import build_test_mix, range_offsets_oracle, read_ranges, stream_oracle
-
-SEQ = 64
-
-
-@pytest.fixture(scope="module")
-def mix_root(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("mix_store"))
-    build_test_mix(open_store(root), sequence_length=SEQ)
-    return root
-
-
-@pytest.fixture(params=["mmap", "pread"])
-def data(mix_root, tmp_path, request) -> MixedTokens:
-    """The test mix read both ways: memory-mapped (what "auto" picks for a small mix) and with pread."""
-    mixed = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "cache"), read_mode=request.param)
-    assert mixed.mapped == (request.param == "mmap")
-    return mixed
 
 
 def take(loader: TrainingLoader, steps: int) -> list[dict]:

@@ -24,22 +24,10 @@ from sluice.loader.packing import PROVENANCE_COLUMNS
 from sluice.loader.skip import SkipList, kth_kept, wildcard_match
 from sluice.shards import binary_folder
 from sluice.storage import open_store
-from tests.support.mix_fixture import build_test_mix, fixture_url, stream_oracle
+from tests.sluice.loader.conftest import SEQ
+from tests.support.mix_fixture import fixture_url, stream_oracle
 
-SEQ = 64
 SEED = 5
-
-
-@pytest.fixture(scope="module")
-def mix_root(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("mix_store"))
-    build_test_mix(open_store(root), sequence_length=SEQ)
-    return root
-
-
-@pytest.fixture(params=["mmap", "pread"])
-def data(mix_root, tmp_path, request) -> MixedTokens:
-    return MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "cache"), read_mode=request.param)
 
 
 class Oracle:
