@@ -48,7 +48,8 @@ def old_duplicates(items: list[str]) -> tuple[int, int]:
 
 
 def reference_repetition(doc: Document, s: GopherRepetitionSettings) -> str | None:
-    """datatrove's GopherRepetitionFilter n-gram rules on sluice's tokens (tuples, no hashing, no bound)."""
+    """datatrove's GopherRepetitionFilter n-gram rules on sluice's tokens (tuples, no hashing, no bound), with
+    sluice's one departure: a spaceless script's top n-gram is counted without joining spaces."""
     text = doc.text or ""
     length = len(text) or 1
     paragraphs = OLD_PARAGRAPH_BREAK.split(text.strip())
@@ -73,7 +74,8 @@ def reference_repetition(doc: Document, s: GopherRepetitionSettings) -> str | No
             continue
         grams = Counter(tuple(tokens[i : i + span]) for i in range(len(tokens) - span + 1))
         gram, count = grams.most_common(1)[0]
-        if len(" ".join(gram)) * count / length > threshold:
+        # joined by spaces as datatrove joins words; a spaceless script's characters by nothing (sluice's rule)
+        if len(("" if scale == 2 else " ").join(gram)) * count / length > threshold:
             return f"top_{n}_gram"
     for n, threshold in sorted(s.dup_n_grams.items()):
         span = n * scale
