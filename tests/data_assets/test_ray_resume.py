@@ -158,7 +158,7 @@ def test_a_killed_ray_worker_costs_only_its_task(cluster, reference, tmp_path, s
     outcome: dict = {}
     run = threading.Thread(target=lambda: outcome.update(metadata=run_stage(config, stage)))
     run.start()
-    victim, finished = None, {}
+    victim, finished, at_kill = None, {}, {}
     deadline = time.monotonic() + WAIT_S
     while victim is None and run.is_alive() and time.monotonic() < deadline:
         finished = records(folder)
@@ -166,6 +166,7 @@ def test_a_killed_ray_worker_costs_only_its_task(cluster, reference, tmp_path, s
         if busy:
             victim = busy[0]
             os.kill(victim, signal.SIGKILL)
+            at_kill = records(folder)
         time.sleep(0.002)
     run.join(timeout=WAIT_S)
     assert victim is not None, "no Ray worker was caught running a task of the partition"
@@ -174,7 +175,11 @@ def test_a_killed_ray_worker_costs_only_its_task(cluster, reference, tmp_path, s
     assert len(after) == TOTAL
     # Tasks finished before the kill were not run again: Ray retried only what the dead worker ran.
     assert {name: after[name] for name in finished} == finished
-    assert (metadata["tasks_run"], metadata["tasks_reused"]) == (TOTAL, 0)
+    # Every task ran once, except that the victim may have written its record between the look at the records
+    # and the kill: Ray's retry of it then finds a verified record and reuses it. Only a task recorded in that
+    # window can be reused (no record existed before this run).
+    assert metadata["tasks_run"] + metadata["tasks_reused"] == TOTAL
+    assert metadata["tasks_reused"] <= min(1, len(at_kill) - len(finished)), (metadata, len(finished), len(at_kill))
     assert outputs(tmp_path / "data", stage) == outputs(reference[0], stage)
 
 
