@@ -14,16 +14,15 @@ A dependency has one of three roles:
   dependency gained partitions or changed (only its own code version or settings make it stale).
 
 `stage_automation(asset)` is Dagster's eager condition with those gates and with code-version changes as a
-trigger: an asset partition runs when it is newly missing (a snapshot was registered), its code version
-changed, or a followed dependency was updated (a settings asset whose observed version changed included)
-other than by a backfill that plans its own downstream (`sluice materialize`, a UI backfill: automation leaves
-their work alone),
-once nothing it depends on is missing or in progress and it is not in progress itself (a backfill or a run
-already covers it). On its very first evaluation it also asks for what is missing then (unlike Dagster's
-eager, so a daemon started on a registered but unmaterialized instance builds it); an asset with a GATE is
-built once its inputs first exist instead; a partition whose run
-failed stays missing but is not newly missing, so automation does not retry it every tick (the next
-`sluice materialize` or backfill does).
+trigger: an asset partition runs when it is newly missing (a snapshot was registered) and still missing when
+the request is decided, its code version changed, or a followed dependency was updated (a settings asset
+whose observed version changed included) other than by a backfill that plans its own downstream
+(`sluice materialize`, a UI backfill: automation leaves their work alone), once nothing it depends on is
+missing or in progress and it is not in progress itself (a backfill or a run already covers it). On its very
+first evaluation it also asks for what is missing then (unlike Dagster's eager, so a daemon started on a
+registered but unmaterialized instance builds it); an asset with a GATE is built once its inputs first exist
+instead; a partition whose run failed stays missing but is not newly missing, so automation does not retry
+it every tick (the next `sluice materialize` or backfill does).
 
 Automation does not follow EARLIER edges: a partition re-ingested with changed content after later ones
 were deduplicated leaves those later partitions stale for `sluice materialize` (data_assets/freshness.py),
@@ -69,18 +68,28 @@ def stage_automation(asset: str) -> AutomationCondition:
     updated = updated_elsewhere()
     if ignored:
         updated = updated.ignore(AssetSelection.assets(*ignored))
-    trigger = AutomationCondition.newly_missing() | AutomationCondition.code_version_changed() | updated
+    # Two kinds of trigger. "It is missing" (newly missing: a snapshot was registered; a GATE's inputs first
+    # exist; a root looked at every 10 minutes) holds only while the partition is still missing, read when
+    # the request is decided: a backfill may materialize it after the trigger fired, and Dagster reads
+    # "missing" and "in progress" as they are now but "newly updated" (the reset of since_last_handled) only
+    # up to the tick's start, so without this a tick that saw the backfill's run end could still request
+    # the partition it had just materialized. "It changed" (code version, an input updated elsewhere) holds
+    # until the partition is requested or updated.
+    when_missing = AutomationCondition.newly_missing()
     if GATE in roles.values():
         # built once, when its inputs first exist (nothing to build from on an empty instance)
-        trigger = trigger | (AutomationCondition.missing() & updated_elsewhere())
+        when_missing = when_missing | (AutomationCondition.missing() & updated_elsewhere())
+    if asset in ROOTS_WITHOUT_DEPS:
+        # nothing upstream ever updates it: looked at every 10 minutes, built when missing
+        when_missing = when_missing | AutomationCondition.cron_tick_passed("*/10 * * * *", "UTC")
+    when_changed = AutomationCondition.code_version_changed() | updated
     # A change seen while the partition is in progress (a backfill targets it: `sluice materialize`, the UI)
     # is that backfill's to handle, not a trigger kept for later: when the backfill ends, the automation tick
     # that reads the instance between its last materialization and its completion would otherwise take the
     # partition for missing and request it again.
-    if asset in ROOTS_WITHOUT_DEPS:
-        # nothing upstream ever updates it: looked at every 10 minutes, built when missing
-        trigger = trigger | (AutomationCondition.cron_tick_passed("*/10 * * * *", "UTC") & AutomationCondition.missing())
-    armed = (trigger & ~AutomationCondition.in_progress()).since_last_handled()
+    armed = ((when_missing & ~AutomationCondition.in_progress()).since_last_handled() & AutomationCondition.missing()) | (
+        when_changed & ~AutomationCondition.in_progress()
+    ).since_last_handled()
     start = armed
     label = "eager" + (f", gated on every partition of {', '.join(ignored)}" if ignored else "")
     return (

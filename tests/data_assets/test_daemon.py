@@ -32,6 +32,7 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatu
 from data_assets.instance import DAGSTER_YAML
 from tests.conftest import PROJECT_ROOT, SAMPLE, base_config, tree_digest, write_config
 from tests.support.daemon import (
+    automation_trace,
     daemon_processes,
     environment,
     parent_of,
@@ -245,14 +246,15 @@ def test_a_ui_backfill_racing_the_snapshot_sensor(tmp_path, reference):
             origin = {run.run_id: run.tags.get("dagster/backfill") for run in instance.get_runs()}
             created = {run.run_id: instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp() for run in instance.get_runs()}
             runs = instance.get_runs()
+            redone = [
+                (r.asset_key.to_user_string(), r.partition_key) for r in records
+                if origin.get(r.run_id) != "uibackfill" and created[r.run_id] > submitted and (r.asset_key.to_user_string(), r.partition_key) in targets
+            ]
+            why = "\n".join(automation_trace(instance, asset, partition) for asset, partition in redone[:2])
     finally:
         stop(daemon)
     assert all(run.status == DagsterRunStatus.SUCCESS for run in runs), [(run.run_id, run.status) for run in runs]
-    redone = [
-        (r.asset_key.to_user_string(), r.partition_key) for r in records
-        if origin.get(r.run_id) != "uibackfill" and created[r.run_id] > submitted and (r.asset_key.to_user_string(), r.partition_key) in targets
-    ]
-    assert redone == [], redone
+    assert redone == [], f"{redone}\n{why}"
     per_origin = Counter((r.asset_key.to_user_string(), r.partition_key, origin.get(r.run_id)) for r in records)
     assert max(per_origin.values()) == 1, per_origin.most_common(3)
     assert tree_digest(str(data)) == reference

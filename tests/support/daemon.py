@@ -94,3 +94,38 @@ def daemon_processes(home: Path, daemon_pid: int) -> set[int]:
         if parent == daemon_pid and "api grpc" not in command and not any("api grpc" in cmd for p, cmd in processes_of(home) if p in chain):
             found.add(pid)
     return found
+
+
+def _true_partitions(node: Any) -> set[str]:
+    value = node.true_subset.value
+    if isinstance(value, bool):
+        return {"(all)"} if value else set()
+    return {str(key) for key in value.get_partition_keys()}
+
+
+def _nodes(node: Any, depth: int = 0):
+    yield depth, node
+    for child in node.child_evaluations:
+        yield from _nodes(child, depth + 1)
+
+
+def automation_evaluations(instance: Any, asset: str, limit: int = 500) -> list[Any]:
+    """The stored declarative-automation evaluations of `asset`, oldest first."""
+    from dagster import AssetKey
+
+    records = instance.schedule_storage.get_auto_materialize_asset_evaluations(key=AssetKey(asset), limit=limit)
+    return sorted(records, key=lambda record: record.evaluation_id)
+
+
+def automation_trace(instance: Any, asset: str, partition: str) -> str:
+    """Each stored evaluation of `asset`: the conditions that were true for `partition` (a failure message)."""
+    lines = []
+    for record in automation_evaluations(instance, asset):
+        evaluation = record.get_evaluation_with_run_ids()
+        true = [
+            f"  {'  ' * depth}{node.condition_snapshot.label or node.condition_snapshot.name}"
+            for depth, node in _nodes(evaluation.evaluation) if partition in _true_partitions(node)
+        ]
+        lines.append(f"evaluation {record.evaluation_id} at {record.timestamp:.0f}, runs {sorted(evaluation.run_ids)}")
+        lines.extend(true)
+    return "\n".join(lines)
