@@ -16,8 +16,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m sluice.langid fetch
 	# KenLM's lmplz (trains the perplexity models) from the kenlm sdist; needs Boost's development packages
 	@dpkg -s $(KENLM_BUILD_DEPS) >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq $(KENLM_BUILD_DEPS)) || \
-	  echo "Boost development packages not installed: building lmplz will fail (see sluice/perplexity.py)"
-	$(PY) -m sluice.perplexity build-lmplz || echo "lmplz not built: the perplexity_model asset cannot train (see sluice/perplexity.py)"
+	  echo "Boost development packages not installed: building lmplz will fail (see sluice/clean/steps/perplexity.py)"
+	$(PY) -m sluice.clean.steps.perplexity build-lmplz || echo "lmplz not built: the perplexity_model asset cannot train (see sluice/clean/steps/perplexity.py)"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -40,7 +40,7 @@ import time
 
 from datatrove.pipeline.extractors.base import BaseExtractor
 
-# sluice's extractor call (sluice/extract.py: extract_resiliparse), the same arguments.
+# sluice's extractor call (sluice/clean/steps/extract.py: extract_resiliparse), the same arguments.
 RESILIPARSE_ARGS = {"main_content": True, "alt_texts": False, "links": False, "comments": False, "post_meta": False}
 
 

@@ -117,8 +117,8 @@ def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None
     """Kept page ids -> language, wall and CPU seconds of sluice's chain (best of `repeats` passes in this
     process); with perplexity `models` (benchmarks/curation_steps.train_models) the issue-19 steps are on."""
     from sluice.clean import CleaningPipeline, clear_text_caches
-    from sluice.perplexity import load_model
-    from sluice.steps import Document
+    from sluice.clean.steps import Document
+    from sluice.clean.steps.perplexity import load_model
 
     settings = chain_settings(models is not None)
     for model in (models or {}).values():
@@ -182,14 +182,14 @@ def sluice_filters(texts: list[dict], word_splitting: str, repeats: int) -> tupl
     """Keep/drop decision per text through sluice's four filters, and the CPU seconds they took (best of
     `repeats` passes)."""
     from sluice.clean import clear_text_caches
-    from sluice.config import CleaningSettings
-    from sluice.filters import (
+    from sluice.clean.steps import Document
+    from sluice.clean.steps.filters import (
         C4QualityFilter,
         FineWebQualityFilter,
         GopherQualityFilter,
         GopherRepetitionFilter,
     )
-    from sluice.steps import Document
+    from sluice.config import CleaningSettings
 
     s = CleaningSettings(preset="datatrove" if word_splitting == "english" else "sluice")
     multilingual = word_splitting == "multilingual"
@@ -256,9 +256,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.curation_steps import train_models
-    from sluice.extract import DecodeText, extract_resiliparse
+    from sluice.clean.steps import Document
+    from sluice.clean.steps.extract import DecodeText, extract_resiliparse
     from sluice.langid import LanguageIdentifier, default_model_path
-    from sluice.steps import Document
 
     python = datatrove_python()
     pages = load_pages(args.snapshot, args.pages_per_file)

@@ -37,10 +37,10 @@ NEW_STEPS = ("code_share", "toxicity", "perplexity")
 
 def train_models(snapshot: str, scratch: str) -> dict[str, dict]:
     """Per-language KenLM models on the corpus's reference pages (cut-offs from the reference itself)."""
-    from sluice.extract import DecodeText, extract_resiliparse
+    from sluice.clean.steps import Document
+    from sluice.clean.steps.extract import DecodeText, extract_resiliparse
+    from sluice.clean.steps.perplexity import load_model, perplexity, quantile_cutoffs, text_line, train_arpa
     from sluice.langid import LanguageIdentifier
-    from sluice.perplexity import load_model, perplexity, quantile_cutoffs, text_line, train_arpa
-    from sluice.steps import Document
 
     identifier = LanguageIdentifier()
     lines: dict[str, list[str]] = defaultdict(list)
@@ -70,8 +70,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from sluice.clean import CleaningPipeline, clear_text_caches
+    from sluice.clean.steps import Document, Route
     from sluice.config import CleaningSettings, PerplexitySettings, PIISettings
-    from sluice.steps import Document, Route
 
     pages = load_pages(args.snapshot, args.pages_per_file)
     skipped = [p for p in pages if b"....." in p["content"]]

@@ -83,7 +83,19 @@ def text_functions() -> dict[str, Callable[[str], object]]:
     """name -> f(text) for every function that sees a document's text (filters on a fresh Document each call,
     so no token cache is shared between calls)."""
     from sluice.clean import LanguageFilter, normalize_for_hash, text_hash
-    from sluice.codeshare import CodeShare
+    from sluice.clean.steps import Document
+    from sluice.clean.steps.codeshare import CodeShare
+    from sluice.clean.steps.extract import DecodeText, detect_charset
+    from sluice.clean.steps.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+    from sluice.clean.steps.perplexity import text_line
+    from sluice.clean.steps.pii import find_pii, redact
+    from sluice.clean.steps.toxicity import ToxicityFilter
+    from sluice.clean.steps.urlfilter import URLFilter
     from sluice.config import (
         C4Settings,
         CodeShareSettings,
@@ -93,19 +105,7 @@ def text_functions() -> dict[str, Callable[[str], object]]:
         ToxicitySettings,
     )
     from sluice.decontaminate import EvalNgrams
-    from sluice.extract import DecodeText, detect_charset
-    from sluice.filters import (
-        C4QualityFilter,
-        FineWebQualityFilter,
-        GopherQualityFilter,
-        GopherRepetitionFilter,
-    )
     from sluice.minhash import MinHasher
-    from sluice.perplexity import text_line
-    from sluice.pii import find_pii, redact
-    from sluice.steps import Document
-    from sluice.toxicity import ToxicityFilter
-    from sluice.urlfilter import URLFilter
     from sluice.words import spaceless_share, tokenize
 
     def doc(text: str) -> Document:

@@ -83,11 +83,11 @@ def main() -> None:
     args = parser.parse_args()
 
     from sluice.clean import CleaningPipeline
+    from sluice.clean.steps import Document
+    from sluice.clean.steps.extract import DecodeText, extract_resiliparse
+    from sluice.clean.steps.perplexity import load_model, perplexity, text_line, train_arpa
     from sluice.config import CleaningSettings, CodeShareSettings, PIISettings, ToxicitySettings
-    from sluice.extract import DecodeText, extract_resiliparse
     from sluice.langid import LanguageIdentifier
-    from sluice.perplexity import load_model, perplexity, text_line, train_arpa
-    from sluice.steps import Document
 
     identifier = LanguageIdentifier()
     if args.data == "sample":

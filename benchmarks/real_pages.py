@@ -12,7 +12,7 @@ marked `readerable: false` are not articles and are left out of sections 1 and 2
    lower-cased word tokens (`\\w+`, each CJK character a token); mean and median over pages. Speed = pages
    per CPU second of this process (one core), best of `--repeats` passes, each extractor called at the same
    level (a function from HTML string to text). Extractors: sluice's default (resiliparse with sluice's
-   options and the trafilatura second opinion, sluice.extract.extractor_for), resiliparse's defaults
+   options and the trafilatura second opinion, sluice.clean.steps.extract.extractor_for), resiliparse's defaults
    (`extract_plain_text(main_content=True)`), trafilatura's defaults (`extract(html)`) and trafilatura with
    `favor_precision` (datatrove's call: favor_precision, no comments, deduplicate). The F1 difference to
    trafilatura `favor_precision` is printed with a 95 % paired bootstrap interval over pages.
@@ -105,8 +105,8 @@ def extractors() -> dict[str, Callable[[str], str]]:
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
+    from sluice.clean.steps.extract import extract_trafilatura, extractor_for
     from sluice.config import ExtractionSettings
-    from sluice.extract import extract_trafilatura, extractor_for
 
     return {
         "sluice default": extractor_for(ExtractionSettings()),
@@ -152,8 +152,8 @@ def chain_drops(documents: list[tuple], overrides: dict) -> list:
     """The default chain's (CleaningSettings(**overrides)) outcome for each (id, URL, content type, bytes,
     charset): None where it keeps the document, else its Drop."""
     from sluice.clean import CleaningPipeline
+    from sluice.clean.steps import Document
     from sluice.config import CleaningSettings
-    from sluice.steps import Document
 
     pipeline = CleaningPipeline.from_settings(CleaningSettings(**overrides))
     outcomes = []

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from sluice import workers  # noqa: E402
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part  # noqa: E402
-from sluice.codeshare import CODE_DATASET  # noqa: E402
+from sluice.clean.steps.codeshare import CODE_DATASET  # noqa: E402
 from sluice.compute import Executor  # noqa: E402
 from sluice.config import SluiceConfig  # noqa: E402
 from sluice.config.file import load_config  # noqa: E402

@@ -234,7 +234,7 @@ def _mirror_url(url: str, number: int) -> str:
 
 
 def main_text(body: bytes) -> str:
-    from sluice.extract import extract_resiliparse
+    from sluice.clean.steps.extract import extract_resiliparse
 
     return extract_resiliparse(body.decode("utf-8", errors="replace"))
 

@@ -25,7 +25,7 @@ from data_assets.settings import CONFIG
 from data_assets.versions import CLEANING_SETTINGS, CODE_VERSIONS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleaningStats, CleanTask, clean_part
-from sluice.codeshare import CODE_DATASET
+from sluice.clean.steps.codeshare import CODE_DATASET
 from sluice.config import CleaningSettings, SluiceConfig
 from sluice.layout import (
     PartitionRef,

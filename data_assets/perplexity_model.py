@@ -1,4 +1,4 @@
-"""`perplexity_model`: one KenLM n-gram model per language, trained on a reference source (sluice.perplexity).
+"""`perplexity_model`: one KenLM n-gram model per language, trained on a reference source (sluice.clean.steps.perplexity).
 
 Layout: `perplexity_model/lang=<code>/model-<sha256 prefix>.arpa` (named by content hash) and
 `perplexity_model/_manifest.json`, whose `models` map each language to its file, SHA-256, training size and

@@ -1,4 +1,4 @@
-"""`quality_model`: a fastText classifier, reference source vs a random sample of raw documents (sluice.quality).
+"""`quality_model`: a fastText classifier, reference source vs a random sample of raw documents (sluice.clean.steps.quality).
 
 Its SHA-256 is the asset's data version and goes into the metadata of every cleaned partition scored with
 it, so the lineage says which model scored which documents.
@@ -21,8 +21,8 @@ from data_assets.automation import stage_automation
 from data_assets.batch import in_group
 from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
+from sluice.clean.steps.quality import MODEL_FILE
 from sluice.model_training import QUALITY_ASSET, build_quality_model
-from sluice.quality import MODEL_FILE
 
 ASSET = QUALITY_ASSET
 ACCURACY_CHECK = "held_out_accuracy_above_chance"

@@ -27,8 +27,8 @@ from typing import Any
 
 import regex
 
+from sluice.clean.steps import Document, Drop, Step
 from sluice.loader.skip import host_of, on_domains, wildcard_match
-from sluice.steps import Document, Drop, Step
 
 KINDS = ("doc", "url", "domain", "regex")
 MAX_PATTERN_CHARS = 1000

@@ -1,5 +1,5 @@
-"""Building the cleaning models from stored raw partitions: the fastText quality classifier (sluice.quality)
-and the per-language KenLM models with their bucket cut-offs (sluice.perplexity).
+"""Building the cleaning models from stored raw partitions: the fastText quality classifier (sluice.clean.steps.quality)
+and the per-language KenLM models with their bucket cut-offs (sluice.clean.steps.perplexity).
 
 Both read the raw documents back, decode and extract them the way cleaning does, train, and publish the model
 files and a `_manifest.json` under their asset's folder (the manifest's SHA-256 is the asset's data version).
@@ -17,10 +17,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from sluice.clean.steps import Document
+from sluice.clean.steps.extract import DecodeText, ExtractHtml
 from sluice.config import ExtractionSettings, PerplexityModelSettings, QualityModelSettings
-from sluice.extract import DecodeText, ExtractHtml
 from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_manifest
-from sluice.steps import Document
 from sluice.storage import Store, local_temp_dir
 
 QUALITY_ASSET = "quality_model"
@@ -50,7 +50,7 @@ def extracted_raw_documents(store: Store, refs: list[PartitionRef]) -> Iterator[
 def build_quality_model(store: Store, settings: QualityModelSettings) -> dict[str, Any]:
     """Train the quality classifier (positives: `positive_source`'s documents; negatives: a seeded sample of
     the others'), publish `quality_model/model.bin` and its manifest; returns the manifest."""
-    from sluice.quality import MODEL_FILE, TrainingSet, train_model
+    from sluice.clean.steps.quality import MODEL_FILE, TrainingSet, train_model
 
     if not settings.positive_source:
         raise ValueError("quality_model.positive_source is not set: name the curated source whose documents are the positives")
@@ -97,8 +97,8 @@ def build_perplexity_models(store: Store, settings: PerplexityModelSettings, lan
     """One KenLM model per language with enough reference documents, and its head / middle / tail cut-offs
     from a seeded sample of the other sources' documents in that language; publishes the models
     (`lang=<code>/model-<sha256 prefix>.arpa`, stale ones deleted) and the manifest."""
+    from sluice.clean.steps.perplexity import SeededSample, text_line
     from sluice.langid import LanguageIdentifier
-    from sluice.perplexity import SeededSample, text_line
 
     s = settings
     if not s.reference_source and not s.sources:
@@ -141,7 +141,7 @@ def build_perplexity_models(store: Store, settings: PerplexityModelSettings, lan
 def _perplexity_model(store: Store, code: str, lines: list[str], sample: Any, s: PerplexityModelSettings) -> dict[str, Any]:
     """Train, publish and describe one language's model; its cut-offs from the other sources' sampled
     documents, or from its own training text when there are none (biased low; the asset check warns)."""
-    from sluice.perplexity import load_model, perplexity, quantile_cutoffs, train_arpa
+    from sluice.clean.steps.perplexity import load_model, perplexity, quantile_cutoffs, train_arpa
 
     scratch = local_temp_dir()
     try:

@@ -42,7 +42,7 @@ from typing import Any
 ARROW_LAZY = ["pyarrow.compute", "pandas"]
 # What a stage worker imports (the forkserver imports it once; every worker forked from it has it).
 PRELOAD = [
-    "sluice.tasks", "sluice.ingest", "sluice.clean", "sluice.extract", "sluice.filters", "sluice.pii",
+    "sluice.tasks", "sluice.ingest", "sluice.clean", "sluice.clean.steps.extract", "sluice.clean.steps.filters", "sluice.clean.steps.pii",
     "sluice.langid", "sluice.tokenize", "pyarrow.parquet", *ARROW_LAZY, "sluice.langid_warm",
 ]
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.clean.length_language import LanguageFilter, LengthFilter
+from sluice.clean.steps import ByLanguage, Step
+from sluice.clean.steps.length_language import LanguageFilter, LengthFilter
 from sluice.config import CleaningSettings
-from sluice.steps import ByLanguage, Step
 
 
 def build_steps(
@@ -21,16 +21,16 @@ def build_steps(
     quality model; then PII redaction on what is kept. `settings` are one source's settings
     (`CleaningSettings.for_source`); `perplexity_models` = (manifest entries by language, fetch(key) -> path)
     of the perplexity_model asset, needed when cleaning.perplexity is on."""
-    from sluice.extract import DecodeText, ExtractHtml
-    from sluice.pii import PIIRedactor
-    from sluice.urlfilter import URLFilter
+    from sluice.clean.steps.extract import DecodeText, ExtractHtml
+    from sluice.clean.steps.pii import PIIRedactor
+    from sluice.clean.steps.urlfilter import URLFilter
 
     steps: list[Step] = []
     if settings.url_blocklist:
         steps.append(URLFilter.from_file(settings.url_blocklist))
     steps += [DecodeText(), ExtractHtml(settings.extraction)]
     if settings.fix_mojibake:
-        from sluice.extract import FixMojibake
+        from sluice.clean.steps.extract import FixMojibake
 
         steps.append(FixMojibake())
     if settings.blocklist:
@@ -39,7 +39,7 @@ def build_steps(
         steps.append(BlocklistFilter.from_file(settings.blocklist))
     steps.append(LengthFilter(settings.min_chars, settings.max_chars))
     if settings.code_share.enabled:
-        from sluice.codeshare import CodeShare
+        from sluice.clean.steps.codeshare import CodeShare
 
         steps.append(CodeShare(settings.code_share))
     steps.append(
@@ -64,7 +64,7 @@ def build_steps(
 
 def _language_steps(quality_model_path: str | None, quality_max_chars: int, perplexity_models: Any) -> list[tuple[tuple[str, ...], Any]]:
     """The steps after language ID in chain order: (settings keys it reads, settings -> step or None)."""
-    from sluice.filters import (
+    from sluice.clean.steps.filters import (
         C4QualityFilter,
         FineWebQualityFilter,
         GopherQualityFilter,
@@ -79,12 +79,12 @@ def _language_steps(quality_model_path: str | None, quality_max_chars: int, perp
             return None
         if not quality_model_path:
             raise ValueError("cleaning.quality_threshold is set but no quality model was given (materialize quality_model)")
-        from sluice.quality import QualityScorer
+        from sluice.clean.steps.quality import QualityScorer
 
         return QualityScorer(quality_model_path, s.quality_threshold, quality_max_chars)
 
     def toxicity(s: CleaningSettings) -> Step | None:
-        from sluice.toxicity import ToxicityFilter
+        from sluice.clean.steps.toxicity import ToxicityFilter
 
         return ToxicityFilter(s.toxicity, multilingual(s)) if s.toxicity.enabled else None
 
@@ -93,7 +93,7 @@ def _language_steps(quality_model_path: str | None, quality_max_chars: int, perp
             return None
         if perplexity_models is None:
             raise ValueError("cleaning.perplexity is enabled but no perplexity model was given (materialize perplexity_model)")
-        from sluice.perplexity import PerplexityScorer
+        from sluice.clean.steps.perplexity import PerplexityScorer
 
         return PerplexityScorer(s.perplexity, *perplexity_models)
 
@@ -124,7 +124,7 @@ def clear_text_caches() -> None:
     """Forget what the steps remember of earlier texts (the word splitter's chunks, code share's lines,
     language ID's word sums), so a benchmark that cleans the same documents again in one process starts each
     timed pass cold."""
-    from sluice.codeshare import clear_line_cache
+    from sluice.clean.steps.codeshare import clear_line_cache
     from sluice.langid import clear_word_cache
     from sluice.words import clear_chunk_cache
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from sluice.clean.chain import build_steps
 from sluice.clean.stats import CleaningStats
+from sluice.clean.steps import Document, Drop, Route, Step
 from sluice.config import CleaningSettings
-from sluice.steps import Document, Drop, Route, Step
 
 OUTPUT_STAGE = "output"  # the re-scan for PII left and the text hash of a kept document
 

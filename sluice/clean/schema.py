@@ -16,12 +16,12 @@ from typing import Any
 import pyarrow as pa
 import xxhash
 
-from sluice.codeshare import CodeShare
-from sluice.perplexity import PerplexityScorer
-from sluice.pii import PIIRedactor
-from sluice.quality import QualityScorer
-from sluice.steps import Document, Drop, Step
-from sluice.toxicity import ToxicityFilter
+from sluice.clean.steps import Document, Drop, Step
+from sluice.clean.steps.codeshare import CodeShare
+from sluice.clean.steps.perplexity import PerplexityScorer
+from sluice.clean.steps.pii import PIIRedactor
+from sluice.clean.steps.quality import QualityScorer
+from sluice.clean.steps.toxicity import ToxicityFilter
 
 COLUMN_STEPS: tuple[type[Step], ...] = (PIIRedactor, QualityScorer, CodeShare, ToxicityFilter, PerplexityScorer)
 STEP_FIELDS: tuple[pa.Field, ...] = tuple(field for step in COLUMN_STEPS for field in step.columns)

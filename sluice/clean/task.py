@@ -9,9 +9,9 @@ from typing import Any
 from sluice.clean.pipeline import CleaningPipeline
 from sluice.clean.schema import CLEANED_SCHEMA, DROPPED_SCHEMA, cleaned_row, dropped_row
 from sluice.clean.stats import CleaningStats
+from sluice.clean.steps import Document, Route
 from sluice.config import CleaningSettings, S3Settings
 from sluice.layout import ParquetStreamWriter
-from sluice.steps import Document, Route
 from sluice.storage import StoreSpec
 
 CHUNK_DOCUMENTS = 64  # documents per message from the budgeted worker (what a kill makes it redo, at most)
@@ -82,8 +82,8 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
     ("chunk", next row, (rows, stats)) every CHUNK_DOCUMENTS documents and ("done", (rows, stats)) at the
     end, where rows are ("kept" | "routed" | "dropped", output row). Rows in `skips` are dropped unprocessed
     with reason `step_timeout:<step>` (or `step_crashed:<step>`)."""
+    from sluice.clean.steps.pii import find_pii
     from sluice.config import PIISettings
-    from sluice.pii import find_pii
 
     pipeline = CleaningPipeline.from_settings(part.settings, part.model_path, part.quality_max_chars, part.perplexity_models)
     pipeline.on_step = heartbeat.stage
@@ -150,13 +150,13 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
     try:
         model_path = None
         if task.quality_model_url and task.settings.uses_quality_model:
-            from sluice.quality import MODEL_FILE
+            from sluice.clean.steps.quality import MODEL_FILE
 
             model_store = StoreSpec(task.quality_model_url, task.s3).open()
             model_path = model_store.fetch(MODEL_FILE, scratch)
         perplexity_models = None
         if task.perplexity_model_url and task.perplexity_models is not None:
-            from sluice.perplexity import ModelFetcher
+            from sluice.clean.steps.perplexity import ModelFetcher
 
             perplexity_models = (task.perplexity_models, ModelFetcher(task.perplexity_model_url, task.s3, scratch))
         part = _PartInput(

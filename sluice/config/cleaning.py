@@ -95,7 +95,7 @@ class C4Settings(_Model):
     filter_lorem_ipsum: bool = True
     filter_javascript: bool = True
     filter_curly_bracket: bool = True
-    # A kept line with a curly bracket that looks like code (sluice.codeshare.is_code_line: a shell prompt, a
+    # A kept line with a curly bracket that looks like code (sluice.clean.steps.codeshare.is_code_line: a shell prompt, a
     # statement, a block): drop_document (C4, datatrove) or remove_line, dropping the document only for a
     # bracket in prose (preset sluice: a tutorial's one template line no longer drops the article).
     curly_bracket_code_lines: Literal["drop_document", "remove_line"] = "remove_line"
@@ -146,7 +146,7 @@ class PIISettings(_Model):
 
 
 class ToxicitySettings(_Model):
-    """Listed toxic / profane terms per word (see sluice.toxicity; word lists of the glin-profanity package)."""
+    """Listed toxic / profane terms per word (see sluice.clean.steps.toxicity; word lists of the glin-profanity package)."""
 
     enabled: bool = True  # score every document in a language with a list (`toxicity_score`, `toxic_terms`)
     # Drop (`toxic_content`) when at least `min_terms` listed terms occur and they are more than `max_score`
@@ -181,7 +181,7 @@ class ToxicitySettings(_Model):
 
 
 class CodeShareSettings(_Model):
-    """Share of a document's lines that look like code (see sluice.codeshare); measured before language ID."""
+    """Share of a document's lines that look like code (see sluice.clean.steps.codeshare); measured before language ID."""
 
     enabled: bool = True  # measure every document (`code_share` column)
     # Documents with a larger share go to the side dataset `cleaned_code/` (language-identified and
@@ -248,7 +248,7 @@ LANGUAGE_KEYS = (
 
 class QualityModelSettings(_Model):
     """The `quality_model` asset: a fastText classifier, positives from a reference source, negatives a
-    random sample of raw documents of the other sources (see sluice.quality)."""
+    random sample of raw documents of the other sources (see sluice.clean.steps.quality)."""
 
     positive_source: str | None = None  # e.g. a curated source; null = the asset refuses to train
     max_positives: int = Field(20_000, ge=1)
@@ -287,7 +287,7 @@ class CleaningSettings(_Model):
     # Word splitting of the quality filters: multilingual (spaceless scripts split per character, stop
     # words per language) or english (datatrove's default behaviour for every language). See sluice.words.
     word_splitting: Literal["multilingual", "english"] = "multilingual"
-    url_blocklist: str | None = None  # file of blocked domains / `word:` entries (see sluice.urlfilter)
+    url_blocklist: str | None = None  # file of blocked domains / `word:` entries (see sluice.clean.steps.urlfilter)
     # A training blocklist (sluice.blocklist; usually the same file as blocklist.path) applied while cleaning,
     # so new snapshots never carry its documents (reasons blocklisted_doc / _url / _domain / _regex); null = off.
     blocklist: str | None = None

@@ -176,8 +176,8 @@ class DocumentTracer:
         self.clusters.update({place: cluster for (place, _, _), cluster in zip(located, found, strict=True)})
 
     def _measure(self, raw: dict[str, Any], cleaned: dict[str, Any], source: str) -> dict[str, Any]:
-        from sluice.pii import PIIRedactor
-        from sluice.steps import Document
+        from sluice.clean.steps import Document
+        from sluice.clean.steps.pii import PIIRedactor
         from sluice.trace.measures import measure_document
 
         settings = self.config.cleaning.for_source(source)

@@ -1,6 +1,6 @@
 """Why the filters kept a document: every filter statistic recomputed from its text, beside its threshold.
 
-The cleaning filters (`sluice.filters`, length, language, code share, toxicity, perplexity, quality model)
+The cleaning filters (`sluice.clean.steps.filters`, length, language, code share, toxicity, perplexity, quality model)
 return keep or drop and stop at the first failed rule; a trace wants the value of every rule and how close it
 came. `measure_document` replays the chain on a document's raw record: charset decoding and extraction as
 cleaning did, then each rule's statistic on the text that rule saw (Gopher and C4 on the extracted text,
@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from sluice.clean.steps import Document
+from sluice.clean.steps.filters import KEEPS, Rule
 from sluice.config import CleaningSettings
-from sluice.filters import KEEPS, Rule
-from sluice.steps import Document
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Measures:
 
 def replay_text(raw: dict[str, Any], settings: CleaningSettings) -> Document:
     """The document as cleaning saw it after extraction (charset decoding, HTML extraction, mojibake repair)."""
-    from sluice.extract import DecodeText, ExtractHtml
+    from sluice.clean.steps.extract import DecodeText, ExtractHtml
 
     doc = Document(
         doc_id=raw.get("doc_id") or "", source=raw.get("source") or "", snapshot=raw.get("snapshot") or "", url=raw.get("url"),
@@ -74,7 +74,7 @@ def replay_text(raw: dict[str, Any], settings: CleaningSettings) -> Document:
     )
     steps = [DecodeText(), ExtractHtml(settings.extraction)]
     if settings.fix_mojibake:
-        from sluice.extract import FixMojibake
+        from sluice.clean.steps.extract import FixMojibake
 
         steps.append(FixMojibake())
     try:
@@ -120,7 +120,7 @@ def measure_document(raw: dict[str, Any], cleaned: dict[str, Any], settings: Cle
     if lang.toxicity.enabled and lang.toxicity.max_score is not None and cleaned.get("toxicity_score") is not None:
         # Dropped when at least min_terms listed terms besides the reporting terms occur and all listed terms
         # are more than max_score of the words: the binding rule is the score once the count is reached.
-        from sluice.toxicity import ToxicityFilter
+        from sluice.clean.steps.toxicity import ToxicityFilter
 
         scored = ToxicityFilter(lang.toxicity, multilingual).score(doc)
         dropping = scored[2] if scored is not None else 0
@@ -139,28 +139,28 @@ def measure_document(raw: dict[str, Any], cleaned: dict[str, Any], settings: Cle
 
 
 def _add_rules(measures: Measures, step: str, rules: Iterable[Rule]) -> None:
-    """Every rule of a filter's table (sluice.filters.RuleFilter.rules), as the filter computes it."""
+    """Every rule of a filter's table (sluice.clean.steps.filters.RuleFilter.rules), as the filter computes it."""
     for rule in rules:
         if rule.traced:
             measures.add(step, rule.statistic, rule.value, rule.threshold, rule.keep_if)
 
 
 def _gopher_quality(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    from sluice.filters import GopherQualityFilter
+    from sluice.clean.steps.filters import GopherQualityFilter
 
     _add_rules(measures, "gopher_quality", GopherQualityFilter(settings.gopher_quality, multilingual).rules(doc))
 
 
 def _gopher_repetition(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    from sluice.filters import GopherRepetitionFilter
+    from sluice.clean.steps.filters import GopherRepetitionFilter
 
     _add_rules(measures, "gopher_repetition", GopherRepetitionFilter(settings.gopher_repetition, multilingual).rules(doc, exact=True))
 
 
 def _c4(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    """C4's rules (its table, sluice.filters.C4QualityFilter.rules) and the lines it removed; leaves the
+    """C4's rules (its table, sluice.clean.steps.filters.C4QualityFilter.rules) and the lines it removed; leaves the
     lines C4 keeps as the document's text (what FineWeb then sees)."""
-    from sluice.filters import C4QualityFilter
+    from sluice.clean.steps.filters import C4QualityFilter
 
     step = C4QualityFilter(settings.c4, multilingual)
     c4 = step.lines(doc.text or "")
@@ -175,6 +175,6 @@ def _info(step: str, rule: str, value: float) -> Measure:
 
 
 def _fineweb(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
-    from sluice.filters import FineWebQualityFilter
+    from sluice.clean.steps.filters import FineWebQualityFilter
 
     _add_rules(measures, "fineweb_quality", FineWebQualityFilter(settings.fineweb_quality, multilingual).rules(doc))

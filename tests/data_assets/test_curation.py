@@ -12,7 +12,7 @@ from dagster import materialize
 
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import SNAPSHOTS, multi_key
-from sluice.perplexity import default_lmplz_path
+from sluice.clean.steps.perplexity import default_lmplz_path
 
 pytestmark = pytest.mark.skipif(not default_lmplz_path().is_file() and not __import__("os").environ.get("CI"), reason="lmplz not built")
 

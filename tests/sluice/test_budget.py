@@ -20,9 +20,9 @@ import sluice.clean.pipeline
 import sluice.workers
 from sluice.budget import ChildError
 from sluice.clean import CleanTask, clean_part
+from sluice.clean.steps import Drop, Step
 from sluice.config import CleaningSettings, ExtractionSettings
 from sluice.ingest import RAW_SCHEMA
-from sluice.steps import Drop, Step
 from tests.data_assets.test_cleaned import SENTENCES
 
 PAGE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{paragraphs}</article></body></html>"

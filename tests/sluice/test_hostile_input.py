@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.clean import Document
+from sluice.clean.steps.extract import ExtractHtml
 from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
-from sluice.extract import ExtractHtml
 from sluice.ingest import IngestTask, ingest_file
 from sluice.readers import Quarantined, RawRecord, read_records
 from tests.sluice.test_readers import WARC_FILES, compress, warc_members, warcio_responses
@@ -322,7 +322,7 @@ def test_deeply_nested_html_is_extracted_never_crashes():
 HTML_DEPTH_PROBE = """
 import sys
 from sluice.clean import Document
-from sluice.extract import ExtractHtml
+from sluice.clean.steps.extract import ExtractHtml
 depth = int(sys.argv[1])
 html = ("<div>" * depth + "deep text " * 50 + "</div>" * depth).encode()
 document = Document("d", "web", "s", None, None, "text/html", html, "utf-8", text=html.decode())

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from benchmarks.hostile_inputs import FAMILIES, PUNCTUATION_RUNS, text_functions
 from sluice import words
-from sluice.pii import find_pii, redact
+from sluice.clean.steps.pii import find_pii, redact
 from sluice.words import MARKS, NO_SPACE, split_affixes, tokenize
 from tests.sluice.test_regex_audit import OLD_CHUNK
 
@@ -116,7 +116,7 @@ def test_token_windows_concatenate_to_tokenize(text, multilingual, window):
 @PROPERTY
 @given(st.lists(st.text(WINDOW_ALPHABET.replace(" ", "") + "ΣΣΣ123", min_size=1, max_size=6), max_size=40), st.integers(1, 5))
 def test_lm_line_in_batches_equals_one_lowercasing(tokens, batch):
-    from sluice import perplexity
+    from sluice.clean.steps import perplexity
 
     whole = " ".join(tokens).lower().translate(perplexity._DIGITS)
     saved = perplexity._BATCH_TOKENS
@@ -130,7 +130,7 @@ def test_lm_line_in_batches_equals_one_lowercasing(tokens, batch):
 @PROPERTY
 @given(st.lists(st.one_of(hostile_text, st.text(WINDOW_ALPHABET, max_size=80)), max_size=6).map("".join), st.integers(1, 40), st.integers(1, 5))
 def test_text_line_equals_the_line_of_all_tokens(text, window, batch):
-    from sluice import perplexity
+    from sluice.clean.steps import perplexity
 
     whole = " ".join(tokenize(text, True)).lower().translate(perplexity._DIGITS)
     saved = perplexity._WINDOW_CHARS, perplexity._BATCH_TOKENS
@@ -195,7 +195,7 @@ def test_multilingual_word_pattern_equals_the_reference(text):
 @PROPERTY
 @given(st.text(".!?。！？\"'”’)]» \nab」』）", max_size=60))
 def test_sentence_end_patterns_equal_their_references(line):
-    from sluice.filters import _SENTENCE_END, _SENTENCE_END_MULTI
+    from sluice.clean.steps.filters import _SENTENCE_END, _SENTENCE_END_MULTI
 
     assert _SENTENCE_END.findall(line) == REFERENCE_SENTENCE_END.findall(line)
     assert _SENTENCE_END_MULTI.findall(line) == REFERENCE_SENTENCE_END_MULTI.findall(line)
@@ -204,7 +204,7 @@ def test_sentence_end_patterns_equal_their_references(line):
 @PROPERTY
 @given(st.text("<meta charset=\"' utf-8>\t", max_size=60).map(lambda t: t.encode()))
 def test_meta_charset_pattern_equals_the_reference(html):
-    from sluice.extract import _META_CHARSET
+    from sluice.clean.steps.extract import _META_CHARSET
 
     new, old = _META_CHARSET.search(html), REFERENCE_META_CHARSET.search(html)
     assert (new and (new.span(), new.group(1))) == (old and (old.span(), old.group(1)))

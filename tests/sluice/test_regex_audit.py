@@ -167,7 +167,7 @@ def test_the_scan_sees_the_patterns_it_must():
     # regex module's pattern of the tokenization fast path.
     assert "sluice.words.MULTILINGUAL_TOKEN" in patterns
     assert "sluice.words.HAS_LETTER" in patterns  # kept as `.search` only
-    assert any(label.startswith("sluice/pii.py:") for label in patterns)  # re.findall(r"\d+", ...)
+    assert any(label.startswith("sluice/clean/steps/pii.py:") for label in patterns)  # re.findall(r"\d+", ...)
     assert any(label.startswith("sluice/tokenize.py:") for label in patterns)
     assert len(patterns) >= 30
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sluice.clean import CleaningPipeline, LanguageFilter
+from sluice.clean.steps import Document
+from sluice.clean.steps.extract import DecodeText, ExtractHtml, detect_charset, nesting_estimate
 from sluice.config import CleaningSettings, ExtractionSettings
-from sluice.extract import DecodeText, ExtractHtml, detect_charset, nesting_estimate
-from sluice.steps import Document
 
 PAGES = Path(__file__).resolve().parents[2] / "data" / "pages"
 LANGUAGES = sorted(path.stem for path in PAGES.glob("*.html"))
@@ -97,7 +97,7 @@ HIDDEN_ARTICLE = (
 
 @pytest.mark.parametrize("isolate", ["never", "always"])
 def test_a_missed_article_gets_trafilaturas_second_opinion(isolate):
-    from sluice.extract import extract_resiliparse
+    from sluice.clean.steps.extract import extract_resiliparse
 
     assert extract_resiliparse(HIDDEN_ARTICLE).strip() == ""  # the premise: resiliparse alone loses it
     step = ExtractHtml(ExtractionSettings(isolate=isolate))
@@ -115,7 +115,7 @@ def test_a_missed_article_gets_trafilaturas_second_opinion(isolate):
 
 
 def test_the_second_opinion_is_asked_only_where_resiliparse_looks_lost(monkeypatch):
-    import sluice.extract as extract
+    import sluice.clean.steps.extract as extract
 
     asked: list[str] = []
     monkeypatch.setattr(extract, "extract_trafilatura", lambda html: asked.append(html) or "")
@@ -157,7 +157,7 @@ def test_pathological_pages_are_dropped_within_budget_and_the_rest_goes_on():
 
 
 def test_a_helper_that_dies_mid_page_drops_only_that_page(monkeypatch):
-    from sluice.extract import ExtractorProcess
+    from sluice.clean.steps.extract import ExtractorProcess
 
     step = ExtractHtml(ExtractionSettings(isolate="always"))
     real_read = ExtractorProcess._read
@@ -185,7 +185,7 @@ def test_a_helper_that_dies_mid_page_drops_only_that_page(monkeypatch):
 
 def test_mojibake_repair_is_optional_and_fixes_double_encoded_text():
     pytest.importorskip("ftfy")
-    from sluice.extract import FixMojibake
+    from sluice.clean.steps.extract import FixMojibake
 
     step = FixMojibake()
     doc = Document.from_text("The cafÃ© served crÃ¨me brÃ»lÃ©e all Ã©tÃ©.")

@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from sluice.clean import CleaningPipeline, LanguageFilter
+from sluice.clean.steps import ByLanguage, Document
+from sluice.clean.steps.filters import GopherQualityFilter
 from sluice.config import CleaningSettings, ConfigError, load_config
-from sluice.filters import GopherQualityFilter
-from sluice.steps import ByLanguage, Document
 from tests.conftest import base_config
 from tests.sluice.config.conftest import load
 

@@ -13,6 +13,13 @@ import numpy as np
 import pytest
 
 from sluice.blocklist import Blocklist, BlocklistError, BlocklistFilter
+from sluice.clean.steps import Document
+from sluice.clean.steps.filters import (
+    C4QualityFilter,
+    FineWebQualityFilter,
+    GopherQualityFilter,
+    GopherRepetitionFilter,
+)
 from sluice.config import (
     C4Settings,
     CleaningSettings,
@@ -21,9 +28,7 @@ from sluice.config import (
     GopherRepetitionSettings,
     WarcOptions,
 )
-from sluice.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 from sluice.readers import RawRecord, read_warc
-from sluice.steps import Document
 from sluice.trace.measures import (
     Measures,
     _c4,

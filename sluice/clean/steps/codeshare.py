@@ -33,8 +33,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.clean.steps import Document, Drop, Route, Step
 from sluice.config import CodeShareSettings
-from sluice.steps import Document, Drop, Route, Step
 from sluice.words import HAS_LETTER
 
 CODE_DATASET = "cleaned_code"

@@ -36,8 +36,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.clean.steps import Document, Drop, Step
 from sluice.config import ToxicitySettings
-from sluice.steps import Document, Drop, Step
 from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
 
 

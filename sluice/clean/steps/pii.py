@@ -31,8 +31,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.clean.steps import Document, Drop, Step
 from sluice.config import PIISettings
-from sluice.steps import Document, Drop, Step
 
 PLACEHOLDERS = {"email": "<EMAIL>", "ip_address": "<IP_ADDRESS>", "phone": "<PHONE>"}
 

@@ -12,7 +12,7 @@ seeded sample of the other sources' documents in that language are the cut-offs;
 first is `head`, above the second `tail`, else `middle`.
 
 lmplz is not in the `kenlm` wheel (its pip install builds only the query module): `python -m
-sluice.perplexity build-lmplz` (run by `make`) downloads the same kenlm 0.3.0 source distribution with pip and
+sluice.clean.steps.perplexity build-lmplz` (run by `make`) downloads the same kenlm 0.3.0 source distribution with pip and
 builds the `lmplz` target with cmake into `<venv>/bin/lmplz`. It needs cmake, a C++ compiler, zlib and
 Boost's program_options / system / thread / test development packages (Debian: libboost-program-options-dev
 libboost-system-dev libboost-thread-dev libboost-test-dev; the Makefile installs them with apt-get where it
@@ -35,8 +35,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.clean.steps import Document, Drop, Step
 from sluice.config import PerplexitySettings
-from sluice.steps import Document, Drop, Step
 
 KENLM_REQUIREMENT = "kenlm==0.3.0"
 LMPLZ_ENV_VAR = "SLUICE_LMPLZ"
@@ -86,7 +86,7 @@ def find_lmplz() -> Path:
     path = default_lmplz_path()
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise FileNotFoundError(
-            f"KenLM's lmplz is missing at {path}: run `python -m sluice.perplexity build-lmplz` (make does this; "
+            f"KenLM's lmplz is missing at {path}: run `python -m sluice.clean.steps.perplexity build-lmplz` (make does this; "
             f"it needs cmake, a C++ compiler and {' '.join(BUILD_PACKAGES)}) or set ${LMPLZ_ENV_VAR}"
         )
     return path
@@ -285,5 +285,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["build-lmplz"]:
         print(build_lmplz())
     else:
-        print("usage: python -m sluice.perplexity build-lmplz", file=sys.stderr)
+        print("usage: python -m sluice.clean.steps.perplexity build-lmplz", file=sys.stderr)
         sys.exit(2)

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.codeshare import is_code_line
+from sluice.clean.steps import Document
+from sluice.clean.steps.codeshare import is_code_line
+from sluice.clean.steps.filters import (
+    C4QualityFilter,
+    FineWebQualityFilter,
+    GopherQualityFilter,
+    GopherRepetitionFilter,
+)
 from sluice.config import (
     C4Settings,
     CleaningSettings,
@@ -13,8 +20,6 @@ from sluice.config import (
     GopherQualitySettings,
     GopherRepetitionSettings,
 )
-from sluice.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
-from sluice.steps import Document
 from sluice.words import tokenize
 
 PROSE = (
@@ -150,7 +155,7 @@ def test_repeated_ngram_chars_jumps_past_each_repeat():
     doc = Document.from_text("a b c a b c a b c")
     import numpy as np
 
-    from sluice.filters import _ngram_keys
+    from sluice.clean.steps.filters import _ngram_keys
 
     words = doc.tokens(True)
     ids = np.fromiter(map(hash, words), dtype=np.int64).view(np.uint64)

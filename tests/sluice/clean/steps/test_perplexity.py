@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.config import PerplexitySettings
-from sluice.perplexity import (
+from sluice.clean.steps import Document
+from sluice.clean.steps.perplexity import (
     SeededSample,
     bucket,
     default_lmplz_path,
@@ -22,12 +22,12 @@ from sluice.perplexity import (
     text_line,
     train_arpa,
 )
-from sluice.steps import Document
+from sluice.config import PerplexitySettings
 
 if not default_lmplz_path().is_file():
     if os.environ.get("CI"):
         raise RuntimeError(f"lmplz is missing at {default_lmplz_path()} (make setup builds it)")
-    pytest.skip("lmplz not built (python -m sluice.perplexity build-lmplz)", allow_module_level=True)
+    pytest.skip("lmplz not built (python -m sluice.clean.steps.perplexity build-lmplz)", allow_module_level=True)
 
 TOPICS = ["river", "mill", "market", "winter", "garden", "bridge", "bread", "wool", "hills", "town"]
 
@@ -73,7 +73,7 @@ def test_perplexity_matches_kenlm_word_scores_and_separates_in_domain_text(model
 def test_buckets_and_the_scorer_step(model_path):
     assert quantile_cutoffs([1.0, 2.0, 3.0, 4.0], (1 / 3, 2 / 3)) == pytest.approx((2.0, 3.0))
     assert [bucket(v, (2.0, 3.0)) for v in (1.0, 2.0, 2.5, 3.0, 3.1)] == ["head", "head", "middle", "middle", "tail"]
-    from sluice.perplexity import PerplexityScorer
+    from sluice.clean.steps.perplexity import PerplexityScorer
 
     good = Document.from_text(prose(random.Random(5), 6), language="en")
     words = good.text.split()

@@ -1,12 +1,12 @@
-"""The two cleaning steps defined here (the others live with their subject: sluice.extract, sluice.filters,
-sluice.codeshare, sluice.toxicity, sluice.perplexity, sluice.urlfilter, sluice.pii): the length bounds and
+"""The two cleaning steps defined here (the others live with their subject: sluice.clean.steps.extract, sluice.clean.steps.filters,
+sluice.clean.steps.codeshare, sluice.clean.steps.toxicity, sluice.clean.steps.perplexity, sluice.clean.steps.urlfilter, sluice.clean.steps.pii): the length bounds and
 fastText language identification with its keep list and per-language minimum scores."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sluice.steps import Document, Drop, Step
+from sluice.clean.steps import Document, Drop, Step
 
 
 class LengthFilter(Step):

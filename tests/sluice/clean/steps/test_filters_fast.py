@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice import words
-from sluice.config import GopherRepetitionSettings
-from sluice.filters import (
+from sluice.clean.steps import Document
+from sluice.clean.steps.filters import (
     _LINE_BREAKS,
     _PARAGRAPH_BREAK,
     _SENTENCE_END,
@@ -21,7 +21,7 @@ from sluice.filters import (
     GopherRepetitionFilter,
     _duplicates,
 )
-from sluice.steps import Document
+from sluice.config import GopherRepetitionSettings
 
 EXAMPLES = int(os.environ.get("SLUICE_HYPOTHESIS_EXAMPLES", "25"))
 PROPERTY = settings(max_examples=EXAMPLES * 8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,7 +166,7 @@ def test_tokenize_with_a_small_chunk_cache_equals_splitting_every_chunk(texts, m
 @PROPERTY
 @given(st.text("0123456789١٢ aZéΣ中", max_size=40))
 def test_zero_digits_equals_translate(text):
-    from sluice import perplexity
+    from sluice.clean.steps import perplexity
 
     assert perplexity._zero_digits(text) == text.translate(perplexity._DIGITS)
 
@@ -175,8 +175,8 @@ def test_zero_digits_equals_translate(text):
 @given(st.lists(st.sampled_from(["One two three four.", "Kept line here too!", "中文的句子。", "no end", "[1] x y z.", "p [2] q r.", " a  b\tc. ", "a {b} c d."]), max_size=12))
 def test_tokens_after_c4_are_those_of_the_kept_text(lines):
     """C4 replaces the text by its kept lines (keep_part_of_text); the cached word splitting follows."""
+    from sluice.clean.steps.filters import C4QualityFilter
     from sluice.config import C4Settings
-    from sluice.filters import C4QualityFilter
 
     doc = Document.from_text("\n".join(lines))
     doc.tokens(True)
@@ -188,8 +188,8 @@ def test_tokens_after_c4_are_those_of_the_kept_text(lines):
 
 
 def old_is_code_line(line: str) -> bool:
-    """sluice.codeshare.is_code_line as it was (translate for the symbol count, the first word split early)."""
-    from sluice.codeshare import (
+    """sluice.clean.steps.codeshare.is_code_line as it was (translate for the symbol count, the first word split early)."""
+    from sluice.clean.steps.codeshare import (
         _BLOCK,
         _BULLETS,
         _CODE_PUNCT,
@@ -255,7 +255,7 @@ _CODE_PIECES = st.sampled_from(
 @PROPERTY
 @given(st.lists(st.one_of(_CODE_PIECES, st.text(" abc;{}.", max_size=4)), max_size=14).map("".join))
 def test_code_line_test_is_unchanged(line):
-    from sluice.codeshare import is_code_line
+    from sluice.clean.steps.codeshare import is_code_line
 
     assert is_code_line(line) == old_is_code_line(line)
 
@@ -267,7 +267,7 @@ _CODE_LINE = st.lists(st.one_of(_CODE_PIECES, st.text(" abc;{}.=-~:#<>)$%/*\\\t\
 @given(_CODE_LINE)
 def test_code_line_prefilter_passes_every_code_line(line):
     """The prefilter may pass prose, never code: a line it rejects is one is_code_line rejects."""
-    from sluice.codeshare import _may_be_code, is_code_line
+    from sluice.clean.steps.codeshare import _may_be_code, is_code_line
 
     stripped = line.strip()
     if stripped and not _may_be_code(stripped):
@@ -279,7 +279,7 @@ def test_code_line_prefilter_passes_every_code_line(line):
 def test_code_line_counts_with_the_line_cache_equal_a_loop_over_the_lines(lines):
     """Cached kinds (first and later sightings, lines too long to keep) give the plain loop's counts, whatever
     line break joins the lines."""
-    from sluice.codeshare import clear_line_cache, code_line_counts
+    from sluice.clean.steps.codeshare import clear_line_cache, code_line_counts
 
     clear_line_cache()
     for text in ("\n".join(lines), "\r\n".join(lines), "\u2028".join(reversed(lines))):
@@ -290,9 +290,9 @@ def test_code_line_counts_with_the_line_cache_equal_a_loop_over_the_lines(lines)
 
 
 def old_term_count(matcher, tokens: list[str]) -> Counter[str]:
-    """sluice.toxicity.TermMatcher.count as it was: every token's counts, multi-token terms by a scan of every
+    """sluice.clean.steps.toxicity.TermMatcher.count as it was: every token's counts, multi-token terms by a scan of every
     position (first token in any case, compared lower-cased)."""
-    from sluice.toxicity import _display
+    from sluice.clean.steps.toxicity import _display
 
     counts = Counter(tokens)
     found: Counter[str] = Counter()
@@ -319,7 +319,7 @@ _TERM_TOKENS = st.sampled_from(
 def test_term_counts_from_watched_tokens_equal_the_full_scan(tokens):
     """Listed-term counts from the watched tokens and the joined lower-cased text equal the old scan over every
     token with every token's counts; the word count (tokens less punctuation) is the same too."""
-    from sluice.toxicity import TermMatcher
+    from sluice.clean.steps.toxicity import TermMatcher
     from sluice.words import PUNCTUATION
 
     matcher = TermMatcher(_TERMS)
@@ -331,7 +331,7 @@ def test_term_counts_from_watched_tokens_equal_the_full_scan(tokens):
 
 def old_c4(text: str, s, multilingual: bool = True) -> tuple[str | None, str]:
     """C4QualityFilter.apply as it was (word-length test first): (drop reason, kept text)."""
-    from sluice.filters import _CITATION, _POLICY, ASCII_TERMINAL, OTHER_TERMINAL
+    from sluice.clean.steps.filters import _CITATION, _POLICY, ASCII_TERMINAL, OTHER_TERMINAL
     from sluice.words import PUNCTUATION, tokenize
 
     terminal = ASCII_TERMINAL + OTHER_TERMINAL if multilingual else ASCII_TERMINAL
@@ -378,8 +378,8 @@ _C4_PIECES = st.sampled_from(
 @PROPERTY
 @given(st.lists(_C4_PIECES, max_size=30).map("".join), st.integers(2, 8), st.integers(-1, 3), st.booleans())
 def test_c4_keeps_and_drops_as_before(text, max_word_length, min_sentences, multilingual):
+    from sluice.clean.steps.filters import C4QualityFilter
     from sluice.config import C4Settings
-    from sluice.filters import C4QualityFilter
 
     s = C4Settings(max_word_length=max_word_length, min_num_sentences=min_sentences)
     doc = Document.from_text(text)

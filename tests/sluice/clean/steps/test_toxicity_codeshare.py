@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from sluice.clean import CleaningPipeline, LanguageFilter
-from sluice.codeshare import CODE_DATASET, CodeShare, code_line_counts, is_code_line
+from sluice.clean.steps import ByLanguage, Document, Route
+from sluice.clean.steps.codeshare import CODE_DATASET, CodeShare, code_line_counts, is_code_line
+from sluice.clean.steps.pii import PIIRedactor
+from sluice.clean.steps.toxicity import TermMatcher, ToxicityFilter
 from sluice.config import CleaningSettings, CodeShareSettings, ToxicitySettings
-from sluice.pii import PIIRedactor
-from sluice.steps import ByLanguage, Document, Route
-from sluice.toxicity import TermMatcher, ToxicityFilter
 from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
 from sluice.words import NO_SPACE_CHAR, tokenize
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from sluice.clean.steps import Document
+from sluice.clean.steps.pii import PIIRedactor, find_pii, redact
+from sluice.clean.steps.urlfilter import URLFilter
 from sluice.config import PIISettings
-from sluice.pii import PIIRedactor, find_pii, redact
-from sluice.steps import Document
-from sluice.urlfilter import URLFilter
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_url_blocklist_errors_name_the_line(tmp_path):
 def test_shipped_example_list_loads():
     from pathlib import Path
 
-    step = URLFilter.from_file(Path(__file__).resolve().parents[2] / "blocklists" / "urls.txt")
+    step = URLFilter.from_file(Path(__file__).resolve().parents[4] / "blocklists" / "urls.txt")
     assert "example-casino.com" in step.domains and "casino" in step.words
 
 
@@ -185,7 +185,7 @@ _ORACLE_OUTDATED = ["192.0.0.0/24", "64:ff9b:1::/48", "2001::/23"]
 def _boundary_addresses():
     import ipaddress
 
-    from sluice import pii
+    from sluice.clean.steps import pii
 
     values = []
     for cidr in (*pii._NOT_GLOBAL_V4, *pii._GLOBAL_EXCEPTIONS_V4, *pii._NOT_GLOBAL_V6, *pii._GLOBAL_EXCEPTIONS_V6):
@@ -200,7 +200,7 @@ def test_public_matches_pythons_ipaddress_on_every_range_boundary_and_random_add
     import ipaddress
     import random
 
-    from sluice.pii import is_public_ip
+    from sluice.clean.steps.pii import is_public_ip
 
     rng = random.Random(0)
     samples = _boundary_addresses()

@@ -7,6 +7,11 @@ file. A step that measures something for the output declares the columns it writ
 Curator's `ProcessingStage.outputs()`), records their values in `doc.values`, and counts its own
 statistics (`count` / `count_kept`, datatrove's `stat_update`): the cleaned datasets' schema and rows are
 built from those declarations (sluice.clean.schema), so a new step touches only its own module.
+
+The steps, one module per subject: `extract` (charset, HTML), `length_language`, `urlfilter`, `filters`
+(Gopher, C4, FineWeb as rule tables), `codeshare`, `toxicity`, `perplexity` (KenLM, and training its
+models), `quality` (fastText, and training its model), `pii`. `sluice.clean.chain` puts the configured
+ones in order. This module imports none of them, so any of them can import it.
 """
 
 from __future__ import annotations

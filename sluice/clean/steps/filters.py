@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from sluice.codeshare import is_code_line
+from sluice.clean.steps import Document, Drop, Step
+from sluice.clean.steps.codeshare import is_code_line
 from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
-from sluice.steps import Document, Drop, Step
 from sluice.words import HAS_LETTER, PUNCTUATION, STOP_WORDS
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sluice.steps import Document, Drop, Step
+from sluice.clean.steps import Document, Drop, Step
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 

@@ -29,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 import xxhash
 
+from sluice.clean.steps import Document, Drop, Step
 from sluice.config import QualityModelSettings
-from sluice.steps import Document, Drop, Step
 
 POSITIVE = "__label__hq"
 NEGATIVE = "__label__lq"

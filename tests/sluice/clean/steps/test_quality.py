@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import random
 
+from sluice.clean.steps import Document
+from sluice.clean.steps.quality import QualityScorer, TrainingSet, split_by_text, train_model
 from sluice.config import QualityModelSettings
-from sluice.quality import QualityScorer, TrainingSet, split_by_text, train_model
-from sluice.steps import Document
 
 TOPICS = ["river", "mill", "market", "winter", "garden", "travellers", "hills", "bread", "wool", "bridge"]
 

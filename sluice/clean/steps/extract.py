@@ -31,10 +31,11 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
+from sluice.clean.steps import Document, Drop, Step
 from sluice.config import ExtractionSettings
-from sluice.steps import Document, Drop, Step
 
 _META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*(?:["']\s*)?([A-Za-z0-9_.:-]{1,40})""", re.IGNORECASE)
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
@@ -146,10 +147,10 @@ class ExtractorProcess:
     def _start(self) -> subprocess.Popen[bytes]:
         if self.process is None or self.process.poll() is not None:
             # The helper imports this very copy of sluice, whatever the caller's working directory.
-            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            root = str(Path(__file__).resolve().parents[3])  # the folder holding this copy of the sluice package
             path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sluice.extract", "serve", self.settings.model_dump_json()],
+                [sys.executable, "-m", "sluice.clean.steps.extract", "serve", self.settings.model_dump_json()],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": path},
             )
@@ -348,5 +349,5 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "serve":
         _serve(sys.argv[2])
     else:
-        print("usage: python -m sluice.extract serve EXTRACTION_SETTINGS_JSON", file=sys.stderr)
+        print("usage: python -m sluice.clean.steps.extract serve EXTRACTION_SETTINGS_JSON", file=sys.stderr)
         sys.exit(2)
