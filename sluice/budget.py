@@ -1,5 +1,6 @@
 """A CPU-time budget per document and step: per-document work runs in a child process that is killed when
-one step of one document overruns, and a fresh child resumes after that document.
+one step of one document overruns, and a fresh child resumes after that document; a child that finished its
+work serves the process's next call.
 
 Why a process: the loops that run away on hostile pages are in C (a regular expression backtracking, an
 HTML parser on a 40,000-deep tree), where no Python signal handler or thread can stop them; only the
@@ -19,6 +20,11 @@ what `on_chunk` receives is the same, in the same order, as from a run without t
 by itself (a crash in C code, the kernel's OOM killer) is handled the same way (`Skip.kind == "crashed"`);
 an exception in `work` is sent back and raised here, as it would have been in-process.
 
+A child that finished its work is not ended: it waits, resident, for the next `supervise` call of the same
+process (the next part file a pool worker cleans), so a fresh process and its first-use costs are paid once
+per worker, not once per task. One that was killed, crashed or raised is ended; `retire()` ends the idle
+ones (at exit, and for tests that change what a new child runs).
+
 The heartbeat is three 64-bit integers in shared memory (sequence, item, stage): a few hundred nanoseconds
 per step, so the fast path stays fast; the child is forked from a forkserver that has the modules imported.
 """
@@ -30,6 +36,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -135,39 +142,71 @@ def _context() -> Any:
     return workers.context()
 
 
-def _child_main(work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip], shared: Any, connection: Any) -> None:
+def _child_main(shared: Any, connection: Any) -> None:
+    """A budgeted worker process: runs the jobs its parent sends, one at a time, until the parent closes the
+    pipe (or dies). After each job it sends its CPU time since the previous one (a forkserver's child is
+    reaped by the forkserver as soon as it exits, so the parent cannot count on reading /proc/<pid>/stat
+    afterwards)."""
     heartbeat = Heartbeat(shared)
+    reported = 0.0
     try:
-        work(args, start, skips, heartbeat, connection.send)
-        # Its own CPU time, sent after "done": a forkserver's child is reaped by the forkserver as soon as it
-        # exits, so the parent cannot count on reading /proc/<pid>/stat afterwards.
-        times = os.times()
-        connection.send(("cpu", times.user + times.system + times.children_user + times.children_system))
-    except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
-        with contextlib.suppress(OSError):
-            connection.send(("error", error_summary(error), traceback.format_exc()))
-        sys.exit(1)
+        while True:
+            try:
+                work, args, start, skips = connection.recv()
+            except (EOFError, OSError):
+                return
+            try:
+                work(args, start, skips, heartbeat, connection.send)
+            except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
+                with contextlib.suppress(OSError):
+                    connection.send(("error", error_summary(error), traceback.format_exc()))
+                sys.exit(1)
+            times = os.times()
+            spent = times.user + times.system + times.children_user + times.children_system
+            connection.send(("cpu", spent - reported))
+            reported = spent
     finally:
         with contextlib.suppress(OSError):
             connection.close()
 
 
+class _NotStarted(Exception):
+    """The worker process exited before it began the job (a resident one may have died while idle)."""
+
+
 class _Child:
-    def __init__(self, context: Any, work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip]) -> None:
+    """A budgeted worker process and its heartbeat. It lives across jobs (`begin`) until it is killed, fails
+    or is retired: the fork, the first-use costs of the steps and the copy-on-write faults of a fresh process
+    are paid once per worker, not once per task."""
+
+    def __init__(self, context: Any) -> None:
+        _hook_retire()
         self.heartbeat = Heartbeat(context.RawArray("q", 3))
-        self.heartbeat.shared[0] = 0
-        self.heartbeat.shared[1] = start
-        self.heartbeat.shared[2] = -1
-        receive, send = context.Pipe(duplex=False)
-        self.process = context.Process(
-            target=_child_main, args=(work, args, start, dict(skips), self.heartbeat.shared, send), daemon=True
-        )
+        own, theirs = context.Pipe()
+        self.process = context.Process(target=_child_main, args=(self.heartbeat.shared, theirs), daemon=True)
         self.process.start()
-        send.close()
-        self.connection = receive
-        self.started = time.monotonic()
+        theirs.close()
+        self.connection = own
+        self.owner = os.getpid()
+        self.method = context.get_start_method()
+        self.jobs = 0
+
+    def begin(self, work: Callable[..., None], args: Any, start: int, skips: dict[int, Skip]) -> None:
+        shared = self.heartbeat.shared
+        shared[0], shared[1], shared[2] = 0, start, -1
+        self.cpu_base = (cpu_seconds(self.process.pid, children=True) or 0.0) if self.jobs else 0.0
         self.cpu_at_kill: float | None = None
         self.cpu_reported: float | None = None
+        self.started = time.monotonic()
+        self.jobs += 1
+        self.connection.send((work, args, start, dict(skips)))
+
+    def spent(self) -> float | None:
+        """CPU seconds of the current job (with the helper processes the worker waited for)."""
+        if self.cpu_reported is not None:
+            return self.cpu_reported
+        total = self.cpu_at_kill if self.cpu_at_kill is not None else cpu_seconds(self.process.pid, children=True)
+        return None if total is None else max(0.0, total - self.cpu_base)
 
     def kill(self) -> None:
         """Kill the child and its helper processes, and wait for it."""
@@ -181,11 +220,62 @@ class _Child:
         self.process.join()
 
     def close(self) -> None:
-        self.process.join(timeout=EXIT_TIMEOUT_S)  # a child that is done exits by itself
-        if self.process.is_alive():
-            self.kill()
+        """End the child: it exits when its pipe closes (killed if it has not within EXIT_TIMEOUT_S)."""
         with contextlib.suppress(OSError):
             self.connection.close()
+        self.process.join(timeout=EXIT_TIMEOUT_S)
+        if self.process.is_alive():
+            self.kill()
+
+
+_idle: list[_Child] = []  # this process's resident workers between jobs
+_idle_lock = threading.Lock()
+
+
+def _acquire(context: Any) -> _Child:
+    """An idle resident worker of this process started the same way, or a new one."""
+    with _idle_lock:
+        while _idle:
+            child = _idle.pop()
+            if child.owner != os.getpid():
+                continue  # inherited through a fork: the parent's, not ours
+            if child.method == context.get_start_method() and child.process.is_alive():
+                return child
+            child.close()
+    return _Child(context)
+
+
+def _release(child: _Child) -> None:
+    with _idle_lock:
+        _idle.append(child)
+
+
+def retire() -> None:
+    """End this process's idle resident workers (at exit; tests that change what a new worker runs)."""
+    with _idle_lock:
+        children = [child for child in _idle if child.owner == os.getpid()]
+        _idle.clear()
+    for child in children:
+        child.close()
+
+
+_hooked: int | None = None  # the process that registered retire() to run before its forkserver stops
+
+
+def _hook_retire() -> None:
+    """End the resident workers before the forkserver they were forked from stops (it reaps them, so their
+    CPU time is counted): at `workers.shutdown` / `terminate`, and at exit (a finalizer that runs before the
+    worker pool's and the forkserver's)."""
+    global _hooked
+    if _hooked == os.getpid():
+        return
+    _hooked = os.getpid()
+    from multiprocessing import util
+
+    from sluice import workers
+
+    workers.on_shutdown(retire)
+    util.Finalize(None, retire, exitpriority=200)
 
 
 @dataclass
@@ -212,18 +302,26 @@ def supervise(
     delivered = 0  # items before this index were delivered in chunks
     cpu: float | None = 0.0
     while True:
-        child = _Child(context, work, args, delivered, skips)
+        child = _acquire(context)
         try:
+            child.begin(work, args, delivered, skips)
             outcome = _watch(child, budget_s, poll_s, on_chunk, stage_name)
-        finally:
-            spent = child.cpu_at_kill if child.cpu_at_kill is not None else child.cpu_reported
-            if spent is None:
-                spent = cpu_seconds(child.process.pid, children=True)
+        except (_NotStarted, BrokenPipeError) as error:
             child.close()
+            if child.jobs > 1:
+                continue  # a resident worker that had died while idle: a new one takes the job
+            raise ChildError(str(error) or "the budgeted worker process exited before starting its work") from None
+        except BaseException:
+            child.kill()
+            child.close()
+            raise
+        spent = child.spent()
         cpu = cpu + spent if cpu is not None and spent is not None else None
         kind, value, next_item = outcome
         if kind == "done":
+            _release(child)
             return Supervised(value, skips, cpu)
+        child.close()
         delivered = next_item
         skips[value[0]] = value[1]
 
@@ -261,7 +359,7 @@ def _watch(child: _Child, budget_s: float, poll_s: float, on_chunk: Callable[[An
         if not child.process.is_alive():
             child.process.join()
             if sequence == 0:
-                raise ChildError(f"the budgeted worker process exited ({child.process.exitcode}) before starting its work")
+                raise _NotStarted(f"the budgeted worker process exited ({child.process.exitcode}) before starting its work")
             code = child.process.exitcode
             return "skip", (item, Skip("crashed", stage, f"the worker process died (exit code {code}) in step {stage_name(stage)}")), delivered
         now = time.monotonic()

@@ -30,6 +30,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import context as mp_context
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
@@ -161,6 +162,7 @@ def discard(broken: ProcessPoolExecutor) -> None:
 def terminate() -> None:
     """Kill this process's pool workers now (an interrupted stage: their tasks are abandoned) and stop the
     forkserver; the next `pool` call starts fresh ones."""
+    _run_shutdown_hooks()
     with _lock:
         pools = list(_pools.values())
         _pools.clear()
@@ -251,8 +253,24 @@ def _forget_in_forked_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
+_shutdown_hooks: list[Callable[[], None]] = []
+
+
+def on_shutdown(hook: Callable[[], None]) -> None:
+    """Have `shutdown` and `terminate` call `hook` first: processes forked from the forkserver that outlive a
+    task (sluice.budget's resident workers) end before the server, which reaps them with their CPU time."""
+    if hook not in _shutdown_hooks:
+        _shutdown_hooks.append(hook)
+
+
+def _run_shutdown_hooks() -> None:
+    for hook in list(_shutdown_hooks):
+        hook()
+
+
 def shutdown() -> None:
     """Stop this process's pools and forkserver and wait for every worker."""
+    _run_shutdown_hooks()
     with _lock:
         pools = list(_pools.values())
         _pools.clear()

@@ -119,8 +119,12 @@ def misbehaving_chain(monkeypatch):
 
     monkeypatch.setattr(sluice.clean.pipeline, "build_steps", build_steps)
     monkeypatch.setattr(sluice.budget, "START_METHOD", "fork")
-    # Forking copies this process with its threads' locks: first stop the warm pool an earlier test left.
+    # Forking copies this process with its threads' locks: first stop the warm pool an earlier test left,
+    # and the resident workers that were started without the patch (or, after the test, with it).
     sluice.workers.shutdown()
+    sluice.budget.retire()
+    yield
+    sluice.budget.retire()
 
 
 def test_a_step_that_never_returns_or_kills_its_process_costs_one_document(tmp_path, misbehaving_chain):
@@ -159,6 +163,45 @@ def test_budgeted_and_unbudgeted_outputs_are_byte_identical(tmp_path):
     assert budgeted["stats"] == unbudgeted["stats"]
     if os.path.isdir("/proc"):
         assert budgeted["worker_cpu_s"] > 0 and unbudgeted["worker_cpu_s"] is None  # the worker's CPU time is counted
+
+
+def resident_pids() -> list[int]:
+    return [child.process.pid for child in sluice.budget._idle if child.owner == os.getpid() and child.process.is_alive()]
+
+
+def test_a_worker_lives_across_parts_and_a_dead_one_is_replaced(tmp_path):
+    """A budgeted worker that finished a part stays for the next one (one process cleans both, and each part's
+    files are byte-identical to an unbudgeted run's); one killed while idle is replaced by a new one."""
+    import signal
+
+    sluice.budget.retire()
+    contents = [(f"d{i}", page(i)) for i in range(12)]
+    clean(tmp_path, "reference", contents, step_cpu_budget_s=None)
+    pids = []
+    for name in ("first", "second", "after-kill"):
+        result, _, _ = clean(tmp_path, name, contents, step_cpu_budget_s=10)
+        for output in ("part-00000.parquet", "dropped-00000.parquet"):
+            assert (tmp_path / name / "out" / output).read_bytes() == (tmp_path / "reference" / "out" / output).read_bytes()
+        if os.path.isdir("/proc"):
+            assert result["worker_cpu_s"] > 0
+        pids.append(resident_pids())
+        if name == "second":
+            os.kill(pids[-1][0], signal.SIGKILL)
+            sluice.budget._idle[0].process.join(timeout=30)
+    sluice.budget.retire()
+    assert len(pids[0]) == 1 and pids[1] == pids[0]  # the same worker cleaned the second part
+    assert len(pids[2]) == 1 and pids[2] != pids[1]  # a new one took over from the killed one
+    assert resident_pids() == []
+
+
+def test_a_worker_that_overran_is_not_kept(tmp_path, misbehaving_chain):
+    contents = [("d0", page(0)), ("stuck", page(1)), ("d2", page(2))]
+    result, kept, _ = clean(tmp_path, "stuck", contents, step_cpu_budget_s=0.3)
+    assert result["budget_skips"] == 1 and [row["doc_id"] for row in kept] == ["d0", "d2"]
+    survivors = resident_pids()
+    assert len(survivors) == 1  # the worker that resumed after the killed one, kept for the next part
+    result, kept, _ = clean(tmp_path, "next", [("d3", page(3))], step_cpu_budget_s=0.3)
+    assert [row["doc_id"] for row in kept] == ["d3"] and resident_pids() == survivors
 
 
 def test_cpu_seconds_reads_this_process():
@@ -210,8 +253,8 @@ def loaded_models(queue) -> None:
 
 
 def test_budgeted_children_start_with_the_language_model_and_pandas_loaded():
-    """The budget's forkserver preloads them (sluice.langid_warm, workers.ARROW_LAZY): a cleaning child, one
-    per task, does not load the model or import pandas again."""
+    """The budget's forkserver preloads them (sluice.langid_warm, workers.ARROW_LAZY): a cleaning child (one
+    per worker process, and a new one after a kill) does not load the model or import pandas again."""
     from sluice.langid import default_model_path
 
     if not default_model_path().is_file():
