@@ -22,8 +22,9 @@ an exception in `work` is sent back and raised here, as it would have been in-pr
 
 A child that finished its work is not ended: it waits, resident, for the next `supervise` call of the same
 process (the next part file a pool worker cleans), so a fresh process and its first-use costs are paid once
-per worker, not once per task. One that was killed, crashed or raised is ended; `retire()` ends the idle
-ones (at exit, and for tests that change what a new child runs).
+per worker, not once per task. It exits by itself after IDLE_EXIT_S without one (the stage is over: its
+memory goes back while the worker runs other stages' tasks). One that was killed, crashed or raised is
+ended; `retire()` ends the idle ones (at exit, and for tests that change what a new child runs).
 
 The heartbeat is three 64-bit integers in shared memory (sequence, item, stage): a few hundred nanoseconds
 per step, so the fast path stays fast; the child is forked from a forkserver that has the modules imported.
@@ -45,6 +46,7 @@ from typing import Any
 
 CHILD_START_TIMEOUT_S = 300.0  # a child that never beats (imports, model loading) fails the task after this
 EXIT_TIMEOUT_S = 10.0  # a child that has sent "done" gets this long to exit before it is killed
+IDLE_EXIT_S = 5.0  # a resident child with no next job within this long exits (a worker's parts follow each other at once)
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -152,6 +154,8 @@ def _child_main(shared: Any, connection: Any) -> None:
     try:
         while True:
             try:
+                if not connection.poll(IDLE_EXIT_S):
+                    return  # no next part soon (the stage is over): give the memory back
                 work, args, start, skips = connection.recv()
             except (EOFError, OSError):
                 return

@@ -169,12 +169,22 @@ def resident_pids() -> list[int]:
     return [child.process.pid for child in sluice.budget._idle if child.owner == os.getpid() and child.process.is_alive()]
 
 
-def test_a_worker_lives_across_parts_and_a_dead_one_is_replaced(tmp_path):
+@pytest.fixture
+def forked_workers(monkeypatch):
+    """Budgeted workers forked from this process (they see a patched IDLE_EXIT_S), none resident before or after."""
+    monkeypatch.setattr(sluice.budget, "START_METHOD", "fork")
+    sluice.workers.shutdown()
+    sluice.budget.retire()
+    yield monkeypatch
+    sluice.budget.retire()
+
+
+def test_a_worker_lives_across_parts_and_a_dead_one_is_replaced(tmp_path, forked_workers):
     """A budgeted worker that finished a part stays for the next one (one process cleans both, and each part's
     files are byte-identical to an unbudgeted run's); one killed while idle is replaced by a new one."""
     import signal
 
-    sluice.budget.retire()
+    forked_workers.setattr(sluice.budget, "IDLE_EXIT_S", 600.0)
     contents = [(f"d{i}", page(i)) for i in range(12)]
     clean(tmp_path, "reference", contents, step_cpu_budget_s=None)
     pids = []
@@ -194,7 +204,20 @@ def test_a_worker_lives_across_parts_and_a_dead_one_is_replaced(tmp_path):
     assert resident_pids() == []
 
 
-def test_a_worker_that_overran_is_not_kept(tmp_path, misbehaving_chain):
+def test_an_idle_worker_exits_by_itself_and_the_next_part_gets_a_new_one(tmp_path, forked_workers):
+    forked_workers.setattr(sluice.budget, "IDLE_EXIT_S", 0.5)
+    contents = [(f"d{i}", page(i)) for i in range(3)]
+    clean(tmp_path, "first", contents, step_cpu_budget_s=10)
+    [idle] = [child for child in sluice.budget._idle if child.owner == os.getpid()]
+    idle.process.join(timeout=60)
+    assert idle.process.exitcode == 0  # it ended by itself (not killed), with no job in sight
+    result, kept, _ = clean(tmp_path, "second", contents, step_cpu_budget_s=10)
+    assert [row["doc_id"] for row in kept] == ["d0", "d1", "d2"]
+    assert resident_pids() and resident_pids() != [idle.process.pid]
+
+
+def test_a_worker_that_overran_is_not_kept(tmp_path, misbehaving_chain, monkeypatch):
+    monkeypatch.setattr(sluice.budget, "IDLE_EXIT_S", 600.0)  # the survivor must still be there for the next part
     contents = [("d0", page(0)), ("stuck", page(1)), ("d2", page(2))]
     result, kept, _ = clean(tmp_path, "stuck", contents, step_cpu_budget_s=0.3)
     assert result["budget_skips"] == 1 and [row["doc_id"] for row in kept] == ["d0", "d2"]
