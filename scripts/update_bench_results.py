@@ -7,8 +7,8 @@ Each log is one script's output (`make bench` writes them); every line
 goal, met, measured: the log's modification time). The table replaces what stands between the marker comments
 FIGURES_BEGIN and FIGURES_END of the results page (docs/benchmarks/results.md), with the machine it was
 measured on, so the published figures are the scripts' output, never typed; the page's text around the
-markers stays. `--keep-others` re-runs only some scripts: the rows of scripts without a log stay as they
-were, with their own measured time.
+markers stays. `--keep-others` is for a partial re-run (some scripts, or a script with some of its
+options): the rows of figures the given logs do not print stay as they were, with their own measured time.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def machine() -> str:
 
 
 HEADER = ["| script | figure | configuration | value | goal | met | measured |", "|---|---|---|---|---|---|---|"]
-ROW_SCRIPT = re.compile(r"^\| `(?P<script>[^`]+)` \|")
+ROW_SCRIPT = re.compile(r"^\| `(?P<script>[^`]+)` \| `(?P<figure>[^`]+)` \|")
 OLD_STAMP = re.compile(r"^Measured (?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d \S+) on ")
 
 
@@ -71,14 +71,20 @@ def stamp_of(log: Path) -> str:
     return dt.datetime.fromtimestamp(log.stat().st_mtime, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def kept_rows(block: str, replaced: set[str]) -> list[str]:
-    """The rows of the current table whose script is not in `replaced`; a row of a table written before the
-    measured column gets that table's date."""
+def printed(logs: list[Path]) -> set[tuple[str, str]]:
+    """(script, figure) of every figure line of these logs."""
+    return {(log.stem, item["name"]) for log in logs for item in parse(log.read_text(encoding="utf-8", errors="replace"))}
+
+
+def kept_rows(block: str, replaced: set[tuple[str, str]]) -> list[str]:
+    """The rows of the current table whose (script, figure) is not in `replaced` (a script without a log, or a
+    figure a partial run did not print); a row of a table written before the measured column gets that
+    table's date."""
     old = OLD_STAMP.match(block.strip())
     rows = []
     for line in block.splitlines():
         match = ROW_SCRIPT.match(line)
-        if match and match["script"] not in replaced:
+        if match and (match["script"], match["figure"]) not in replaced:
             rows.append(line if line.count(" | ") >= 6 or old is None else f"{line} {old['stamp']} |")
     return rows
 
@@ -112,14 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--results", type=Path, default=RESULTS, help="the page holding the marked table (default: %(default)s)")
-    parser.add_argument("--keep-others", action="store_true", help="keep the rows of scripts without a log here")
+    parser.add_argument("--keep-others", action="store_true", help="keep the rows of figures the logs here do not print")
     args = parser.parse_args(argv)
     logs = [log for log in args.logs if log.exists()]
     if not any(parse(log.read_text(encoding="utf-8", errors="replace")) for log in logs):
         print("no figure: lines in " + ", ".join(map(str, args.logs)), file=sys.stderr)
         return 1
     page = args.results.read_text(encoding="utf-8")
-    others = kept_rows(block_of(page), {log.stem for log in logs}) if args.keep_others else []
+    others = kept_rows(block_of(page), printed(logs)) if args.keep_others else []
     args.results.write_text(rewrite(page, table(logs, others)), encoding="utf-8")
     print(f"{args.results}: results table rewritten from {len(logs)} logs")
     return 0

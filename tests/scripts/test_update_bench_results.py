@@ -87,6 +87,24 @@ def test_keep_others_replaces_only_the_rows_of_the_scripts_given(tmp_path):
     assert "`loader_resume_ms`" not in results.read_text()
 
 
+def test_keep_others_keeps_the_figures_a_partial_run_did_not_print(tmp_path):
+    """`end_to_end.py --skip-datatrove` prints no `end_to_end_vs_datatrove`: that row stays with its own date,
+    the figures the run printed are replaced."""
+    results = tmp_path / "results.md"
+    old_table = (
+        "| script | figure | configuration | value | goal | met | measured |\n|---|---|---|---|---|---|---|\n"
+        "| `end_to_end` | `end_to_end_vs_datatrove` | 1x | 1.28 | >= 5 | **no** | 2026-11-27 20:41 UTC |\n"
+        "| `end_to_end` | `end_to_end_graph_over_steps_16x` | 16x / 1x | 1.46 | <= 1.3 | **no** | 2026-11-27 20:41 UTC |\n"
+    )
+    results.write_text(f"{update.FIGURES_BEGIN}\n{old_table}{update.FIGURES_END}\n")
+    log = tmp_path / "end_to_end.log"
+    log.write_text("figure: end_to_end_graph_over_steps_16x[16x / 1x] = 1.23 (goal <= 1.3)\n")
+    assert update.main([str(log), "--results", str(results), "--keep-others"]) == 0
+    text = results.read_text()
+    assert "| `end_to_end` | `end_to_end_vs_datatrove` | 1x | 1.28 | >= 5 | **no** | 2026-11-27 20:41 UTC |" in text
+    assert "| 1.46 |" not in text and f"| 1.23 | <= 1.3 | yes | {update.stamp_of(log)} |" in text
+
+
 def test_the_docs_results_page_holds_one_marked_table():
     """`make bench` rewrites docs/benchmarks/results.md: its markers are there once, in order, around a table."""
     page = update.RESULTS.read_text(encoding="utf-8")
