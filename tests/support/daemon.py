@@ -27,8 +27,12 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 def start_daemon(env: dict[str, str], log: Path) -> subprocess.Popen:
-    """What `make ui` starts besides the webserver."""
-    return start([sys.executable, "-m", "data_assets.daemon", "run", "-w", str(PROJECT_ROOT / "workspace.yaml")], env, log)
+    """What `make ui` starts besides the webserver, once it has opened (on a fresh home: created) the instance:
+    two processes creating one SQLite instance at the same moment can both stamp its schema version
+    ("alembic_version has more than one head"), and `make ui` is up before a user runs a command."""
+    process = start([sys.executable, "-m", "data_assets.daemon", "run", "-w", str(PROJECT_ROOT / "workspace.yaml")], env, log)
+    wait_for(lambda: process.poll() is not None or "Instance is configured with the following daemons" in log.read_text(errors="replace"), 120, "the daemon to open the instance")
+    return process
 
 
 def stop(process: subprocess.Popen, timeout: float = 60) -> None:
