@@ -15,6 +15,14 @@ waiting.
 daemon by up to a minute). With
 `SLUICE_DAEMON_PARENT=<pid>` (set by `sluice materialize` for a daemon it starts), the daemon stops itself
 when that process is gone, so a killed command leaves no daemon behind.
+
+The daemon reloads its code location only when something it is built from changed. Dagster's daemon
+replaces its code server every 60 s (`RELOAD_WORKSPACE_INTERVAL`) so that it picks up edited code; each new
+server imports Dagster and the code location again (~5 CPU s here), which was half of what an idle daemon
+cost and a few CPU seconds of every minute of a run. This daemon still looks every 60 s
+(`SLUICE_WORKSPACE_CHECK_S`) and reloads, through Dagster's own reload, when a source file of the code
+location (`data_assets/`, `resources/`, `sluice/`), the config file or a file the config names (whose
+content feeds code versions) changed, or when the code server died or failed to load.
 """
 
 from __future__ import annotations
@@ -26,8 +34,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 BACKFILL_INTERVAL_ENV = "SLUICE_BACKFILL_INTERVAL_S"
+WORKSPACE_CHECK_ENV = "SLUICE_WORKSPACE_CHECK_S"
+CODE_PACKAGES = ("data_assets", "resources", "sluice")
 PARENT_ENV = "SLUICE_DAEMON_PARENT"
 PID_FILE = "sluice-daemon.json"
 
@@ -71,11 +82,72 @@ def _watch_parent(pid: int) -> None:
     threading.Thread(target=watch, name="sluice-parent-watch", daemon=True).start()
 
 
+def code_fingerprint() -> tuple:
+    """(path, mtime, size) of every file the code location is built from: the Python sources of its
+    packages, the config file and the local files the config names."""
+    from data_assets.instance import PROJECT_ROOT
+    from resources.settings import resolve_config_path
+
+    paths = [path for package in CODE_PACKAGES for path in sorted((PROJECT_ROOT / package).rglob("*.py"))]
+    config_path = resolve_config_path()
+    paths.append(Path(config_path))
+    try:
+        from sluice.config import load_config
+        from sluice.preflight import named_files
+
+        paths += [Path(location) for _, location in named_files(load_config(config_path)) if not location.startswith("s3://")]
+    except Exception:  # an invalid config: its own file's change is what to watch (the code server reports it)
+        pass
+    return tuple((str(path), *_stat(path)) for path in paths)
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    try:
+        status = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (status.st_mtime_ns, status.st_size)
+
+
+def servers_healthy(registry: Any) -> bool:
+    """Whether every code server the daemon started is alive and loaded its code (no ErrorRegistryEntry)."""
+    if registry is None:
+        return True
+    for entry in list(registry._active_entries.values()):
+        process = getattr(entry, "process", None)
+        if process is None or process.server_process.poll() is not None:
+            return False
+    return True
+
+
+def reload_only_on_change(controller_class: Any) -> None:
+    """Make the daemon controller's periodic workspace reload (Dagster's `check_workspace_freshness`) happen
+    only when `code_fingerprint()` changed or a code server is unhealthy; the reload itself stays Dagster's."""
+    reload = controller_class.check_workspace_freshness
+    seen = {"fingerprint": code_fingerprint()}
+
+    def check_workspace_freshness(self: Any, last_workspace_update_time: float) -> float:
+        import dagster._daemon.controller as controller
+
+        now = time.time()
+        if now - last_workspace_update_time <= controller.RELOAD_WORKSPACE_INTERVAL:
+            return last_workspace_update_time
+        fingerprint = code_fingerprint()
+        if fingerprint == seen["fingerprint"] and servers_healthy(self._grpc_server_registry):
+            return now
+        seen["fingerprint"] = fingerprint
+        return reload(self, 0.0)
+
+    controller_class.check_workspace_freshness = check_workspace_freshness
+
+
 def main() -> int:
     import dagster._daemon.controller as controller
     from dagster._daemon.cli import main as dagster_daemon
 
     controller.DEFAULT_DAEMON_INTERVAL_SECONDS = float(os.environ.get(BACKFILL_INTERVAL_ENV, "2"))
+    controller.RELOAD_WORKSPACE_INTERVAL = float(os.environ.get(WORKSPACE_CHECK_ENV, "60"))
+    reload_only_on_change(controller.DagsterDaemonController)
     if os.environ.get(PARENT_ENV):
         _watch_parent(int(os.environ[PARENT_ENV]))
     sys.argv[0] = "dagster-daemon"
