@@ -98,7 +98,7 @@ def tiny_crawl(work: Path, partitions: int) -> Path:
     raw["quality_model"] = {"positive_source": None}
     raw["perplexity_model"] = {"reference_source": None}
     raw["tokenizer"] = {**raw["tokenizer"], "vocab_size": 512, "train_sources": ["web", "reference"]}
-    raw["mixes"]["default"].update(token_budget=2000, sequence_length=64, eval_sets=[])
+    raw["mixes"]["default"].update(token_budget=70 * partitions, sequence_length=64, eval_sets=[])  # under one epoch of each source
     path = work / "sluice.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
@@ -115,7 +115,7 @@ def fresh(name: str) -> tuple[Path, Path]:
 
 def outside_steps(home: Path, timeline: list[tuple[float, int, int, float]]) -> dict[str, Any]:
     """Runs, asset partitions materialized, and the CPU of the tree while no step ran."""
-    intervals, _, runs = end_to_end.step_seconds(home)
+    intervals, _, runs, _ = end_to_end.step_seconds(home)
     spans = {"steps": [span for stage_spans in intervals.values() for span in stage_spans]}
     cpu = end_to_end.cpu_per_stage(timeline, spans)
     os.environ["DAGSTER_HOME"] = str(home)
