@@ -1,7 +1,7 @@
 """What orchestration costs: the same graph through the command line and through a UI-style backfill executed
 by a running daemon, and how that cost grows with the number of partitions.
 
-    python benchmarks/orchestration.py [--graphs demo e2e] [--partitions 10 100] [--skip-cli]
+    python benchmarks/orchestration.py [--graphs demo e2e] [--partitions 10 100] [--per-run N]
 
 Graphs: `demo`, the bundled sample with sluice.yaml (2 sources x 2 snapshots, 42 asset partitions); `e2e`,
 benchmarks/end_to_end.py's 1x crawl (1 source x 4 snapshots, ~2,000 pages). Each is run on a fresh
@@ -16,7 +16,8 @@ processes, step workers: /proc samples every 0.2 s and reaped rusage, the larger
 partitions materialized, and the CPU outside steps (the tree's CPU while no step ran: process start-up and
 code location loading of runs, Dagster's bookkeeping, the daemon's ticks). `--partitions N ...` adds a
 synthetic crawl of N tiny partitions (2 sources x N/2 snapshots, one short page each) through (a), so the
-fixed cost per run and per partition shows as partitions grow.
+fixed cost per run and per partition shows as partitions grow; `--per-run N` batches N partitions per run
+there (`orchestration.max_partitions_per_run`, default 25).
 
 Figures: `daemon_over_cli_wall` (goal <= 1.2), `orchestration_cpu_s_per_asset_partition` (goal <= 0.1; the
 CPU outside steps divided by the asset partitions materialized, for each graph and path).
@@ -81,8 +82,9 @@ def english_page(index: int) -> str:
     return " ".join(sentences)
 
 
-def tiny_crawl(work: Path, partitions: int) -> Path:
-    """2 sources x partitions/2 snapshots, one short JSONL page each; config with the e2e settings."""
+def tiny_crawl(work: Path, partitions: int, per_run: int | None = None) -> Path:
+    """2 sources x partitions/2 snapshots, one short JSONL page each; config with the e2e settings (and
+    `orchestration.max_partitions_per_run: per_run` when given)."""
     import yaml
 
     crawl = work / "crawl"
@@ -97,6 +99,8 @@ def tiny_crawl(work: Path, partitions: int) -> Path:
     raw["cleaning"] = {"min_chars": 10}
     raw["quality_model"] = {"positive_source": None}
     raw["perplexity_model"] = {"reference_source": None}
+    if per_run is not None:
+        raw["orchestration"] = {"max_partitions_per_run": per_run}
     raw["tokenizer"] = {**raw["tokenizer"], "vocab_size": 512, "train_sources": ["web", "reference"]}
     raw["mixes"]["default"].update(token_budget=70 * partitions, sequence_length=64, eval_sets=[])  # under one epoch of each source
     path = work / "sluice.yaml"
@@ -119,11 +123,12 @@ def outside_steps(home: Path, timeline: list[tuple[float, int, int, float]]) -> 
     spans = {"steps": [span for stage_spans in intervals.values() for span in stage_spans]}
     cpu = end_to_end.cpu_per_stage(timeline, spans)
     os.environ["DAGSTER_HOME"] = str(home)
-    from dagster import DagsterEventType, DagsterInstance, EventRecordsFilter
+    from dagster import AssetKey, DagsterInstance
 
     with DagsterInstance.get() as instance:
-        records = instance.get_event_records(EventRecordsFilter(event_type=DagsterEventType.ASSET_MATERIALIZATION), limit=1_000_000)
-        asset_partitions = len({(r.asset_key, r.partition_key) for r in records if r.asset_key.to_user_string() in STAGE_ASSETS})
+        asset_partitions = sum(
+            len({r.partition_key for r in instance.fetch_materializations(AssetKey(name), limit=10_000).records}) for name in STAGE_ASSETS
+        )
     return {"runs": runs, "asset_partitions": asset_partitions, "cpu_outside_steps_s": cpu.get("outside steps", 0.0), "cpu_in_steps_s": cpu.get("steps", 0.0)}
 
 
@@ -214,6 +219,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graphs", nargs="*", default=["demo", "e2e"], choices=["demo", "e2e"])
     parser.add_argument("--partitions", nargs="*", type=int, default=[])
+    parser.add_argument("--per-run", type=int, default=None, help="orchestration.max_partitions_per_run of the tiny crawls (default: the config's, 25)")
     args = parser.parse_args()
     print("orchestration: wall and CPU of the whole graph through `sluice materialize` and through a UI-style backfill on a running daemon")
     for graph in args.graphs:
@@ -232,11 +238,12 @@ def main() -> int:
     scaling = {}
     for partitions in args.partitions:
         work, home = fresh(f"tiny-{partitions}")
-        scaling[partitions] = via_command(f"tiny-{partitions}", tiny_crawl(work, partitions), work, home)
+        scaling[partitions] = via_command(f"tiny-{partitions}", tiny_crawl(work, partitions, args.per_run), work, home)
         report(scaling[partitions])
     for partitions, result in scaling.items():
-        figure(f"orchestration_cpu_s_per_asset_partition_tiny_{partitions}", result["cpu_outside_steps_s"] / max(1, result["asset_partitions"]),
-               "<= 0.1", f"{partitions} one-page partitions (2 sources), sluice materialize")
+        suffix, per_run = ("", "") if args.per_run is None else (f"_per_run_{args.per_run}", f", {args.per_run} partitions per run")
+        figure(f"orchestration_cpu_s_per_asset_partition_tiny_{partitions}{suffix}", result["cpu_outside_steps_s"] / max(1, result["asset_partitions"]),
+               "<= 0.1", f"{partitions} one-page partitions (2 sources), sluice materialize{per_run}")
     return 0
 
 
