@@ -168,7 +168,8 @@ def test_ctrl_c_with_a_running_daemon_then_resume_then_nothing_to_do(tmp_path, r
             after = (len(instance.get_runs()), len(instance.get_backfills()), materializations(instance))
             assert after == before
             ticks = {state.instigator_name: instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=50) for state in instance.all_instigator_state()}
-            assert ticks["new_snapshot_sensor"] and all(tick.status.value == "SKIPPED" for tick in ticks["new_snapshot_sensor"])
+            finished = [tick for tick in ticks["new_snapshot_sensor"] if tick.status.value != "STARTED"]  # one may be in flight
+            assert finished and all(tick.status.value == "SKIPPED" for tick in finished)
             assert len(ticks["sluice_automation"]) >= 3
     finally:
         stop(daemon)
