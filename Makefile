@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	# KenLM's lmplz (trains the perplexity models) from the kenlm sdist; needs Boost's development packages
 	@dpkg -s $(KENLM_BUILD_DEPS) >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq $(KENLM_BUILD_DEPS)) || \
 	  echo "Boost development packages not installed: building lmplz will fail (see sluice/clean/steps/perplexity.py)"
-	$(PY) -m sluice.clean.steps.perplexity build-lmplz || echo "lmplz not built: the perplexity_model asset cannot train (see sluice/clean/steps/perplexity.py)"
+	$(PY) -c "from sluice.clean.steps.perplexity import build_lmplz; print(build_lmplz())" || echo "lmplz not built: the perplexity_model asset cannot train (see sluice/clean/steps/perplexity.py)"
 	touch $@
 
 setup: $(VENV)/.installed
