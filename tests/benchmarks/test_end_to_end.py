@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from benchmarks.end_to_end import process_tree, run_measured
+from tests.support.bench import run_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 PARENT = "import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; x = bytearray(64 << 20); time.sleep(30)']); time.sleep(30)"
 
 
@@ -44,11 +42,7 @@ def test_run_measured_counts_the_childrens_memory_and_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_the_benchmark_runs_the_graph_on_a_tiny_crawl(tmp_path):
-    env = {**os.environ, "SLUICE_BENCH_DATA": str(tmp_path)}
-    done = subprocess.run([sys.executable, "benchmarks/end_to_end.py", "--scales", "0.1", "--skip-datatrove"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    figures = dict(re.findall(r"^figure: (\S+?)\[.*\] = (\S+) ", done.stdout, re.MULTILINE))
+    _, figures = run_benchmark("end_to_end.py", ["--scales", "0.1", "--skip-datatrove"], tmp_path)
     assert float(figures["end_to_end_near_dup_recall_0.1x"]) >= 0.9
     assert float(figures["end_to_end_near_dup_precision_0.1x"]) >= 0.9
     assert float(figures["end_to_end_pages_per_s_per_core_0.1x"]) > 0
