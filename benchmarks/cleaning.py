@@ -106,8 +106,9 @@ def chain_settings(new_steps: bool) -> CleaningSettings:
     )
 
     # datatrove's rule definitions (`preset: datatrove`) and the same extractor call as the peer's (no
-    # trafilatura second opinion): the same work on both sides.
-    same = {"preset": "datatrove", "min_chars": 0, "pii": PIISettings(enabled=False), "extraction": ExtractionSettings(second_opinion=None)}
+    # trafilatura second opinion, no skipped page chrome): the same work on both sides.
+    extraction = ExtractionSettings(second_opinion=None, skip_elements=[])
+    same = {"preset": "datatrove", "min_chars": 0, "pii": PIISettings(enabled=False), "extraction": extraction}
     if new_steps:
         return CleaningSettings(**same, perplexity=PerplexitySettings(enabled=True))
     return CleaningSettings(**same, toxicity=ToxicitySettings(enabled=False), code_share=CodeShareSettings(enabled=False))

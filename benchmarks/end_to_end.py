@@ -91,7 +91,7 @@ def crawl(scale: float, seed: int = 0) -> Path:
 # datatrove's pipeline has none of these steps: with `same_steps` they are off in sluice's graph too. PII
 # redaction stays on: cleaned_documents' blocking `no_pii_left` check would otherwise stop every partition.
 STEPS_DATATROVE_LACKS = (
-    "preset datatrove (its rule definitions), no extraction second opinion, no length, URL blocklist, "
+    "preset datatrove (its rule definitions), no extraction second opinion or skipped page chrome, no length, URL blocklist, "
     "toxicity or code-share step; MinHash LSH without Jaccard verification; "
     "PII redaction kept, which the graph's blocking check needs"
 )
@@ -116,8 +116,9 @@ def write_config(crawl_folder: Path, work: Path, scale: float, same_steps: bool 
     raw["tokenizer"] = {**raw.get("tokenizer", {}), "train_sources": [synth_crawl.SOURCE]}
     if same_steps:
         cleaning.update(min_chars=0, url_blocklist=None, toxicity={"enabled": False}, code_share={"enabled": False})
-        # datatrove's rule definitions and its extractor call (no trafilatura second opinion)
-        cleaning.update(preset="datatrove", extraction={**cleaning.get("extraction", {}), "second_opinion": None})
+        # datatrove's rule definitions and its extractor call (no trafilatura second opinion, no skip_elements)
+        extraction = {**cleaning.get("extraction", {}), "second_opinion": None, "skip_elements": []}
+        cleaning.update(preset="datatrove", extraction=extraction)
         raw["dedup"] = {**raw.get("dedup", {}), "verify_min_jaccard": None}
     raw["compute"] = {**raw.get("compute", {}), "backend": "local", "max_workers": 2}
     mix = dict(next(iter(raw["mixes"].values())))

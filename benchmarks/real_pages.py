@@ -23,7 +23,7 @@ marked `readerable: false` are not articles and are left out of sections 1 and 2
 3. What the departures cost elsewhere: the default chain's keep/drop decision on every page of a corpus
    snapshot (`../shared/corpus/<--corpus-snapshot>`, handbook pages in 13 languages) and on the set's
    non-article pages, with each of sluice's extraction and C4 departures reverted (`post_meta: true`,
-   `curly_bracket_code_lines: drop_document`): the decisions that differ from the defaults'.
+   `skip_elements: []`, `curly_bracket_code_lines: drop_document`): the decisions that differ from the defaults'.
 """
 
 from __future__ import annotations
@@ -178,6 +178,7 @@ def filter_articles(articles: list[dict], preset: str, field: str) -> tuple[int,
 
 
 DEPARTURES = {"extraction.post_meta: true": {"extraction": {"post_meta": True}},
+              "extraction.skip_elements: []": {"extraction": {"skip_elements": []}},
               "c4.curly_bracket_code_lines: drop_document": {"c4": {"curly_bracket_code_lines": "drop_document"}}}
 
 

@@ -14,6 +14,13 @@ from sluice.config.base import (
     check_name,
 )
 
+DEFAULT_SKIP_ELEMENTS = (
+    "[class*=header]:not(th):not(td):not(h1):not(h2):not(h3):not(h4):not(h5):not(h6):not(dt)",
+    "[class*=promo]",
+    "form",
+    "[class*=player]",
+)
+
 
 class ExtractionSettings(_Model):
     """HTML -> main text. Each document gets a size and a time budget, so one pathological page cannot
@@ -42,6 +49,25 @@ class ExtractionSettings(_Model):
     post_meta: bool = False
     second_opinion_below_chars: int = Field(500, ge=0)
     second_opinion_page_chars: int = Field(2000, ge=0)
+    # Page chrome left out of resiliparse's main text (CSS selectors, resiliparse's `skip_elements`): site and
+    # article headers (title, byline, share bars; headings and table cells are kept), promotion boxes, forms
+    # and media-player controls. Its effect on the real-page set is in docs/benchmarks/results.md; [] keeps
+    # resiliparse's own main-content heuristic alone.
+    skip_elements: list[str] = Field(default_factory=lambda: list(DEFAULT_SKIP_ELEMENTS))
+
+    @field_validator("skip_elements")
+    @classmethod
+    def _selectors_parse(cls, value: list[str]) -> list[str]:
+        """A selector resiliparse cannot parse is a setup error, not a failure on every page."""
+        from resiliparse.parse.html import HTMLTree
+
+        body = HTMLTree.parse("<p></p>").body
+        for selector in value:
+            try:
+                body.query_selector(selector)
+            except Exception as error:  # resiliparse's CSSParserException
+                raise ValueError(f"not a CSS selector resiliparse can parse: {selector!r} ({error})") from None
+        return value
 
 
 class GopherQualitySettings(_Model):

@@ -96,11 +96,11 @@ class DecodeText(Step):
 _RESILIPARSE_OPTIONS = {"alt_texts": False, "links": False, "comments": False}
 
 
-def extract_resiliparse(html: str, post_meta: bool = False) -> str:
+def extract_resiliparse(html: str, post_meta: bool = False, skip: tuple[str, ...] = ()) -> str:
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
-    return extract_plain_text(HTMLTree.parse(html), main_content=True, post_meta=post_meta, **_RESILIPARSE_OPTIONS)
+    return extract_plain_text(HTMLTree.parse(html), main_content=True, post_meta=post_meta, skip_elements=list(skip) or None, **_RESILIPARSE_OPTIONS)
 
 
 def extract_trafilatura(html: str) -> str:
@@ -109,7 +109,7 @@ def extract_trafilatura(html: str) -> str:
     return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=True) or ""
 
 
-def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, post_meta: bool = False) -> str:
+def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, post_meta: bool = False, skip: tuple[str, ...] = ()) -> str:
     """resiliparse's main text, or trafilatura's where resiliparse's looks lost (shorter than `below_chars`
     while the page's whole text has at least `page_chars`) and trafilatura finds more. The whole-page text
     is only computed for short results, so ordinary pages cost one extraction."""
@@ -117,7 +117,7 @@ def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, po
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
-    text = extract_plain_text(tree, main_content=True, post_meta=post_meta, **_RESILIPARSE_OPTIONS)
+    text = extract_plain_text(tree, main_content=True, post_meta=post_meta, skip_elements=list(skip) or None, **_RESILIPARSE_OPTIONS)
     if len(text) >= below_chars or len(extract_plain_text(tree, main_content=False, **_RESILIPARSE_OPTIONS)) < page_chars:
         return text
     second = extract_trafilatura(html)
@@ -129,10 +129,10 @@ def extractor_for(settings: ExtractionSettings) -> Callable[[str], str]:
     if settings.extractor == "trafilatura":
         return extract_trafilatura
     if settings.second_opinion is None:
-        return partial(extract_resiliparse, post_meta=settings.post_meta)
+        return partial(extract_resiliparse, post_meta=settings.post_meta, skip=tuple(settings.skip_elements))
     return partial(
         extract_with_second_opinion, below_chars=settings.second_opinion_below_chars, page_chars=settings.second_opinion_page_chars,
-        post_meta=settings.post_meta,
+        post_meta=settings.post_meta, skip=tuple(settings.skip_elements),
     )
 
 

@@ -128,6 +128,37 @@ def test_the_second_opinion_is_asked_only_where_resiliparse_looks_lost(monkeypat
     assert asked == [HIDDEN_ARTICLE]
 
 
+# A news page's chrome inside the article container, where resiliparse's own heuristic keeps it: a header
+# bar with the share buttons, a promotion box, a newsletter form and a video player's controls.
+CHROME_PAGE = (
+    "<html><body><article><div class='article-header'><span>Share on Facebook</span> <span>Tweet this</span></div>"
+    + ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    + "<table><tr><th class='header-cell'>Crossing year</th></tr><tr><td>2031</td></tr></table>"
+    + "<h2 class='section-header'>What residents said</h2><p>" + SENTENCE + "</p>"
+    + "<div class='promo-box'>Subscribe now for one euro a week</div>"
+    + "<form><p>Sign up for our newsletter today</p></form>"
+    + "<div class='video-player'><span>Autoplay on or off</span></div></article></body></html>"
+)
+
+
+def test_page_chrome_is_skipped_but_headings_and_table_cells_stay():
+    from sluice.clean.steps.extract import extractor_for
+
+    chrome = ("Share on Facebook", "Subscribe now", "newsletter", "Autoplay")
+    plain = extractor_for(ExtractionSettings(skip_elements=[]))(CHROME_PAGE)
+    assert all(text in plain for text in chrome)  # the premise: resiliparse alone keeps the chrome
+    text = extractor_for(ExtractionSettings())(CHROME_PAGE)
+    assert not any(chrome_text in text for chrome_text in chrome)
+    assert text.count(SENTENCE) == 13 and "Crossing year" in text and "What residents said" in text
+    own = extractor_for(ExtractionSettings(skip_elements=["table"]))(CHROME_PAGE)  # a user's own list replaces it
+    assert "Crossing year" not in own and "Share on Facebook" in own
+
+
+def test_a_selector_resiliparse_cannot_parse_is_a_setup_error():
+    with pytest.raises(ValueError, match="not a CSS selector"):
+        ExtractionSettings(skip_elements=["div[[["])
+
+
 def test_nesting_estimate_ignores_void_elements():
     assert nesting_estimate(b"<html><body><div><p>x</p></div></body></html>") == 4
     assert nesting_estimate(b"<div>" * 5000 + b"</div>" * 5000) == 5000
