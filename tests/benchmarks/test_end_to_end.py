@@ -66,11 +66,12 @@ def test_the_same_steps_config_turns_off_what_datatroves_pipeline_lacks_and_noth
     assert not (off.toxicity.enabled or off.code_share.enabled or off.url_blocklist or off.min_chars)
     assert off.pii == default.cleaning.pii  # the graph's blocking no_pii_left check needs redaction on
     assert same.dedup.verify_min_jaccard is None
-    # datatrove's rule definitions and extractor call: preset datatrove, no second opinion
+    # datatrove's rule definitions and extractor call: preset datatrove, no second opinion, no skipped chrome
     assert (off.preset, off.word_splitting, off.gopher_quality.alpha_words) == ("datatrove", "english", "tokens")
     assert off.c4.curly_bracket_code_lines == "drop_document"
-    assert off.extraction.second_opinion is None
-    assert off.extraction.model_copy(update={"second_opinion": "trafilatura"}) == default.cleaning.extraction
+    assert off.extraction.second_opinion is None and off.extraction.skip_elements == []
+    restored = {"second_opinion": "trafilatura", "skip_elements": default.cleaning.extraction.skip_elements}
+    assert off.extraction.model_copy(update=restored) == default.cleaning.extraction
     # the filters' thresholds, the language threshold and the rest of the graph are untouched
     assert off.gopher_quality.model_copy(update={"alpha_words": "whitespace"}) == default.cleaning.gopher_quality
     assert off.c4.model_copy(update={"curly_bracket_code_lines": "remove_line"}) == default.cleaning.c4
