@@ -7,8 +7,8 @@ No sluice code runs: a code location with one partitioned asset whose body is em
 each `--per-run` value an asset backfill of `--partitions` partitions with `BackfillPolicy.multi_run(N)`,
 what the UI's "Materialize" submits. CPU = the daemon's process tree (the daemon, its code server, the run
 processes the code server starts; /proc samples every 0.1 s, each process at its last value) from the
-submission to the backfill's end, less what the same daemon burns idle over the same time (measured before
-the first backfill). The difference divided by the runs is Dagster's own cost per run: its run process
+submission to the backfill's end, less what the same daemon burns idle over the same time (the lower of
+its idle rates measured before the first backfill and after the last, once its heartbeats show it is up). The difference divided by the runs is Dagster's own cost per run: its run process
 start (Dagster starts each run in a fresh interpreter), instance and code location loading, event writes,
 and the daemon's and code server's share of launching and tracking it.
 
@@ -18,7 +18,9 @@ Figure: `dagster_noop_run_cpu_s` (report: a stage partition's orchestration can 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -87,7 +89,7 @@ def backfill(instance, defs, name: str) -> str:  # noqa: ANN001
     return backfill_id
 
 
-def wait_done(instance, backfill_id: str, limit_s: float = 900.0) -> str:  # noqa: ANN001
+def wait_done(instance, backfill_id: str, limit_s: float = 400.0) -> str:  # noqa: ANN001
     from dagster._core.execution.backfill import BulkActionStatus
 
     ended = {BulkActionStatus.COMPLETED, BulkActionStatus.COMPLETED_SUCCESS, BulkActionStatus.COMPLETED_FAILED,
@@ -100,11 +102,39 @@ def wait_done(instance, backfill_id: str, limit_s: float = 900.0) -> str:  # noq
     return status.value
 
 
+def wait_up(instance, limit_s: float = 120.0) -> None:  # noqa: ANN001
+    """Until every daemon of the instance has sent a heartbeat (the code server is loaded by then)."""
+    deadline = time.monotonic() + limit_s
+    while not instance.get_daemon_heartbeats() or not all(instance.get_daemon_heartbeats().values()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no daemon heartbeat after {limit_s:.0f} s")
+        time.sleep(1.0)
+
+
+def idle_rate(tree: TreeCpu, seconds: float) -> float:
+    """Cores the process tree uses over `seconds` with nothing to do."""
+    started = tree.total()
+    time.sleep(seconds)
+    return (tree.total() - started) / seconds
+
+
+def stop(daemon: subprocess.Popen) -> None:
+    """SIGTERM to the daemon's session (daemon, code server, run processes), SIGKILL after 60 s."""
+    for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemon.pid, sig)
+        try:
+            daemon.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--per-run", type=int, nargs="+", default=[1, 10], help="partitions per run, one backfill each")
-    parser.add_argument("--idle-s", type=float, default=20.0, help="seconds for the daemon to start, then to measure it idle")
+    parser.add_argument("--idle-s", type=float, default=20.0, help="seconds over which the idle daemon is measured")
     args = parser.parse_args()
     DATA.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="dagster_run_floor_", dir=DATA))
@@ -126,30 +156,33 @@ def main() -> int:
     instance = DagsterInstance.get()
     daemon_bin = Path(sys.executable).with_name("dagster-daemon")
     with open(work / "daemon.log", "w") as log:
-        daemon = subprocess.Popen([str(daemon_bin), "run", "-w", "workspace.yaml"], cwd=work, stdout=log, stderr=subprocess.STDOUT)
+        daemon = subprocess.Popen([str(daemon_bin), "run", "-w", "workspace.yaml"], cwd=work, stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
     tree = TreeCpu(daemon.pid)
     try:
-        time.sleep(args.idle_s)  # the daemon and its code server start
-        started = tree.total()
-        time.sleep(args.idle_s)
-        idle_rate = (tree.total() - started) / args.idle_s
-        print(f"dagster {__import__('dagster').__version__}, SQLite instance, stock dagster-daemon; idle daemon {idle_rate:.3f} cores")
-        per_run_cpu = []
+        wait_up(instance)
+        idle_before = idle_rate(tree, args.idle_s)
+        print(f"dagster {__import__('dagster').__version__}, SQLite instance, stock dagster-daemon")
+        measured = []
         for per_run in args.per_run:
             before, t0 = tree.total(), time.monotonic()
             backfill_id = backfill(instance, defs, f"noop_{per_run}")
             status = wait_done(instance, backfill_id)
             time.sleep(1.0)  # the last samples of the last run process
-            wall = time.monotonic() - t0
-            cpu = tree.total() - before - idle_rate * wall
             runs = len(instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill_id})))
+            measured.append((per_run, status, runs, time.monotonic() - t0, tree.total() - before))
+        idle = min(idle_before, idle_rate(tree, args.idle_s))
+        print(f"idle daemon {idle:.3f} cores (before {idle_before:.3f})")
+        per_run_cpu = []
+        for per_run, status, runs, wall, busy in measured:
+            cpu = busy - idle * wall
             per_run_cpu.append(cpu / runs)
             print(f"  {args.partitions} partitions, {per_run} per run: {status}, {runs} runs, wall {wall:.1f} s, "
                   f"CPU beyond idle {cpu:.1f} s = {cpu / runs:.2f} s per run, {cpu / args.partitions:.2f} s per asset partition")
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=60)
+        stop(daemon)
         tree.stop.set()
+        shutil.rmtree(work, ignore_errors=True)
     figure("dagster_noop_run_cpu_s", min(per_run_cpu), "report: the least orchestration CPU one run costs",
            "no-op partitioned asset, stock dagster-daemon, SQLite, 2 cores")
     return 0

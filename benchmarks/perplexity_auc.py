@@ -84,9 +84,15 @@ def main() -> None:
 
     from sluice.clean import CleaningPipeline
     from sluice.clean.steps import Document
-    from sluice.clean.steps.extract import DecodeText, extract_resiliparse
+    from sluice.clean.steps.extract import DecodeText, extractor_for
     from sluice.clean.steps.perplexity import load_model, perplexity, text_line, train_arpa
-    from sluice.config import CleaningSettings, CodeShareSettings, PIISettings, ToxicitySettings
+    from sluice.config import (
+        CleaningSettings,
+        CodeShareSettings,
+        ExtractionSettings,
+        PIISettings,
+        ToxicitySettings,
+    )
     from sluice.langid import LanguageIdentifier
 
     identifier = LanguageIdentifier()
@@ -94,11 +100,11 @@ def main() -> None:
         reference = sample_reference()
         web = warc_pages(ROOT / "sample_data" / "web" / "2026-01") + warc_pages(ROOT / "sample_data" / "web" / "2026-02")
     else:
-        reference = []
+        reference, extract = [], extractor_for(ExtractionSettings())  # the extraction the perplexity_model asset uses
         for page in load_pages("reference/2026-01", 10_000):
             doc = Document(page["id"], "r", "r", None, None, "text/html", page["content"], page["charset"])
             if DecodeText().apply(doc) is None:
-                reference.append((page["id"], extract_resiliparse(doc.text)))
+                reference.append((page["id"], extract(doc.text)))
         web = load_pages("web/2026-01", 10_000)
     folds: dict[str, list[tuple[int, str]]] = defaultdict(list)  # language -> (fold, model line) per document
     for doc_id, text in reference:

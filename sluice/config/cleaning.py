@@ -14,11 +14,14 @@ from sluice.config.base import (
     check_name,
 )
 
+# Page chrome by class: never the page's or the article's container (a wrapper classed `layout-header-fixed`
+# would take the article with it), nor headings or table parts (their text is content).
+_NOT_CONTAINERS = ":not(html):not(body):not(main):not(article)"
+_NOT_CONTENT = ":not(h1):not(h2):not(h3):not(h4):not(h5):not(h6):not(table):not(thead):not(tbody):not(tr):not(th):not(td):not(dt)"
 DEFAULT_SKIP_ELEMENTS = (
-    "[class*=header]:not(th):not(td):not(h1):not(h2):not(h3):not(h4):not(h5):not(h6):not(dt)",
-    "[class*=promo]",
-    "form",
-    "[class*=player]",
+    f"[class*=header]{_NOT_CONTAINERS}{_NOT_CONTENT}",
+    f"[class*=promo]{_NOT_CONTAINERS}",
+    f"[class*=player]{_NOT_CONTAINERS}",
 )
 
 
@@ -50,23 +53,28 @@ class ExtractionSettings(_Model):
     second_opinion_below_chars: int = Field(500, ge=0)
     second_opinion_page_chars: int = Field(2000, ge=0)
     # Page chrome left out of resiliparse's main text (CSS selectors, resiliparse's `skip_elements`): site and
-    # article headers (title, byline, share bars; headings and table cells are kept), promotion boxes, forms
-    # and media-player controls. Its effect on the real-page set is in docs/benchmarks/results.md; [] keeps
-    # resiliparse's own main-content heuristic alone.
+    # article headers (title, byline, share bars; headings and table parts are kept), promotion boxes and
+    # media-player controls. Where skipping leaves less than `second_opinion_below_chars` and under half of
+    # the unskipped main text, the unskipped text is taken (a page laid out inside such an element keeps its
+    # article). Its effect on the real-page set is in docs/benchmarks/results.md; [] turns it off.
     skip_elements: list[str] = Field(default_factory=lambda: list(DEFAULT_SKIP_ELEMENTS))
 
     @field_validator("skip_elements")
     @classmethod
     def _selectors_parse(cls, value: list[str]) -> list[str]:
-        """A selector resiliparse cannot parse is a setup error, not a failure on every page."""
+        """A selector the extraction call cannot use is a setup error, not a failure on every page. Checked
+        with the call itself (it joins the selectors with commas, so an unclosed bracket breaks them all); a
+        comment would silently swallow the selectors after it."""
+        from resiliparse.extract.html2text import extract_plain_text
         from resiliparse.parse.html import HTMLTree
 
-        body = HTMLTree.parse("<p></p>").body
         for selector in value:
+            if "/*" in selector:
+                raise ValueError(f"skip_elements: a CSS comment hides the selectors after it: {selector!r}")
             try:
-                body.query_selector(selector)
+                extract_plain_text(HTMLTree.parse("<p>x</p>"), main_content=True, skip_elements=[selector])
             except Exception as error:  # resiliparse's CSSParserException
-                raise ValueError(f"not a CSS selector resiliparse can parse: {selector!r} ({error})") from None
+                raise ValueError(f"skip_elements: not a CSS selector resiliparse can use: {selector!r} ({error})") from None
         return value
 
 

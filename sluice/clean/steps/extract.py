@@ -96,11 +96,24 @@ class DecodeText(Step):
 _RESILIPARSE_OPTIONS = {"alt_texts": False, "links": False, "comments": False}
 
 
-def extract_resiliparse(html: str, post_meta: bool = False, skip: tuple[str, ...] = ()) -> str:
+def _main_text(tree: Any, post_meta: bool, skip: tuple[str, ...], short_chars: int) -> str:
+    """resiliparse's main text without the `skip` elements; the unskipped main text instead where skipping
+    left less than `short_chars` and under half of it (the page was laid out inside a skipped element).
+    Only short results pay for the second extraction."""
     from resiliparse.extract.html2text import extract_plain_text
+
+    text = extract_plain_text(tree, main_content=True, post_meta=post_meta, skip_elements=list(skip) or None, **_RESILIPARSE_OPTIONS)
+    if not skip or len(text) >= short_chars:
+        return text
+    unskipped = extract_plain_text(tree, main_content=True, post_meta=post_meta, **_RESILIPARSE_OPTIONS)
+    return unskipped if len(text) * 2 < len(unskipped) else text
+
+
+def extract_resiliparse(html: str, post_meta: bool = False, skip: tuple[str, ...] = (), short_chars: int = 500) -> str:
+    """resiliparse's main text (see _main_text); `skip` empty: exactly resiliparse's call with sluice's options."""
     from resiliparse.parse.html import HTMLTree
 
-    return extract_plain_text(HTMLTree.parse(html), main_content=True, post_meta=post_meta, skip_elements=list(skip) or None, **_RESILIPARSE_OPTIONS)
+    return _main_text(HTMLTree.parse(html), post_meta, skip, short_chars)
 
 
 def extract_trafilatura(html: str) -> str:
@@ -117,7 +130,7 @@ def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, po
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
-    text = extract_plain_text(tree, main_content=True, post_meta=post_meta, skip_elements=list(skip) or None, **_RESILIPARSE_OPTIONS)
+    text = _main_text(tree, post_meta, skip, below_chars)
     if len(text) >= below_chars or len(extract_plain_text(tree, main_content=False, **_RESILIPARSE_OPTIONS)) < page_chars:
         return text
     second = extract_trafilatura(html)
@@ -129,7 +142,9 @@ def extractor_for(settings: ExtractionSettings) -> Callable[[str], str]:
     if settings.extractor == "trafilatura":
         return extract_trafilatura
     if settings.second_opinion is None:
-        return partial(extract_resiliparse, post_meta=settings.post_meta, skip=tuple(settings.skip_elements))
+        return partial(
+            extract_resiliparse, post_meta=settings.post_meta, skip=tuple(settings.skip_elements), short_chars=settings.second_opinion_below_chars,
+        )
     return partial(
         extract_with_second_opinion, below_chars=settings.second_opinion_below_chars, page_chars=settings.second_opinion_page_chars,
         post_meta=settings.post_meta, skip=tuple(settings.skip_elements),

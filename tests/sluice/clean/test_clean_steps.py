@@ -129,22 +129,22 @@ def test_the_second_opinion_is_asked_only_where_resiliparse_looks_lost(monkeypat
 
 
 # A news page's chrome inside the article container, where resiliparse's own heuristic keeps it: a header
-# bar with the share buttons, a promotion box, a newsletter form and a video player's controls.
+# bar with the share buttons, a promotion box and a video player's controls.
 CHROME_PAGE = (
     "<html><body><article><div class='article-header'><span>Share on Facebook</span> <span>Tweet this</span></div>"
     + ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
-    + "<table><tr><th class='header-cell'>Crossing year</th></tr><tr><td>2031</td></tr></table>"
+    + "<table><thead class='table-header'><tr><th class='header-cell'>Crossing year</th></tr></thead><tr><td>2031</td></tr></table>"
     + "<h2 class='section-header'>What residents said</h2><p>" + SENTENCE + "</p>"
     + "<div class='promo-box'>Subscribe now for one euro a week</div>"
-    + "<form><p>Sign up for our newsletter today</p></form>"
     + "<div class='video-player'><span>Autoplay on or off</span></div></article></body></html>"
 )
+ARTICLE = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 8
 
 
-def test_page_chrome_is_skipped_but_headings_and_table_cells_stay():
+def test_page_chrome_is_skipped_but_headings_and_table_parts_stay():
     from sluice.clean.steps.extract import extractor_for
 
-    chrome = ("Share on Facebook", "Subscribe now", "newsletter", "Autoplay")
+    chrome = ("Share on Facebook", "Subscribe now", "Autoplay")
     plain = extractor_for(ExtractionSettings(skip_elements=[]))(CHROME_PAGE)
     assert all(text in plain for text in chrome)  # the premise: resiliparse alone keeps the chrome
     text = extractor_for(ExtractionSettings())(CHROME_PAGE)
@@ -154,9 +154,29 @@ def test_page_chrome_is_skipped_but_headings_and_table_cells_stay():
     assert "Crossing year" not in own and "Share on Facebook" in own
 
 
-def test_a_selector_resiliparse_cannot_parse_is_a_setup_error():
-    with pytest.raises(ValueError, match="not a CSS selector"):
-        ExtractionSettings(skip_elements=["div[[["])
+@pytest.mark.parametrize("second_opinion", [None, "trafilatura"])
+@pytest.mark.parametrize(
+    "page",
+    [
+        f"<html><body><form id='aspnetForm'><div id='content'>{ARTICLE}</div></form></body></html>",  # ASP.NET WebForms
+        f"<html><body class='has-header promo-page'>{ARTICLE}</body></html>",
+        f"<html><body><div class='layout-header-fixed'><div class='content'>{ARTICLE}</div></div></body></html>",
+        f"<html><body><div class='promo-wrapper'><div class='story'>{ARTICLE}</div></div></body></html>",
+    ],
+    ids=["form-wrapper", "body-class", "header-wrapper", "promo-wrapper"],
+)
+def test_a_page_laid_out_inside_a_skipped_element_keeps_its_article(page, second_opinion):
+    from sluice.clean.steps.extract import extract_resiliparse, extractor_for
+
+    text = extractor_for(ExtractionSettings(second_opinion=second_opinion))(page)
+    assert text.count(SENTENCE) == 24
+    assert text == extract_resiliparse(page)  # the unskipped main text
+
+
+@pytest.mark.parametrize("selector", ["div[[[", "[class*=header", "p /* a comment"])
+def test_a_selector_the_extraction_cannot_use_is_a_setup_error(selector):
+    with pytest.raises(ValueError, match="skip_elements"):
+        ExtractionSettings(skip_elements=[selector])
 
 
 def test_nesting_estimate_ignores_void_elements():
