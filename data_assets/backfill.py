@@ -258,6 +258,10 @@ class Follower:
         CANCELED) and marks the backfill CANCELED when every run has ended. One owner of the cancellation:
         terminating the same run twice makes Dagster mark it FAILURE."""
         if self.canceling:
+            if backfill.status == BulkActionStatus.REQUESTED:
+                # The backfill daemon wrote back an iteration it had read before the mark (a lost update):
+                # mark it again, or the daemon would run the backfill to its end.
+                self.instance.update_backfill(backfill.with_status(BulkActionStatus.CANCELING))
             return
         self.canceling = True
         why = f"{signal.Signals(self.signal).name} received" if self.signal is not None else "a run was canceled"

@@ -131,12 +131,17 @@ def materialize(instance, resources: dict[str, Any], command: str = "materialize
 
 def report(instance, resources: dict[str, Any], outcome: Any, command: str) -> int:
     """Print what happened; the exit code."""
+    from dagster._core.execution.backfill import BulkActionStatus
+
     from data_assets import summary
 
     config = resources["settings"].config
     if outcome is not None and outcome.interrupted:
         why = signal.Signals(outcome.signal).name if outcome.signal else "a run was canceled"
-        print(f"Interrupted ({why}): backfill {outcome.backfill_id} canceled, every run ended; `sluice {command}` resumes where it stopped", file=sys.stderr)
+        if outcome.status == BulkActionStatus.CANCELED:
+            print(f"Interrupted ({why}): backfill {outcome.backfill_id} canceled, every run ended; `sluice {command}` resumes where it stopped", file=sys.stderr)
+        else:  # the signal came as the backfill ended: nothing was left to cancel
+            print(f"Interrupted ({why}) as backfill {outcome.backfill_id} ended ({outcome.status.value}): nothing was canceled", file=sys.stderr)
         return 128 + (outcome.signal or 2)
     if outcome is not None:
         summary.print_stages(summary.backfill_stages(instance, outcome.backfill_id))
