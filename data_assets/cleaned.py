@@ -4,8 +4,7 @@ language; every decision counted in the metadata. Code-heavy documents may be ro
 `cleaned_code` (same schema), published by this partition's manifest."""
 
 
-import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,7 @@ from sluice.layout import (
     side_prefix,
     write_manifest,
 )
+from sluice.quantiles import Quantiles
 from sluice.storage import Store
 from sluice.tasks import (
     RecordedTask,
@@ -63,10 +63,9 @@ def model_deps(config: SluiceConfig) -> list[AssetDep]:
     return deps
 
 
-def _mean_median(values: Sequence[float]) -> tuple[float, float]:
-    if not values:
-        return 0.0, 0.0
-    return float(statistics.fmean(values)), float(statistics.median(values))
+def _mean_median(summary: Quantiles) -> tuple[float, float]:
+    """The mean (exact) and the lower median (within 1 %) of a size or score summary; 0.0 for none."""
+    return float(summary.mean()), summary.median()
 
 
 @stage_asset(
@@ -121,12 +120,18 @@ def clean_partition(
     jobs = _jobs(store, ref, config, cleaning, models)
     executor = compute.executor()
     progress = stage_progress(context, f"{ASSET} {ref.key}", len(jobs))
-    results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["stats"]["documents_in"], r["stats"]["chars_in"]))
+    stats = CleaningStats()
+
+    def fold(result: dict[str, Any]) -> None:
+        """Merge a finished task's counts as it ends and keep its result without them: the run process holds
+        one CleaningStats, not one per part (merges are exact in any order: sluice.clean.stats)."""
+        part_stats = result.pop("stats")
+        stats.merge(part_stats)
+        progress.update(part_stats["documents_in"], part_stats["chars_in"])
+
+    results = executor.map(run_recorded, jobs, progress=fold)
     counts = TaskCounts.of(results)
     context.log.info(counts.line(f"{ASSET} {ref.key}"))
-    stats = CleaningStats()
-    for result in results:
-        stats.merge(result["stats"])  # the parts' counts, in step order
     files = [r["part"] for r in results]
     _write_manifest(store, ref, stats, results, [job.task.part for job in jobs])
     metadata = {
@@ -245,7 +250,7 @@ def _checks(config: SluiceConfig, cleaning: CleaningSettings, stats: CleaningSta
             description=(
                 "no PII pattern in the written texts"
                 if not residual
-                else f"PII patterns left in the output: {dict(residual)} (is cleaning.pii enabled for {source}?)"
+                else f"PII patterns left in the output: {dict(sorted(residual.items()))} (is cleaning.pii enabled for {source}?)"
             ),
         ),
     ]

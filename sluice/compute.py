@@ -3,7 +3,9 @@
 `Executor.map(fn, tasks)` returns the results in task order whatever the backend or worker count. Each
 task writes its own output file (named by the task, not by the worker) and returns small statistics,
 so outputs are byte-identical across backends. `map(..., progress=callback)` also calls `callback(result)`
-in the caller's thread as each task finishes, in completion order (progress reporting, sluice.progress). `fn` must be a module-level function and its tasks
+in the caller's thread as each task finishes, in completion order (progress reporting, sluice.progress), with
+the very object `map` returns for that task: a stage may fold part of it there (its counts) and remove that
+part, so the results kept until `map` returns stay small. `fn` must be a module-level function and its tasks
 picklable.
 
 Retries where failures happen: a task whose worker process dies (killed, out of memory, a lost Ray node) is
@@ -193,12 +195,16 @@ class RayExecutor(Executor):
         remote = ray.remote(max_retries=RAY_TASK_RETRIES, retry_exceptions=False)(fn)
         references = [remote.remote(task) for task in tasks]
         labels = {reference: task_label(task) for reference, task in zip(references, tasks, strict=True)}
-        if progress is not None:
+        if progress is None:
+            results = [_ray_get(ray, reference, labels) for reference in references]
+        else:  # each result fetched once, as it finishes: `progress` may fold it and keep less of it
+            finished_results = {}
             pending = list(references)
             while pending:
                 finished, pending = ray.wait(pending, num_returns=1)
-                progress(_ray_get(ray, finished[0], labels))
-        results = [_ray_get(ray, reference, labels) for reference in references]
+                finished_results[finished[0]] = _ray_get(ray, finished[0], labels)
+                progress(finished_results[finished[0]])
+            results = [finished_results.pop(reference) for reference in references]
         _LAST_ALIVE = self._alive_nodes(ray)
         self._report(set(before) - set(_LAST_ALIVE), len(before), f"during {name}")
         return results

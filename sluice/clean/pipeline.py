@@ -35,7 +35,7 @@ class CleaningPipeline:
         stats = self.stats
         stats.documents_in += 1
         stats.chars_in += len(doc.content)
-        stats.input_bytes.append(len(doc.content))
+        stats.input_bytes.add(len(doc.content))
         for step in self.steps[: stage + 1]:
             stats.reached[step.name] += 1
         name = self.stage_name(stage)
@@ -57,7 +57,7 @@ class CleaningPipeline:
         stats = self.stats
         stats.documents_in += 1
         stats.chars_in += len(doc.content)
-        stats.input_bytes.append(len(doc.content))
+        stats.input_bytes.add(len(doc.content))
         on_step = self.on_step
         for index, step in enumerate(self.steps):
             if on_step is not None:
@@ -80,7 +80,7 @@ class CleaningPipeline:
                 return step, drop
         stats.documents_out += 1
         stats.chars_out += len(doc.text or "")
-        stats.output_chars.append(len(doc.text or ""))
+        stats.output_chars.add(len(doc.text or ""))
         stats.languages[doc.language] += 1
         for step in self.steps:
             step.count_kept(doc, stats)  # the scores the steps recorded on a kept document

@@ -152,7 +152,9 @@ def test_cleaning_metadata_explains_every_decision(local_run):
             reason: count for reason, count in drops.items() if count
         }
         assert set(dropped.columns) >= {"doc_id", "url", "step", "reason", "detail", "text"}
-        assert cleaned["median_chars_out"] == float(kept["n_chars"].median())
+        # The median comes from a fixed-size summary (sluice.quantiles): the lower median, within 1 %.
+        lower_median = float(kept["n_chars"].quantile(0.5, "lower"))
+        assert abs(cleaned["median_chars_out"] - lower_median) <= 0.01 * lower_median
         assert abs(cleaned["mean_chars_out"] - float(kept["n_chars"].mean())) < 1e-6
         assert cleaned["input_bytes_mean"] > cleaned["mean_chars_out"] > 0
         # Every kept text carries the detected language and score.

@@ -19,6 +19,19 @@ def test_executor_calls_back_once_per_task_and_keeps_task_order():
         assert sorted(seen) == results  # each result once, in completion order
 
 
+def counts(x: int) -> dict[str, int]:
+    return {"task": x, "stats": x * 10}
+
+
+def test_a_callback_may_fold_and_remove_part_of_each_result_before_map_returns():
+    """What cleaning does with its per-task stats: the callback gets the very object map returns."""
+    for executor in (Executor(), LocalPoolExecutor(2)):
+        folded: list[int] = []
+        results = executor.map(counts, list(range(5)), progress=lambda r, folded=folded: folded.append(r.pop("stats")))
+        assert results == [{"task": x} for x in range(5)]
+        assert sorted(folded) == [x * 10 for x in range(5)]
+
+
 def test_progress_lines_count_rates_and_eta(monkeypatch):
     lines: list[str] = []
     clock = iter([0.0, 10.0, 20.0, 40.0])

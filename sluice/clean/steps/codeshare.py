@@ -215,4 +215,4 @@ class CodeShare(Step):
 
     def count_kept(self, doc: Document, stats: Any) -> None:
         if "code_share" in doc.values:
-            stats.code_shares.append(doc.values["code_share"])
+            stats.code_shares.add(doc.values["code_share"])

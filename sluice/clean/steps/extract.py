@@ -312,7 +312,7 @@ class ExtractHtml(Step):
 
     def count(self, doc: Document, drop: Drop | None, stats: Any) -> None:
         if drop is None:
-            stats.extracted_chars.append(len(doc.text or ""))
+            stats.extracted_chars.add(len(doc.text or ""))
 
     def close(self) -> None:
         if self.worker is not None:

@@ -277,7 +277,7 @@ class PerplexityScorer(Step):
 
     def count_kept(self, doc: Document, stats: Any) -> None:
         if "perplexity" in doc.values:
-            stats.perplexities.append(doc.values["perplexity"])
+            stats.perplexities.add(doc.values["perplexity"])
             stats.perplexity_buckets[doc.values["perplexity_bucket"] or ""] += 1
 
 

@@ -134,4 +134,4 @@ class QualityScorer(Step):
 
     def count_kept(self, doc: Document, stats: Any) -> None:
         if "quality_score" in doc.values:
-            stats.quality_scores.append(doc.values["quality_score"])
+            stats.quality_scores.add(doc.values["quality_score"])

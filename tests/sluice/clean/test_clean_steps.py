@@ -302,4 +302,5 @@ def test_default_chain_counts_a_funnel(tmp_path):
     reached = [stats.reached[name] for name in names]
     assert reached == sorted(reached, reverse=True)
     assert stats.documents_out == sum(1 for r in results if r is None) == sum(stats.languages.values())
-    assert len(stats.output_chars) == stats.documents_out and len(stats.input_bytes) == len(docs)
+    assert stats.output_chars.count == stats.documents_out and stats.input_bytes.count == len(docs)
+    assert stats.input_bytes.sum() == sum(len(doc.content) for doc in docs)
