@@ -12,34 +12,29 @@ backfill, so a second `sluice materialize` with nothing changed submits nothing.
   at or before the partition (dedup's global order: a new snapshot does not make earlier ones stale);
 - then everything that reads a selected partition, along the same roles (its input is about to change).
 
-Through a dependency on every partition of an asset (AllPartitionMapping), staleness is judged by
-`WideDependencies` with the same rule as Dagster's, at any partition count: Dagster's resolver stops
-following such an edge at 100 upstream partitions.
+The causes are Dagster's rules read in bulk (data_assets/staleness.py): its resolver answers one asset
+partition at a time (~60 ms each here) and stops following a dependency on every partition of an asset at
+100 upstream partitions.
 
 `force` selects every partition in scope.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from dagster import (
     AllPartitionMapping,
     AssetKey,
-    DagsterEventType,
     Definitions,
-    MultiPartitionKey,
     RepositoryDefinition,
 )
 from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
 from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
 from dagster._core.definitions.data_version import (
-    DATA_VERSION_TAG,
     CachingStaleStatusResolver,
     StaleCauseCategory,
 )
@@ -48,18 +43,9 @@ from dagster._core.definitions.partitions.context import partition_loading_conte
 from dagster._time import get_current_datetime
 
 from data_assets.automation import EARLIER, GATE, role
-from data_assets.partitions import ref_of
+from data_assets.staleness import NO_PROVENANCE, DirectCauses, LatestEvents, WideDependencies, dedup_order
 
 Partition = Any  # a partition key (str or MultiPartitionKey), None for an unpartitioned asset
-
-
-def dedup_order(key: Partition) -> tuple[str, ...]:
-    """The global order of partitions (dedup's: snapshot, then source); a mix by name."""
-    if isinstance(key, MultiPartitionKey):
-        ref = ref_of(key)
-        return (ref.snapshot, ref.source)
-    return (str(key),)
-
 
 
 def asset_graph(defs: Definitions | RepositoryDefinition) -> Any:
@@ -91,81 +77,6 @@ class Plan:
         ]
 
 
-class WideDependencies:
-    """Staleness through a dependency on every partition of an asset (AllPartitionMapping: dedup's EARLIER
-    edges, a mix on every tokenized partition), by Dagster's rule: a dependency partition's data version
-    changed since the partition was materialized. Dagster's resolver follows such an edge only below 100
-    upstream partitions (`SKIP_PARTITION_DATA_VERSION_DEPENDENCY_THRESHOLD`), at O(upstream) per partition;
-    past that it reports nothing, so a re-materialized earlier partition would no longer make later ones stale.
-
-    Here: per asset one query of the latest materialization's storage id per partition and one of the
-    current data versions; per partition a vectorized look for dependency partitions materialized after it
-    (for an EARLIER edge only those ordered at or before it: a prefix of the dependency's partitions in dedup
-    order, with a prefix maximum that answers "none" at once), and only where there are such partitions one
-    more query: their data versions as of the partition's materialization (`before_cursor`). Queries thus grow
-    with the partitions that may be stale, not with the history."""
-
-    def __init__(self, instance: Any) -> None:
-        self.instance = instance
-        self.storage = instance.event_log_storage
-        self._ids: dict[AssetKey, dict[str, int]] = {}
-        self._versions: dict[AssetKey, dict[str, str | None]] = {}
-        self._ordered: dict[AssetKey, tuple[list[tuple[str, ...]], list[str], np.ndarray, np.ndarray]] = {}
-
-    def latest_ids(self, key: AssetKey) -> dict[str, int]:
-        if key not in self._ids:
-            self._ids[key] = dict(self.storage.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION))
-        return self._ids[key]
-
-    def _own_id(self, key: AssetKey, partition: Partition) -> int | None:
-        """The storage id of the partition's (or the unpartitioned asset's) latest materialization."""
-        if partition is not None:
-            return self.latest_ids(key).get(str(partition))
-        records = self.instance.fetch_materializations(key, limit=1).records
-        return records[0].storage_id if records else None
-
-    def _current_versions(self, key: AssetKey) -> dict[str, str | None]:
-        if key not in self._versions:
-            tags = self.storage.get_latest_tags_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG])
-            self._versions[key] = {partition: values.get(DATA_VERSION_TAG) for partition, values in tags.items()}
-        return self._versions[key]
-
-    def _in_order(self, dependency: AssetKey, parse: Callable[[str], Any]) -> tuple[list[tuple[str, ...]], list[str], np.ndarray, np.ndarray]:
-        """The dependency's materialized partitions in dedup order: their orders, keys, storage ids and the
-        running maximum of the ids."""
-        if dependency not in self._ordered:
-            rows = sorted((dedup_order(parse(partition)), partition, storage_id) for partition, storage_id in self.latest_ids(dependency).items())
-            ids = np.array([row[2] for row in rows], dtype=np.int64)
-            self._ordered[dependency] = ([row[0] for row in rows], [row[1] for row in rows], ids, np.maximum.accumulate(ids) if len(ids) else ids)
-        return self._ordered[dependency]
-
-    def newer(self, dependency: AssetKey, since: int, order: tuple[str, ...] | None, parse: Callable[[str], Any]) -> list[str]:
-        """The dependency's partitions last materialized after storage id `since` (only those ordered at or
-        before `order` when it is given)."""
-        orders, keys, ids, running_max = self._in_order(dependency, parse)
-        count = len(keys) if order is None else bisect.bisect_right(orders, order)
-        if count == 0 or running_max[count - 1] <= since:
-            return []
-        return [keys[i] for i in np.flatnonzero(ids[:count] > since)]
-
-    def cause(self, key: AssetKey, partition: Partition, dependency: AssetKey, earlier: bool, parse: Callable[[str], Any]) -> str | None:
-        """"<dependency> updated" when a dependency partition (ordered at or before `partition` for an EARLIER
-        edge) has another data version now than when `partition` was last materialized; else None."""
-        own = self._own_id(key, partition)
-        if own is None:
-            return None  # missing: counted as such by the planner
-        candidates = self.newer(dependency, own, dedup_order(partition) if earlier else None, parse)
-        if not candidates:
-            return None
-        then = self.storage.get_latest_tags_by_partition(
-            dependency, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG], asset_partitions=candidates, before_cursor=own
-        )
-        now = self._current_versions(dependency)
-        if any(q not in then or then[q].get(DATA_VERSION_TAG) != now.get(q) for q in candidates):
-            return f"{dependency.to_user_string()} updated"
-        return None
-
-
 class Planner:
     """Walks the asset graph in topological order and selects partitions (see the module docstring)."""
 
@@ -191,7 +102,10 @@ class Planner:
             asset_graph=self.graph,
         )
         self.resolver = CachingStaleStatusResolver(instance=instance, asset_graph=self.graph, loading_context=view)
-        self.wide = WideDependencies(instance)
+        self._wide: dict[AssetKey, list[AssetKey]] = {}
+        events = LatestEvents(instance, self.graph)
+        self.direct = DirectCauses(events, self._skipped)
+        self.wide = WideDependencies(instance, events)
 
     def plan(self, force: bool = False) -> Plan:
         plan = Plan()
@@ -239,28 +153,46 @@ class Planner:
         return set(self.instance.get_materialized_partitions(key))
 
     def _stale_cause(self, key: AssetKey, partition: Partition) -> str | None:
-        """The first of Dagster's stale causes that counts along the dependency roles, as one phrase."""
-        partition_str = None if partition is None else str(partition)
-        wide = self._wide_dependencies(key)
-        for cause in self.resolver.get_stale_causes(key, partition_str):
-            if cause.category == StaleCauseCategory.CODE:
-                return "code version changed"
-            dependency = cause.dependency
-            if dependency is None:
-                return cause.reason
-            if dependency.asset_key in wide or role(key.to_user_string(), dependency.asset_key.to_user_string()) == GATE:
-                continue  # a wide dependency is judged below, whatever its partition count
-            if self.graph.get(dependency.asset_key).is_external:
-                return f"{dependency.asset_key.to_user_string()} changed"
-            return f"{dependency.asset_key.to_user_string()} updated"
-        for dependency in wide:
+        """The first stale cause that counts along the dependency roles, as one phrase: the partition's own
+        (code version, one-partition dependencies: data_assets/staleness.DirectCauses), then its dependencies
+        on every partition of an asset (WideDependencies)."""
+        why = self.direct.cause(key, partition)
+        if why == NO_PROVENANCE:
+            why = self._resolver_cause(key, partition)
+        if why:
+            return why
+        for dependency in self._wide_dependencies(key):
             parse = self.graph.get(dependency).partitions_def.get_partition_key_from_str
             why = self.wide.cause(key, partition, dependency, role(key.to_user_string(), dependency.to_user_string()) == EARLIER, parse)
             if why:
                 return why
         return None
 
+    def _skipped(self, key: AssetKey, dependency: AssetKey) -> bool:
+        """Dependencies DirectCauses leaves out: GATEs, and those on every partition (WideDependencies')."""
+        return role(key.to_user_string(), dependency.to_user_string()) == GATE or dependency in self._wide_dependencies(key)
+
+    def _resolver_cause(self, key: AssetKey, partition: Partition) -> str | None:
+        """Dagster's own resolver, for a materialization recorded without provenance."""
+        for cause in self.resolver.get_stale_causes(key, None if partition is None else str(partition)):
+            if cause.category == StaleCauseCategory.CODE:
+                return "code version changed"
+            dependency = cause.dependency
+            if dependency is None:
+                return cause.reason
+            if self._skipped(key, dependency.asset_key):
+                continue
+            if self.graph.get(dependency.asset_key).is_external:
+                return f"{dependency.asset_key.to_user_string()} changed"
+            return f"{dependency.asset_key.to_user_string()} updated"
+        return None
+
     def _wide_dependencies(self, key: AssetKey) -> list[AssetKey]:
+        if key not in self._wide:
+            self._wide[key] = self._find_wide_dependencies(key)
+        return self._wide[key]
+
+    def _find_wide_dependencies(self, key: AssetKey) -> list[AssetKey]:
         """The partitioned dependencies `key` reads every partition of (AllPartitionMapping; every
         partitioned dependency of an unpartitioned asset), but GATEs."""
         node = self.graph.get(key)

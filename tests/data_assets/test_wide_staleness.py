@@ -18,8 +18,9 @@ from dagster._core.definitions.data_version import (
 from dagster._core.definitions.partitions.context import partition_loading_context
 
 from data_assets.definitions import defs
-from data_assets.freshness import Planner, WideDependencies, dedup_order
+from data_assets.freshness import Planner
 from data_assets.partitions import SNAPSHOTS, multi_key, source_snapshot_partitions
+from data_assets.staleness import WideDependencies, dedup_order
 
 INDEX, CLUSTERS, SIGNATURES = AssetKey("dedup_index"), AssetKey("dedup_clusters"), AssetKey("dedup_signatures")
 TOKENIZED, MIX = AssetKey("tokenized_shards"), AssetKey("mixed_dataset")
