@@ -235,7 +235,14 @@ def _main(argv: list[str] | None = None) -> int:
     from data_assets.definitions import build_resources
     from data_assets.settings import CONFIG_PATH
     from sluice.config import ConfigError
+    from sluice.preflight import check_config_file
 
+    if args.command in ("register", "materialize", "demo"):
+        try:  # schema, cross-references, source folders, the storage root and the files the config names,
+            check_config_file(CONFIG_PATH)  # checked before any work: every problem in one list (no traceback)
+        except ConfigError as error:
+            print(error, file=sys.stderr)
+            return 2
     try:
         resources = build_resources(CONFIG_PATH)
         resources["settings"].config  # noqa: B018 - validate early, with a clear message
@@ -245,12 +252,8 @@ def _main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     if args.command in ("register", "materialize", "demo"):
-        from sluice.preflight import location_problems
-
-        # Source folders, the storage root and snapshot folder names, checked before any work: every problem,
-        # one line each (a folder that cannot be a partition key is never skipped silently).
-        problems = location_problems(resources["settings"].config, CONFIG_PATH)
-        pairs = discover(resources, log=problems.append) if not problems else []
+        problems: list[str] = []  # a snapshot folder that cannot be a partition key is never skipped silently
+        pairs = discover(resources, log=problems.append)
         if problems:
             print("\n".join(problems), file=sys.stderr)
             return 2

@@ -165,9 +165,9 @@ def test_every_missing_file_the_config_names_stops_materialize_at_once(tmp_path)
 
     done = sluice(tmp_path, path)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 2 and "Traceback" not in done.stdout + done.stderr
-    assert lines[0].startswith(f"{path}: cleaning.url_blocklist: {tmp_path / 'lists' / 'blocked-domain.txt'} does not exist")
+    header, *lines = done.stderr.strip().splitlines()
+    assert header == f"{path}: invalid config, 2 problems" and len(lines) == 2 and "Traceback" not in done.stdout + done.stderr
+    assert lines[0].startswith(f"  cleaning.url_blocklist: {tmp_path / 'lists' / 'blocked-domain.txt'} does not exist")
     assert "did you mean 'blocked-domains.txt'?" in lines[0]
-    assert lines[1].startswith(f"{path}: mixes.default.eval_sets[0]: {tmp_path / 'evals' / 'held-out.jsonl'} does not exist")
+    assert lines[1].startswith(f"  mixes.default.eval_sets[0]: {tmp_path / 'evals' / 'held-out.jsonl'} does not exist")
     assert not (tmp_path / "data").exists()
