@@ -13,6 +13,7 @@ from data_assets.cli import _main, narrowed_selection, plan_work, register_snaps
 from data_assets.definitions import build_resources, defs
 from data_assets.partitions import multi_key
 from data_assets.selection import SelectionError, make_selection
+from resources.run_tags import PURPOSE_TAG
 from tests.support.graph import config_env, graph_instance, run_backfill
 
 GRAPH = defs.resolve_asset_graph()
@@ -120,3 +121,32 @@ def test_the_command_rejects_a_selection_before_any_work_and_lists_trace(tmp_pat
         _main(["--help"])
     usage = capsys.readouterr().out
     assert "{register,materialize,demo,export,cleanup,trace}" in usage and "sluice trace" in usage and "--select ASSET[,ASSET...]" in usage
+
+
+@pytest.mark.slow
+def test_the_command_materializes_only_the_selected_partition_through_its_daemon(tmp_path, make_config):
+    """The real command (a subprocess with its own daemon, automation sensor included) on a registered,
+    unmaterialized instance: `--select raw_documents --partition reference/2026-01` materializes that one
+    asset partition and nothing else, read back from the instance after the command and its daemon ended."""
+    import os
+    import subprocess
+    import sys
+
+    from dagster import DagsterInstance
+
+    from tests.conftest import PROJECT_ROOT
+
+    env = {**os.environ, "SLUICE_CONFIG": make_config(), "DAGSTER_HOME": str(tmp_path / "home"), "PYTHONPATH": str(PROJECT_ROOT)}
+
+    def sluice(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "data_assets.cli", *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    assert sluice("register").returncode == 0
+    done = sluice("materialize", "--select", "raw_documents", "--partition", "reference/2026-01")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Selected: raw_documents [reference/2026-01]" in done.stdout and "To run: 1 asset partitions" in done.stdout
+    with DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        assert materialized(instance) == {"raw_documents": {str(multi_key("reference", "2026-01"))}}
+        # Nothing else was requested either (automation left the unselected missing partitions alone).
+        assert [backfill.tags.get(PURPOSE_TAG) for backfill in instance.get_backfills()] == ["materialize"]
+        assert {run.tags.get(PURPOSE_TAG) for run in instance.get_runs()} == {"materialize"}
