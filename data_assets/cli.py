@@ -253,12 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["trace"]:  # its own options (data_assets/trace_cli.py)
-        from data_assets.trace_cli import main as trace
-
-        return trace(argv[1:])
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup", "trace"], help="what to do (see above; `sluice trace --help` for trace's options)")
     parser.add_argument("--force", action="store_true", help="materialize/demo: submit every asset partition (of the selection), not only the missing or stale ones")
@@ -274,25 +269,48 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", default="parquet", choices=["parquet", "webdataset", "mds"], help="export: file format")
     parser.add_argument("--seed", type=int, default=None, help="export: row order = the training loader's with this seed (default: the mix's)")
     parser.add_argument("--debug", action="store_true", help="print the Python traceback of an error")
+    return parser
+
+
+def check_before_work() -> int | None:
+    """The whole config check before any work (sluice.preflight.check_config_file: schema, cross-references,
+    source folders, the storage root, the files it names), before the code location's modules load the
+    config (data_assets.settings would stop at its schema): every problem printed in one list, exit code 2."""
+    from resources.settings import resolve_config_path
+    from sluice.config import ConfigError
+    from sluice.preflight import check_config_file
+
+    try:
+        check_config_file(resolve_config_path())
+    except ConfigError as error:  # a located problem needs no traceback, --debug or not
+        print(error, file=sys.stderr)
+        return 2
+    return None
+
+
+def _main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["trace"]:  # its own options (data_assets/trace_cli.py)
+        from data_assets.trace_cli import main as trace
+
+        return trace(argv[1:])
+    parser = _parser()
     args = parser.parse_args(argv)
     if (args.select is not None or args.partition is not None) and args.command != "materialize":
         parser.error("--select and --partition go with materialize")
+    if args.command == "trace":  # reached only with an option before it
+        parser.error("trace takes its own options: put it first (`sluice trace --help`)")
     if args.command == "export":
         return export_mix(args.mix, args.split, args.out, args.format, args.seed)
+    if args.command in ("register", "materialize", "demo") and (code := check_before_work()) is not None:
+        return code
     home = ensure_dagster_home()
     from dagster import DagsterInstance
 
     from data_assets.definitions import build_resources
     from data_assets.settings import CONFIG_PATH
     from sluice.config import ConfigError
-    from sluice.preflight import check_config_file
 
-    if args.command in ("register", "materialize", "demo"):
-        try:  # schema, cross-references, source folders, the storage root and the files the config names,
-            check_config_file(CONFIG_PATH)  # checked before any work: every problem in one list (no traceback)
-        except ConfigError as error:
-            print(error, file=sys.stderr)
-            return 2
     try:
         resources = build_resources(CONFIG_PATH)
         resources["settings"].config  # noqa: B018 - validate early, with a clear message

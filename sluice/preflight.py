@@ -201,7 +201,7 @@ def check_config_file(path: str | os.PathLike[str]) -> SluiceConfig:
         raise ConfigError(f"config file {config_path} does not exist (set {CONFIG_ENV_VAR} to the path of your sluice.yaml)") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{config_path}: not valid YAML: {error}") from None
-    config, problems = config_problems(raw, str(config_path), config_path.parent)
+    config, problems = config_problems(raw, config_path.parent)
     if config is not None:
         problems += location_issues(_quick_s3(config), str(config_path))
     if problems or config is None:

@@ -346,10 +346,11 @@ def _validate_leniently(raw: dict[str, Any], max_rounds: int = 8) -> tuple[Sluic
     return None, lines, pruned
 
 
-def config_problems(raw: Any, origin: str = "<config>", base_dir: Path | None = None) -> tuple[SluiceConfig | None, list[str]]:
+def config_problems(raw: Any, base_dir: Path | None = None) -> tuple[SluiceConfig | None, list[str]]:
     """Every problem of a parsed YAML document, one `key: problem; fix: ...` line each (literal secrets,
     schema and cross-references together), and the config without its failing values (what the checks of
-    the files and locations it names read, sluice/preflight.py; None when too little of it is valid)."""
+    the files and locations it names read, sluice/preflight.py; None when too little of it is valid). Relative
+    paths resolve against `base_dir` (default: the current directory)."""
     if not isinstance(raw, dict):
         return None, [f"(top level): must be a mapping, got {type(raw).__name__}; fix: write the config's sections as `key: value` lines"]
     raw = copy.deepcopy(raw)
@@ -383,7 +384,7 @@ def format_problems(origin: str, problems: list[str]) -> str:
 def parse_config(raw: Any, origin: str = "<config>", base_dir: Path | None = None) -> SluiceConfig:
     """Validate an already-parsed YAML document; one `ConfigError` lists every problem (`config_problems`),
     each naming its key and what is allowed."""
-    config, problems = config_problems(raw, origin, base_dir)
+    config, problems = config_problems(raw, base_dir)
     if problems or config is None:
         raise ConfigError(format_problems(origin, problems)) from None
     return config
