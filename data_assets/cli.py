@@ -8,7 +8,10 @@
                         the summary, and what failed and why. Nothing to do: nothing is submitted. --force
                         submits every partition. Ctrl-C (or SIGTERM) cancels the backfill and its runs
                         through Dagster and exits 128 + the signal (130 for Ctrl-C); exit code 1 if
-                        anything failed
+                        anything failed. --select ASSET[,ASSET...] (Dagster's asset selection syntax:
+                        +name, name+, *name, name*, *, key:name+ ...) and --partition SOURCE/SNAPSHOT
+                        narrow the plan to those asset partitions (data_assets/selection.py); with
+                        --force they are rebuilt even when up to date
     sluice demo         the same on the configured crawl (the bundled sample by default), then one
                         decoded training batch
     sluice export       write a built mix's split as Parquet, WebDataset or MDS shards (--mix, --split,
@@ -72,9 +75,12 @@ def register_snapshots(
     return pairs
 
 
-def plan_work(instance, resources: dict[str, Any], force: bool = False, log: Callable[[str], None] = print, pending: list[str] | None = None) -> Any:
+def plan_work(
+    instance, resources: dict[str, Any], force: bool = False, log: Callable[[str], None] = print, pending: list[str] | None = None, selection: Any = None
+) -> Any:
     """Record what changed (crawl folders, settings) and return what is missing or stale; `pending`:
-    snapshots about to be registered (planned as missing)."""
+    snapshots about to be registered (planned as missing); `selection`: the assets and partition the plan
+    is narrowed to (data_assets/selection.py; None: everything)."""
     from data_assets.definitions import defs, unavailable_assets
     from data_assets.freshness import Planner
     from data_assets.summary import registered_refs
@@ -88,8 +94,24 @@ def plan_work(instance, resources: dict[str, Any], force: bool = False, log: Cal
     for name in sorted(skipped):
         reason = config.quality_model_unavailable() if name == "quality_model" else config.perplexity_model_unavailable()
         log(f"Skipped (optional, this config cannot feed it): {name}: {reason}")
-    in_scope = lambda asset, partition: asset.to_user_string() not in skipped and in_config(config, partition)  # noqa: E731
+    allows = selection.allows if selection is not None else (lambda asset, partition: True)
+
+    def in_scope(asset: Any, partition: Any) -> bool:
+        return asset.to_user_string() not in skipped and in_config(config, partition) and allows(asset, partition)
+
     return Planner(defs, instance, in_scope=in_scope, new_snapshots=pending or ()).plan(force=force)
+
+
+def log_selection(selection: Any, pending: list[str], log: Callable[[str], None]) -> None:
+    """What --select/--partition keep and leave out."""
+    from data_assets.partitions import ref_of
+
+    assets = "every asset" if selection.assets is None else ", ".join(sorted(key.to_user_string() for key in selection.assets))
+    log(f"Selected: {assets}" + (f" [{ref_of(selection.partition).key}]" if selection.partition else ""))
+    if selection.left_out:
+        log(f"Left out (no source/snapshot partitions, --partition names one): {', '.join(selection.left_out)}")
+    if pending:
+        log(f"Not registered (a selective command registers no snapshot): {', '.join(pending)}; `sluice register` adds them")
 
 
 def in_config(config: Any, partition: Any) -> bool:
@@ -101,9 +123,12 @@ def in_config(config: Any, partition: Any) -> bool:
     return partition is None or str(partition) in config.mixes
 
 
-def materialize(instance, resources: dict[str, Any], command: str = "materialize", force: bool = False, log: Callable[[str], None] = print) -> Any:
+def materialize(
+    instance, resources: dict[str, Any], command: str = "materialize", force: bool = False, log: Callable[[str], None] = print, selection: Any = None
+) -> Any:
     """Plan, submit the plan as an asset backfill, have a daemon run it, follow it. Returns the Outcome, or
-    None when there was nothing to do."""
+    None when there was nothing to do. With a narrowed `selection` (--select/--partition) only those asset
+    partitions are planned and no snapshot is registered (automation would build a new one whole)."""
     from data_assets.backfill import DaemonProcess, Follower, in_progress, submit, wait_until_quiet
     from data_assets.definitions import defs
 
@@ -113,7 +138,11 @@ def materialize(instance, resources: dict[str, Any], command: str = "materialize
             wait_until_quiet(instance, log, daemon)
         pairs = discover(resources, log=lambda _: None)
         pending = new_snapshots(instance, pairs)
-        plan = plan_work(instance, resources, force, log, pending)
+        narrowed = selection is not None and selection.narrowed
+        if narrowed:
+            log_selection(selection, pending, log)
+            pending = []
+        plan = plan_work(instance, resources, force, log, pending, selection)
         if not plan.count:
             log(f"Up to date: {plan.checked} asset partitions checked, none missing or stale; nothing submitted")
             return None
@@ -122,11 +151,24 @@ def materialize(instance, resources: dict[str, Any], command: str = "materialize
             log(f"  {line}")
         # Registered only now, the backfill right after: automation never sees the new partitions missing
         # and not yet in progress (it would request them too).
-        register_snapshots(instance, resources, pairs=pairs)  # the folders the plan saw
+        if not narrowed:
+            register_snapshots(instance, resources, pairs=pairs)  # the folders the plan saw
         backfill_id = submit(instance, defs, plan, command)
         log(f"Submitted backfill {backfill_id} (the UI: Overview -> Backfills); following it")
         daemon.ensure()
         return Follower(instance, backfill_id, log, daemon).follow()
+
+
+def narrowed_selection(instance, resources: dict[str, Any], select: str | None, partition: str | None) -> Any:
+    """The Selection of --select/--partition (None when neither is given)."""
+    if select is None and partition is None:
+        return None
+    from data_assets.definitions import defs
+    from data_assets.partitions import SNAPSHOTS
+    from data_assets.selection import make_selection
+
+    registered = list(instance.get_dynamic_partitions(SNAPSHOTS))
+    return make_selection(select, partition, defs.resolve_asset_graph(), resources["settings"].config, registered)
 
 
 def report(instance, resources: dict[str, Any], outcome: Any, command: str) -> int:
@@ -211,24 +253,57 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["trace"]:  # its own options (data_assets/trace_cli.py)
-        from data_assets.trace_cli import main as trace
-
-        return trace(argv[1:])
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup"])
-    parser.add_argument("--force", action="store_true", help="materialize/demo: submit every asset partition, not only the missing or stale ones")
+    parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup", "trace"], help="what to do (see above; `sluice trace --help` for trace's options)")
+    parser.add_argument("--force", action="store_true", help="materialize/demo: submit every asset partition (of the selection), not only the missing or stale ones")
+    parser.add_argument(
+        "--select", default=None, metavar="ASSET[,ASSET...]",
+        help="materialize: only these assets, in Dagster's asset selection syntax: a name, +name / name+ (one level up / down), "
+        "*name / name* (every level), * (all), key:name+, group:..., or/and/not (data_assets/selection.py)",
+    )
+    parser.add_argument("--partition", default=None, metavar="SOURCE/SNAPSHOT", help="materialize: only this source x snapshot partition (a registered snapshot)")
     parser.add_argument("--mix", default=None, help="export: the mix (default: the first in the config)")
     parser.add_argument("--split", default="train", choices=["train", "validation"], help="export: which split")
     parser.add_argument("--out", default=None, help="export: destination folder, local or s3://bucket/prefix (the split goes to OUT/<split>/)")
     parser.add_argument("--format", default="parquet", choices=["parquet", "webdataset", "mds"], help="export: file format")
     parser.add_argument("--seed", type=int, default=None, help="export: row order = the training loader's with this seed (default: the mix's)")
     parser.add_argument("--debug", action="store_true", help="print the Python traceback of an error")
+    return parser
+
+
+def check_before_work() -> int | None:
+    """The whole config check before any work (sluice.preflight.check_config_file: schema, cross-references,
+    source folders, the storage root, the files it names), before the code location's modules load the
+    config (data_assets.settings would stop at its schema): every problem printed in one list, exit code 2."""
+    from resources.settings import resolve_config_path
+    from sluice.config import ConfigError
+    from sluice.preflight import check_config_file
+
+    try:
+        check_config_file(resolve_config_path())
+    except ConfigError as error:  # a located problem needs no traceback, --debug or not
+        print(error, file=sys.stderr)
+        return 2
+    return None
+
+
+def _main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["trace"]:  # its own options (data_assets/trace_cli.py)
+        from data_assets.trace_cli import main as trace
+
+        return trace(argv[1:])
+    parser = _parser()
     args = parser.parse_args(argv)
+    if (args.select is not None or args.partition is not None) and args.command != "materialize":
+        parser.error("--select and --partition go with materialize")
+    if args.command == "trace":  # reached only with an option before it
+        parser.error("trace takes its own options: put it first (`sluice trace --help`)")
     if args.command == "export":
         return export_mix(args.mix, args.split, args.out, args.format, args.seed)
+    if args.command in ("register", "materialize", "demo") and (code := check_before_work()) is not None:
+        return code
     home = ensure_dagster_home()
     from dagster import DagsterInstance
 
@@ -245,12 +320,8 @@ def _main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     if args.command in ("register", "materialize", "demo"):
-        from sluice.preflight import location_problems
-
-        # Source folders, the storage root and snapshot folder names, checked before any work: every problem,
-        # one line each (a folder that cannot be a partition key is never skipped silently).
-        problems = location_problems(resources["settings"].config, CONFIG_PATH)
-        pairs = discover(resources, log=problems.append) if not problems else []
+        problems: list[str] = []  # a snapshot folder that cannot be a partition key is never skipped silently
+        pairs = discover(resources, log=problems.append)
         if problems:
             print("\n".join(problems), file=sys.stderr)
             return 2
@@ -267,7 +338,12 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"Snapshots: {sorted({s for _, s in pairs})} ({len(pairs)} source x snapshot folders with data)")
         if args.command == "register":
             return 0
-        outcome = materialize(instance, resources, args.command, force=args.force)
+        try:
+            selection = narrowed_selection(instance, resources, args.select, args.partition)
+        except ValueError as error:  # SelectionError: what the graph has instead
+            print(error, file=sys.stderr)
+            return 2
+        outcome = materialize(instance, resources, args.command, force=args.force, selection=selection)
         return report(instance, resources, outcome, args.command)
 
 

@@ -39,7 +39,9 @@ from sluice.config.cleaning import (  # noqa: F401
 from sluice.config.file import (  # noqa: F401
     SluiceConfig,
     config_path_from_env,
+    config_problems,
     did_you_mean,
+    format_problems,
     load_config,
     parse_config,
 )

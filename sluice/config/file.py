@@ -4,6 +4,7 @@ which turn YAML into it or into one `ConfigError` naming the file, the key and w
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import os
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, ValidationError, ValidationInfo, model_validator
 
 from sluice.config.base import (
     CONFIG_ENV_VAR,
@@ -42,6 +43,12 @@ from sluice.config.training import (
     TokenizerSettings,
 )
 
+DEFER_REFERENCES = "defer_references"  # validation context: leave the cross-reference check to the caller
+
+
+def _unknown_source(key: str, name: str, names: list[str]) -> str:
+    return f"{key}: names unknown source {name!r}; fix: use one of the sources {names}{did_you_mean(name, names)}"
+
 
 class SluiceConfig(_Model):
     storage: StorageSettings = StorageSettings()
@@ -60,36 +67,40 @@ class SluiceConfig(_Model):
     mixes: dict[str, MixSettings]
 
     @model_validator(mode="after")
-    def _cross_references(self) -> SluiceConfig:
+    def _cross_references(self, info: ValidationInfo) -> SluiceConfig:
         """Every name the config refers to exists, and every optional model it uses can be trained; all
-        problems at once (one per line), so a copied config is fixed in one pass."""
-        problems = self._reference_problems()
+        problems at once (one per line). `parse_config` defers this check (context `DEFER_REFERENCES`) to
+        report it together with the schema's problems."""
+        problems = [] if (info.context or {}).get(DEFER_REFERENCES) else self.reference_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
 
-    def _reference_problems(self) -> list[str]:
-        names = [source.name for source in self.sources]
+    def reference_problems(self, known: list[str] | None = None) -> list[str]:
+        """One `key: problem; fix: ...` line per name that refers to nothing; `known`: the source names to
+        check against (default: this config's; `parse_config` passes the file's when it had to leave a
+        source out to validate the rest)."""
+        names = self.source_names if known is None else known
         if not names:
-            return ["at least one source is required"]
+            return ["sources: at least one source is required; fix: add one (name, location, format)"]
         if len(set(names)) != len(names):
-            return [f"source names must be unique, got {names}"]
+            return [f"sources: source names must be unique, got {names}; fix: rename the repeated ones"]
         problems = []
         if not self.mixes:
-            problems.append("at least one mix is required")
+            problems.append("mixes: at least one mix is required; fix: add one (weights, token_budget)")
         for mix_name, mix in self.mixes.items():
             try:
                 check_name(mix_name, "mix name")
             except ValueError as error:
-                problems.append(str(error))
-            problems += [f"mixes.{mix_name}.weights names unknown source {s!r}; sources are {names}" for s in mix.sources if s not in names]
-        problems += [f"cleaning.per_source names unknown source {s!r}; sources are {names}" for s in self.cleaning.per_source if s not in names]
+                problems.append(f"mixes.{mix_name}: {error}; fix: rename the mix")
+            problems += [_unknown_source(f"mixes.{mix_name}.weights", s, names) for s in mix.sources if s not in names]
+        problems += [_unknown_source("cleaning.per_source", s, names) for s in self.cleaning.per_source if s not in names]
         positive = self.quality_model.positive_source
         if positive and positive not in names:
-            problems.append(f"quality_model.positive_source names unknown source {positive!r}; sources are {names}")
+            problems.append(_unknown_source("quality_model.positive_source", positive, names))
         referenced = sorted({self.perplexity_model.reference_source, *self.perplexity_model.sources.values()} - {None})
-        problems += [f"perplexity_model names unknown source {s!r}; sources are {names}" for s in referenced if s not in names]
-        problems += [f"tokenizer.train_sources names unknown source {s!r}; sources are {names}" for s in self.tokenizer.train_sources if s not in names]
+        problems += [_unknown_source("perplexity_model", s, names) for s in referenced if s not in names]
+        problems += [_unknown_source("tokenizer.train_sources", s, names) for s in self.tokenizer.train_sources if s not in names]
         return problems + self._model_problems(names)
 
     def _model_problems(self, names: list[str]) -> list[str]:
@@ -99,14 +110,14 @@ class SluiceConfig(_Model):
         unavailable = self.quality_model_unavailable()
         if scored and unavailable:
             problems.append(
-                f"cleaning.quality_threshold is set (sources {scored}) but the quality model cannot be trained: "
-                f"{unavailable}; remove the threshold or fix quality_model"
+                f"cleaning.quality_threshold: set (sources {scored}) but the quality model cannot be trained: "
+                f"{unavailable}; fix: remove the threshold or fix quality_model"
             )
         perplexity = [name for name in names if self.cleaning.for_source(name).uses_perplexity_model]
         if perplexity and not (self.perplexity_model.reference_source or self.perplexity_model.sources):
             problems.append(
-                f"cleaning.perplexity is enabled (sources {perplexity}) but perplexity_model.reference_source is not set: "
-                "no model can be trained; name the reference source or disable cleaning.perplexity"
+                f"cleaning.perplexity: enabled (sources {perplexity}) but perplexity_model.reference_source is not set: "
+                "no model can be trained; fix: name the reference source or disable cleaning.perplexity"
             )
         return problems
 
@@ -198,8 +209,6 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
 
 def did_you_mean(word: str, candidates: list[str]) -> str:
     """` (did you mean 'x'?)` for the closest candidate (difflib), else ``."""
-    import difflib
-
     match = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
@@ -249,47 +258,136 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
 _SECRET_KEYS = re.compile(r"(secret|password|access_key|token_value|credential)", re.IGNORECASE)
 
 
-def _refuse_literal_secrets(node: Any, path: str = "") -> None:
+def _literal_secrets(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Where the document holds a literal secret (a key such as `aws_secret_access_key` with a value)."""
+    found = []
     if isinstance(node, dict):
         for key, value in node.items():
-            here = f"{path}.{key}" if path else str(key)
             if _SECRET_KEYS.search(str(key)) and value not in (None, ""):
-                raise ConfigError(
-                    f"{here}: secrets do not belong in the config file; set them in the environment "
-                    "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE) instead"
-                )
-            _refuse_literal_secrets(value, here)
+                found.append((*path, key))
+            else:
+                found += _literal_secrets(value, (*path, key))
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            _refuse_literal_secrets(value, f"{path}[{index}]")
+            found += _literal_secrets(value, (*path, index))
+    return found
+
+
+def _error_line(item: dict[str, Any]) -> list[str]:
+    """A pydantic error as `key: problem` lines (a validator may report several, one per line): an unknown
+    key's fix is the closest allowed key (else the allowed keys), a wrong type's or bound's is the rule; the
+    config's own validators' messages say what is allowed."""
+    where = _format_location(item["loc"], None)
+    got = item.get("input")
+    # Never echo a value that may hold a credential (endpoint URLs with user:password@, secret keys).
+    sensitive = any(isinstance(part, str) and (part == "endpoint_url" or _SECRET_KEYS.search(part)) for part in item["loc"])
+    shown = "" if isinstance(got, dict | list) or got is None or sensitive else f" (got {got!r})"
+    message = item["msg"].removeprefix("Value error, ")
+    if item["type"] == "extra_forbidden" and isinstance(item["loc"][-1], str):
+        allowed = _allowed_keys(tuple(item["loc"]))
+        close = difflib.get_close_matches(item["loc"][-1], allowed, n=1, cutoff=0.6)
+        fix = f"rename it to {close[0]!r}" if close else f"remove it (allowed here: {', '.join(allowed)})" if allowed else "remove it"
+        message, shown = f"unknown key (Extra inputs are not permitted){did_you_mean(item['loc'][-1], allowed)}; fix: {fix}", ""
+    elif item["type"] == "missing":
+        message = "Field required; fix: add it"
+    elif item["type"] not in ("value_error", "assertion_error"):  # a type or bound of the schema: the fix is the rule
+        return [f"{where}: invalid value{shown}; fix: {message[0].lower()}{message[1:]}"]
+    prefix = f"{where}: " if item["loc"] else ""
+    return [f"{prefix}{part}{shown}" for part in message.split("\n")]
+
+
+def _data_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """pydantic's loc without its union/validator tags: the path of the value in the document."""
+    return tuple(part for part in loc if not (isinstance(part, str) and (part in FORMAT_OPTIONS or part.startswith("function-"))))
+
+
+def _prune(data: Any, path: tuple[Any, ...]) -> bool:
+    """Remove the value at `path` from the document (its default then applies); False when not there."""
+    for part in path[:-1]:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    try:
+        del data[path[-1]]
+    except (KeyError, IndexError, TypeError):
+        return False
+    return True
+
+
+def _validate_leniently(raw: dict[str, Any], max_rounds: int = 8) -> tuple[SluiceConfig | None, list[str], list[tuple[Any, ...]]]:
+    """Validate the schema (cross-references deferred) and, where it fails, leave the failing values out and
+    validate the rest again, so that the checks that need a whole config (cross-references, files) still run
+    in the same pass. Returns the config without the failing values (None when a required value failed and
+    nothing above it can be left out), the schema's problem lines, and the paths left out. A value that is
+    missing only because it was left out is not a problem of its own (its container is left out instead)."""
+    data = copy.deepcopy(raw)
+    lines: list[str] = []
+    pruned: list[tuple[Any, ...]] = []
+    for _ in range(max_rounds):
+        try:
+            return SluiceConfig.model_validate(data, context={DEFER_REFERENCES: True}), lines, pruned
+        except ValidationError as error:
+            cut = set()
+            for item in error.errors():
+                path = _data_path(tuple(item["loc"]))
+                if any(path[: len(p)] == p for p in pruned):  # left out already: it or its container fails for that
+                    if item["type"] == "missing" and path in pruned:
+                        cut.add(path[:-1])  # a required value: leave out what holds it
+                    continue
+                lines += _error_line(item)
+                cut.add(path)
+            cut.discard(())
+            # Deepest and last list items first, so that removing one does not shift the next one's index.
+            done = [path for path in sorted(cut, key=lambda p: (len(p), [str(x).zfill(8) for x in p]), reverse=True) if _prune(data, path)]
+            if not done:
+                return None, lines, pruned
+            pruned += done
+    return None, lines, pruned
+
+
+def config_problems(raw: Any, base_dir: Path | None = None) -> tuple[SluiceConfig | None, list[str]]:
+    """Every problem of a parsed YAML document, one `key: problem; fix: ...` line each (literal secrets,
+    schema and cross-references together), and the config without its failing values (what the checks of
+    the files and locations it names read, sluice/preflight.py; None when too little of it is valid). Relative
+    paths resolve against `base_dir` (default: the current directory)."""
+    if not isinstance(raw, dict):
+        return None, [f"(top level): must be a mapping, got {type(raw).__name__}; fix: write the config's sections as `key: value` lines"]
+    raw = copy.deepcopy(raw)
+    problems = []
+    for path in _literal_secrets(raw):
+        problems.append(
+            f"{_format_location(path, None)}: secrets do not belong in the config file; fix: remove it and set it in the "
+            "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_PROFILE) instead"
+        )
+        _prune(raw, path)
+    raw = _resolve_paths(raw, base_dir or Path.cwd())
+    config, schema, pruned = _validate_leniently(raw)
+    problems += schema
+    if config is not None:
+        # Left-out sources are still names the file defines; a section emptied by leaving items out is not empty.
+        known = [s["name"] for s in raw.get("sources") or [] if isinstance(s, dict) and isinstance(s.get("name"), str)]
+        references = config.reference_problems(known if any(p[0] == "sources" for p in pruned) else None)
+        touched = {p[0] for p in pruned}
+        problems += [line for line in references if not (line.split(":")[0] in touched and "at least one" in line)]
+    return config, problems
+
+
+def format_problems(origin: str, problems: list[str]) -> str:
+    """The one message of a config's problems: `file: problem` when there is one, else a header and one
+    indented line per problem."""
+    if len(problems) == 1:
+        return f"{origin}: {problems[0]}"
+    return f"{origin}: invalid config, {len(problems)} problems\n  " + "\n  ".join(problems)
 
 
 def parse_config(raw: Any, origin: str = "<config>", base_dir: Path | None = None) -> SluiceConfig:
-    """Validate an already-parsed YAML document; errors name `origin`, the key path and allowed values."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{origin}: the top level must be a mapping, got {type(raw).__name__}")
-    _refuse_literal_secrets(raw)
-    raw = _resolve_paths(raw, base_dir or Path.cwd())
-    try:
-        return SluiceConfig.model_validate(raw)
-    except ValidationError as error:
-        lines = []
-        for item in error.errors():
-            where = _format_location(item["loc"], raw)
-            got = item.get("input")
-            # Never echo a value that may hold a credential (endpoint URLs with user:password@, secret keys).
-            sensitive = any(isinstance(part, str) and (part == "endpoint_url" or _SECRET_KEYS.search(part)) for part in item["loc"])
-            shown = "" if isinstance(got, dict | list) or got is None or sensitive else f" (got {got!r})"
-            message = item["msg"].removeprefix("Value error, ")
-            if item["type"] == "extra_forbidden" and isinstance(item["loc"][-1], str):
-                allowed = _allowed_keys(tuple(item["loc"]))
-                message = "unknown key (Extra inputs are not permitted)" + did_you_mean(item["loc"][-1], allowed)
-                shown = ""
-            prefix = f"{where}: " if item["loc"] else ""  # the config's own cross-checks name their keys
-            lines += [f"{prefix}{part}{shown}" for part in message.split("\n")]  # a validator's problems, one per line
-        if len(lines) == 1:  # one line naming the file, the key and what is wrong
-            raise ConfigError(f"{origin}: {lines[0]}") from None
-        raise ConfigError(f"{origin}: invalid config\n  " + "\n  ".join(lines)) from None
+    """Validate an already-parsed YAML document; one `ConfigError` lists every problem (`config_problems`),
+    each naming its key and what is allowed."""
+    config, problems = config_problems(raw, base_dir)
+    if problems or config is None:
+        raise ConfigError(format_problems(origin, problems)) from None
+    return config
 
 
 def config_path_from_env(default_dir: Path | None = None) -> Path:

@@ -165,9 +165,28 @@ def test_every_missing_file_the_config_names_stops_materialize_at_once(tmp_path)
 
     done = sluice(tmp_path, path)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 2 and "Traceback" not in done.stdout + done.stderr
-    assert lines[0].startswith(f"{path}: cleaning.url_blocklist: {tmp_path / 'lists' / 'blocked-domain.txt'} does not exist")
+    header, *lines = done.stderr.strip().splitlines()
+    assert header == f"{path}: invalid config, 2 problems" and len(lines) == 2 and "Traceback" not in done.stdout + done.stderr
+    assert lines[0].startswith(f"  cleaning.url_blocklist: {tmp_path / 'lists' / 'blocked-domain.txt'} does not exist")
     assert "did you mean 'blocked-domains.txt'?" in lines[0]
-    assert lines[1].startswith(f"{path}: mixes.default.eval_sets[0]: {tmp_path / 'evals' / 'held-out.jsonl'} does not exist")
+    assert lines[1].startswith(f"  mixes.default.eval_sets[0]: {tmp_path / 'evals' / 'held-out.jsonl'} does not exist")
     assert not (tmp_path / "data").exists()
+
+
+def test_the_command_reports_every_problem_of_a_copied_config_in_one_list(tmp_path, monkeypatch, capsys):
+    """`sluice materialize` on a config with a typo'd key, an unknown train source, an unknown mix source, a
+    missing blocklist and a missing source folder: one list of all five before any work (the code
+    location's own load, which stops at the schema, comes after it)."""
+    from data_assets.cli import _main
+    from tests.sluice.config.test_all_problems import copied_config
+
+    path = write_config(tmp_path / "sluice.yaml", copied_config(tmp_path))
+    monkeypatch.setenv("SLUICE_CONFIG", path)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    assert _main(["materialize"]) == 2
+    header, *lines = capsys.readouterr().err.strip().splitlines()
+    assert header == f"{path}: invalid config, 5 problems"
+    assert [line.strip().split(": ")[0] for line in lines] == [
+        "cleaning.min_char", "mixes.default.weights", "tokenizer.train_sources", "sources[1].location (source 'reference')", "cleaning.url_blocklist",
+    ]
+    assert not (tmp_path / "data").exists() and not (tmp_path / "home").exists()  # nothing ran, no instance made

@@ -238,6 +238,6 @@ def test_a_config_that_cannot_feed_what_it_asks_for_fails_at_load(tmp_path):
     config.write_text(yaml.safe_dump(raw))
     done = sluice("materialize", str(config), tmp_path / "home")
     assert done.returncode == 2
-    assert "cleaning.quality_threshold is set (sources ['web']) but the quality model cannot be trained" in done.stderr
+    assert "cleaning.quality_threshold: set (sources ['web']) but the quality model cannot be trained" in done.stderr
     assert "needs two classes" in done.stderr
     assert not (tmp_path / "data").exists()  # no work was done

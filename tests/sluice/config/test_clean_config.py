@@ -61,7 +61,7 @@ def test_project_config_blocklist_path_is_resolved():
 @pytest.mark.parametrize(
     ("cleaning", "expected"),
     [
-        ({"per_source": {"forum": {}}}, "cleaning.per_source names unknown source 'forum'"),
+        ({"per_source": {"forum": {}}}, "cleaning.per_source: names unknown source 'forum'"),
         ({"per_source": {"web": {"gopher_quality": {"min_doc_wordz": 3}}}}, "cleaning.per_source.web: gopher_quality.min_doc_wordz: Extra inputs"),
         ({"per_source": {"web": {"extraction": {"extractor": "lynx"}}}}, "extraction.extractor: Input should be 'resiliparse' or 'trafilatura'"),
         ({"word_splitting": "klingon"}, "cleaning.word_splitting"),

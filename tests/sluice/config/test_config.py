@@ -28,7 +28,7 @@ def test_project_config_loads():
         (lambda raw: raw["sources"][0].update(format="csv"), ["sources[0].format", "'warc', 'jsonl' or 'parquet'", "'csv'"]),
         (lambda raw: raw["compute"].update(backend="spark"), ["compute.backend", "'local' or 'ray'", "'spark'"]),
         (lambda raw: raw["s3"].update(retry_mode="forever"), ["s3.retry_mode", "'standard', 'adaptive' or 'legacy'"]),
-        (lambda raw: raw["cleaning"].update(min_language_score=2), ["cleaning.min_language_score", "less than or equal to 1"]),
+        (lambda raw: raw["cleaning"].update(min_language_score=2), ["cleaning.min_language_score", "less than or equal to 1", "invalid value (got 2)"]),
         (lambda raw: raw["cleaning"].update(min_chars="many"), ["cleaning.min_chars", "valid integer"]),
         (lambda raw: raw.update(colour="blue"), ["colour", "Extra inputs are not permitted"]),
         (lambda raw: raw["sources"][1]["options"].update(text_feild="body"), ["sources[1]", "text_feild"]),
@@ -100,7 +100,7 @@ def test_every_cross_reference_problem_is_reported_at_once_one_line_each(tmp_pat
     with pytest.raises(ConfigError) as error:
         load_config(path)
     lines = str(error.value).splitlines()[1:]
-    assert [line.strip().split(" names unknown source ")[0] for line in lines] == [
+    assert [line.strip().split(": names unknown source ")[0] for line in lines] == [
         "mixes.default.weights", "cleaning.per_source", "quality_model.positive_source", "perplexity_model", "tokenizer.train_sources",
     ]
     assert all(name in text for name, text in zip(["'forum'", "'blog'", "'curated'", "'wiki'", "'news'"], lines, strict=True))

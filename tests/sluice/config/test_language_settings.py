@@ -98,7 +98,7 @@ def test_a_quality_threshold_set_for_one_language_needs_the_quality_model(tmp_pa
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError) as error:
         load_config(path)
-    assert "cleaning.quality_threshold is set (sources ['web', 'reference']) but the quality model cannot be trained" in str(error.value)
+    assert "cleaning.quality_threshold: set (sources ['web', 'reference']) but the quality model cannot be trained" in str(error.value)
 
     config = load(tmp_path, {"languages": {"de": {"quality_threshold": 0.5}}})
     from data_assets.cleaned import model_deps
