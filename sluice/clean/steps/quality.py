@@ -3,9 +3,10 @@
 Training (the `quality_model` asset): positives are the documents of `quality_model.positive_source` (a
 curated source), negatives a seeded random sample of the raw documents of every other source; both go
 through the same decode + extraction steps as cleaning (no filters), so the model sees texts as the
-cleaning chain does. The sample is chosen by the smallest xxhash of `seed:doc_id` (deterministic and
-independent of the order the files are read in); training is single-threaded with a fixed seed, so the same
-raw data and settings give the same model.
+cleaning chain does. The sample is chosen by the smallest xxhash of `seed:doc_id` before anything is
+extracted (sluice.model_training: deterministic, independent of the order the files are read in, its cost
+bounded by `max_negatives`); training is single-threaded with a fixed seed, so the same raw data and
+settings give the same model.
 
 Model file: fastText's binary format (`model.bin`, loadable with `fasttext.load_model`), labels `__label__hq`
 (like the reference) and `__label__lq`. Input lines: the first `max_chars` characters, lower-cased, whitespace
@@ -18,12 +19,10 @@ score every document reaching the step into the `quality_score` column and drop 
 
 from __future__ import annotations
 
-import heapq
 import os
 import random
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -39,28 +38,6 @@ MODEL_FILE = "model.bin"
 
 def model_line(text: str, max_chars: int) -> str:
     return " ".join(text[:max_chars].lower().split())
-
-
-@dataclass
-class TrainingSet:
-    positives: list[tuple[str, str]] = field(default_factory=list)  # (doc_id, text)
-    negative_heap: list[tuple[int, str, str]] = field(default_factory=list)  # (-hash, doc_id, text): max-heap
-
-    def add(self, doc_id: str, text: str, positive: bool, settings: QualityModelSettings) -> None:
-        if positive:
-            if len(self.positives) < settings.max_positives:
-                self.positives.append((doc_id, text))
-            return
-        key = xxhash.xxh3_64_intdigest(f"{settings.seed}:{doc_id}".encode())
-        item = (-key, doc_id, text)
-        if len(self.negative_heap) < settings.max_negatives:
-            heapq.heappush(self.negative_heap, item)
-        elif item > self.negative_heap[0]:
-            heapq.heapreplace(self.negative_heap, item)
-
-    @property
-    def negatives(self) -> list[tuple[str, str]]:
-        return sorted((doc_id, text) for _, doc_id, text in self.negative_heap)
 
 
 def split_by_text(lines: list[tuple[str, str]], seed: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
