@@ -34,6 +34,7 @@ import numpy as np
 from sluice.clean.steps import Document, Drop, Step
 from sluice.clean.steps.codeshare import is_code_line
 from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
+from sluice.minhash import PUNCTUATION as MINHASH_PUNCTUATION
 from sluice.words import HAS_LETTER, PUNCTUATION, STOP_WORDS
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")
@@ -62,6 +63,15 @@ def _code_point_ranges(ranges: str) -> tuple[str, ...]:
 
 
 UNICODE_TERMINAL = _code_point_ranges(_UNICODE_TERMINAL_RANGES)
+# A token made only of these is a symbol, not a word, for Gopher's word count and mean word length (`--`,
+# `):`, `....` as well as `,`): datatrove's punctuation characters and the sentence terminators above, as
+# datatrove 0.10 defines it (datatrove 0.2, FineWeb's, without the terminators).
+SYMBOL_CHARS = frozenset(MINHASH_PUNCTUATION) | frozenset(UNICODE_TERMINAL)
+
+
+def _symbols(counts: dict[str, int]) -> list[str]:
+    """The distinct tokens made only of SYMBOL_CHARS (tokens of letters or digits, most, skip the test)."""
+    return [token for token in filterfalse(str.isalnum, counts) if SYMBOL_CHARS.issuperset(token)]
 # Sentence ends, counted by findall. Each starts only at the first mark of a run (the lookbehinds): a match
 # attempted inside a run of 100,000 dots would rescan the rest of the run from every position (quadratic).
 # Each pattern opens with a plain character class (the run's first mark; the lookbehind after it looks at the
@@ -146,7 +156,7 @@ class GopherQualityFilter(RuleFilter):
         words = doc.tokens(self.multilingual)
         counts = doc.token_counts(self.multilingual)
         n_words = len(words)
-        symbols = counts.keys() & PUNCTUATION  # (a dict view & a set: looks up the smaller one's items)
+        symbols = _symbols(counts)
         n = n_words - sum(counts[p] for p in symbols)
         yield Rule("words", n, s.min_doc_words or None, ">=", "gopher_short_doc", "{} words < {}", (n, s.min_doc_words))
         yield Rule("words", n, s.max_doc_words or None, "<=", "gopher_long_doc", "{} words > {}", (n, s.max_doc_words))
