@@ -35,7 +35,7 @@ from sluice.clean.steps import Document, Drop, Step
 from sluice.clean.steps.codeshare import is_code_line
 from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
 from sluice.minhash import PUNCTUATION as MINHASH_PUNCTUATION
-from sluice.words import HAS_LETTER, PUNCTUATION, STOP_WORDS
+from sluice.words import PUNCTUATION, STOP_WORDS
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")
 OTHER_TERMINAL = ("。", "！", "？", "．", "」", "』", "”", "’", "»", "؟", "۔", "।", "॥", "።", "჻")
@@ -205,13 +205,14 @@ class GopherQualityFilter(RuleFilter):
 
 def _alpha_share(text: str, counts: dict[str, int], n_tokens: int, words: str) -> float:
     """Share of words with a letter: over whitespace-separated words (the Gopher paper) or over the tokens
-    (datatrove; `counts` holds them). Words made only of letters (most; str.isalpha at C speed) skip the regex."""
+    (datatrove; `counts` holds them). A letter is what str.isalpha says, as datatrove tests it (not `²`, `½`
+    or `①`, which sluice.words.HAS_LETTER takes); words made only of letters (most) skip the test."""
     if words == "whitespace":
         split = text.split()
         if not split:
             return 0.0
-        return 1.0 - sum(1 for word in filterfalse(str.isalpha, split) if HAS_LETTER(word) is None) / len(split)
-    no_letter = sum(counts[token] for token in filterfalse(str.isalpha, counts) if HAS_LETTER(token) is None)
+        return 1.0 - sum(1 for word in filterfalse(str.isalpha, split) if not any(map(str.isalpha, word))) / len(split)
+    no_letter = sum(counts[token] for token in filterfalse(str.isalpha, counts) if not any(map(str.isalpha, token)))
     return (n_tokens - no_letter) / n_tokens
 
 
