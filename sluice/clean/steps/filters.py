@@ -72,6 +72,8 @@ SYMBOL_CHARS = frozenset(MINHASH_PUNCTUATION) | frozenset(UNICODE_TERMINAL)
 def _symbols(counts: dict[str, int]) -> list[str]:
     """The distinct tokens made only of SYMBOL_CHARS (tokens of letters or digits, most, skip the test)."""
     return [token for token in filterfalse(str.isalnum, counts) if SYMBOL_CHARS.issuperset(token)]
+
+
 # Sentence ends, counted by findall. Each starts only at the first mark of a run (the lookbehinds): a match
 # attempted inside a run of 100,000 dots would rescan the rest of the run from every position (quadratic).
 # Each pattern opens with a plain character class (the run's first mark; the lookbehind after it looks at the

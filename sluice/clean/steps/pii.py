@@ -38,15 +38,16 @@ from sluice.config import PIISettings
 
 PLACEHOLDERS = {"email": "<EMAIL>", "ip_address": "<IP_ADDRESS>", "phone": "<PHONE>"}
 
-# The local part: a word character (`_` too) and up to 63 of `A-Za-z0-9._%+-`, not inside a longer word
-# (it may follow a lone `.`: `.email@example.com` keeps its dot; not one inside a run of local-part
-# characters, where the match starts earlier: `b.b.b.` is then scanned once, not from every `b`), or a quoted local part (`"john smith"@...`,
-# RFC 5322, at most 64 characters) at the start of a word (`class="a"@media.screen` is no address). The domain: dotted labels with a top-level label of 2-24 letters, a dotted
-# quad of numbers (`email@123.123.123.123`; datatrove's tests redact `email@111.222.333.44444` too) or an
-# address literal (`email@[123.123.123.123]`); at a non-public IPv4 address it is a port at a host
-# (`inet:10002@127.0.0.1`), not an e-mail (_email_ok). At most 126 labels before the top-level domain (a DNS name
-# is at most 253 characters): an unbounded `(…\.)+` keeps one backtracking frame per label, so a megabyte of
-# "b.b.b." cost ~10x more, outside the CPU caches.
+# The local part: a word character (`_` too) and up to 63 of `A-Za-z0-9._%+-`, not inside a longer word; it
+# may follow a lone `.` (`.email@example.com` keeps its dot), not one inside a run of local-part characters,
+# where the match starts earlier (so `b.b.b.` is scanned once, not from every `b`). Or a quoted local part
+# (`"john smith"@...`, RFC 5322, at most 64 characters) at the start of a word (`class="a"@media.screen` is
+# no address). The domain: dotted labels with a top-level label of 2-24 letters, a dotted quad of numbers
+# (`email@123.123.123.123`; datatrove's tests redact `email@111.222.333.44444` too) or an address literal
+# (`email@[123.123.123.123]`); at a non-public IPv4 address it is a port at a host (`inet:10002@127.0.0.1`),
+# not an e-mail (_email_ok). At most 126 labels before the top-level domain (a DNS name is at most 253
+# characters): an unbounded `(…\.)+` keeps one backtracking frame per label, so a megabyte of "b.b.b." cost
+# ~10x more, outside the CPU caches.
 _LOCAL = r'(?:(?<![\w+-])(?<![\w.%+-]\.)[A-Za-z0-9_][A-Za-z0-9._%+-]{0,63}|(?<![^\s<(\[,;:])"(?:[^"\\\n]|\\[^\n]){1,64}")'
 _DOMAIN = (
     r"(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,126}[A-Za-z]{2,24}"
