@@ -99,6 +99,10 @@ class GopherQualitySettings(_Model):
     # The stop words counted by min_stop_words; null = sluice.words.STOP_WORDS for the document's language
     # (Gopher's list for English). Usually set per language: cleaning.languages.<code>.gopher_quality.stop_words.
     stop_words: tuple[str, ...] | None = None
+    # How min_stop_words counts: every occurrence (as datatrove did when FineWeb was built, before its
+    # 2025 fix #329, v0.5: "the the" is two) or distinct listed words (datatrove >= 0.5 and the Gopher paper,
+    # "at least two of the following words"; preset datatrove).
+    stop_word_count: Literal["occurrences", "distinct"] = "occurrences"
 
 
 class GopherRepetitionSettings(_Model):
@@ -140,6 +144,11 @@ class FineWebQualitySettings(_Model):
     """FineWeb's own rules; defaults are datatrove's FineWebQualityFilter defaults."""
 
     enabled: bool = True
+    # The rule's version (sluice.clean.steps.filters.FineWebQualityFilter): fineweb, the one the FineWeb
+    # dataset was built with (datatrove < 0.4: blank lines count in the line ratios, a ratio at its threshold
+    # drops, a line ending in a quote is punctuated), or datatrove, datatrove 0.10's (blank lines left out, a
+    # ratio at its threshold keeps, Unicode's sentence terminators only; preset datatrove).
+    variant: Literal["fineweb", "datatrove"] = "fineweb"
     line_punct_thr: float = 0.12
     line_punct_exclude_zero: bool = False
     short_line_thr: float = 0.67
@@ -301,8 +310,14 @@ class QualityModelSettings(_Model):
 # Gopher alpha rule over tokens), which the like-for-like benchmarks use. Steps datatrove has no counterpart
 # of (PII, toxicity, code share) stay as configured.
 PRESETS: dict[str, dict[str, Any]] = {
-    "sluice": {"word_splitting": "multilingual", "gopher_quality": {"alpha_words": "whitespace"}, "c4": {"curly_bracket_code_lines": "remove_line"}},
-    "datatrove": {"word_splitting": "english", "gopher_quality": {"alpha_words": "tokens"}, "c4": {"curly_bracket_code_lines": "drop_document"}},
+    "sluice": {
+        "word_splitting": "multilingual", "gopher_quality": {"alpha_words": "whitespace", "stop_word_count": "occurrences"},
+        "c4": {"curly_bracket_code_lines": "remove_line"}, "fineweb_quality": {"variant": "fineweb"},
+    },
+    "datatrove": {
+        "word_splitting": "english", "gopher_quality": {"alpha_words": "tokens", "stop_word_count": "distinct"},
+        "c4": {"curly_bracket_code_lines": "drop_document"}, "fineweb_quality": {"variant": "datatrove"},
+    },
 }
 
 

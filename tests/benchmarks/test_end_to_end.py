@@ -73,9 +73,10 @@ def test_the_same_steps_config_turns_off_what_datatroves_pipeline_lacks_and_noth
     restored = {"second_opinion": "trafilatura", "skip_elements": default.cleaning.extraction.skip_elements}
     assert off.extraction.model_copy(update=restored) == default.cleaning.extraction
     # the filters' thresholds, the language threshold and the rest of the graph are untouched
-    assert off.gopher_quality.model_copy(update={"alpha_words": "whitespace"}) == default.cleaning.gopher_quality
+    assert off.gopher_quality.model_copy(update={"alpha_words": "whitespace", "stop_word_count": "occurrences"}) == default.cleaning.gopher_quality
     assert off.c4.model_copy(update={"curly_bracket_code_lines": "remove_line"}) == default.cleaning.c4
-    for name in ("gopher_repetition", "fineweb_quality", "min_language_score", "max_chars"):
+    assert off.fineweb_quality.model_copy(update={"variant": "fineweb"}) == default.cleaning.fineweb_quality
+    for name in ("gopher_repetition", "min_language_score", "max_chars"):
         assert getattr(off, name) == getattr(default.cleaning, name), name
     assert same.mixes == default.mixes and same.tokenizer == default.tokenizer
     assert same.dedup.model_copy(update={"verify_min_jaccard": 0.8}) == default.dedup.model_copy(update={"verify_min_jaccard": 0.8})

@@ -34,10 +34,46 @@ import numpy as np
 from sluice.clean.steps import Document, Drop, Step
 from sluice.clean.steps.codeshare import is_code_line
 from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
-from sluice.words import HAS_LETTER, PUNCTUATION, STOP_WORDS
+from sluice.minhash import PUNCTUATION as MINHASH_PUNCTUATION
+from sluice.words import PUNCTUATION, STOP_WORDS
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")
 OTHER_TERMINAL = ("。", "！", "？", "．", "」", "』", "”", "’", "»", "؟", "۔", "।", "॥", "።", "჻")
+# The characters of Unicode 15.0's Sentence_Terminal property (the Unicode Character Database's PropList.txt)
+# and the Khmer signs U+17D6, U+17D9, U+17DA: what datatrove 0.10's FineWeb rule takes as the end of a
+# punctuated line (159 characters; no quotes). As code-point ranges, first-last.
+_UNICODE_TERMINAL_RANGES = (
+    "0021 002E 003F 0589 061D-061F 06D4 0700-0702 07F9 0837 0839 083D-083E 0964-0965 104A-104B 1362 1367-1368 "
+    "166E 1735-1736 17D4-17D6 17D9-17DA 1803 1809 1944-1945 1AA8-1AAB 1B5A-1B5B 1B5E-1B5F 1B7D-1B7E 1C3B-1C3C "
+    "1C7E-1C7F 203C-203D 2047-2049 2E2E 2E3C 2E53-2E54 3002 A4FF A60E-A60F A6F3 A6F7 A876-A877 A8CE-A8CF A92F "
+    "A9C8-A9C9 AA5D-AA5F AAF0-AAF1 ABEB FE52 FE56-FE57 FF01 FF0E FF1F FF61 10A56-10A57 10F55-10F59 10F86-10F89 "
+    "11047-11048 110BE-110C1 11141-11143 111C5-111C6 111CD 111DE-111DF 11238-11239 1123B-1123C 112A9 "
+    "1144B-1144C 115C2-115C3 115C9-115D7 11641-11642 1173C-1173E 11944 11946 11A42-11A43 11A9B-11A9C "
+    "11C41-11C42 11EF7-11EF8 11F43-11F44 16A6E-16A6F 16AF5 16B37-16B38 16B44 16E98 1BC9F 1DA88"
+)
+
+
+def _code_point_ranges(ranges: str) -> tuple[str, ...]:
+    """The characters of space-separated hexadecimal code points and `first-last` ranges."""
+    chars: list[str] = []
+    for item in ranges.split():
+        first, _, last = item.partition("-")
+        chars += map(chr, range(int(first, 16), int(last or first, 16) + 1))
+    return tuple(chars)
+
+
+UNICODE_TERMINAL = _code_point_ranges(_UNICODE_TERMINAL_RANGES)
+# A token made only of these is a symbol, not a word, for Gopher's word count and mean word length (`--`,
+# `):`, `....` as well as `,`): datatrove's punctuation characters and the sentence terminators above, as
+# datatrove 0.10 defines it (datatrove 0.2, FineWeb's, without the terminators).
+SYMBOL_CHARS = frozenset(MINHASH_PUNCTUATION) | frozenset(UNICODE_TERMINAL)
+
+
+def _symbols(counts: dict[str, int]) -> list[str]:
+    """The distinct tokens made only of SYMBOL_CHARS (tokens of letters or digits, most, skip the test)."""
+    return [token for token in filterfalse(str.isalnum, counts) if SYMBOL_CHARS.issuperset(token)]
+
+
 # Sentence ends, counted by findall. Each starts only at the first mark of a run (the lookbehinds): a match
 # attempted inside a run of 100,000 dots would rescan the rest of the run from every position (quadratic).
 # Each pattern opens with a plain character class (the run's first mark; the lookbehind after it looks at the
@@ -122,7 +158,7 @@ class GopherQualityFilter(RuleFilter):
         words = doc.tokens(self.multilingual)
         counts = doc.token_counts(self.multilingual)
         n_words = len(words)
-        symbols = counts.keys() & PUNCTUATION  # (a dict view & a set: looks up the smaller one's items)
+        symbols = _symbols(counts)
         n = n_words - sum(counts[p] for p in symbols)
         yield Rule("words", n, s.min_doc_words or None, ">=", "gopher_short_doc", "{} words < {}", (n, s.min_doc_words))
         yield Rule("words", n, s.max_doc_words or None, "<=", "gopher_long_doc", "{} words > {}", (n, s.max_doc_words))
@@ -164,19 +200,21 @@ class GopherQualityFilter(RuleFilter):
             stop_words = STOP_WORDS["en"] if not self.multilingual else STOP_WORDS.get(doc.language)
             spaceless = self.multilingual and doc.mostly_spaceless()
         if stop_words is not None and not spaceless:
-            found = sum(counts[w] for w in counts.keys() & stop_words)
+            listed = counts.keys() & stop_words
+            found = len(listed) if self.s.stop_word_count == "distinct" else sum(counts[w] for w in listed)
             yield Rule("stop_words", found, self.s.min_stop_words, ">=", "gopher_enough_stop_words", "{} stop words < {}", (found, self.s.min_stop_words))
 
 
 def _alpha_share(text: str, counts: dict[str, int], n_tokens: int, words: str) -> float:
     """Share of words with a letter: over whitespace-separated words (the Gopher paper) or over the tokens
-    (datatrove; `counts` holds them). Words made only of letters (most; str.isalpha at C speed) skip the regex."""
+    (datatrove; `counts` holds them). A letter is what str.isalpha says, as datatrove tests it (not `²`, `½`
+    or `①`, which sluice.words.HAS_LETTER takes); words made only of letters (most) skip the test."""
     if words == "whitespace":
         split = text.split()
         if not split:
             return 0.0
-        return 1.0 - sum(1 for word in filterfalse(str.isalpha, split) if HAS_LETTER(word) is None) / len(split)
-    no_letter = sum(counts[token] for token in filterfalse(str.isalpha, counts) if HAS_LETTER(token) is None)
+        return 1.0 - sum(1 for word in filterfalse(str.isalpha, split) if not any(map(str.isalpha, word))) / len(split)
+    no_letter = sum(counts[token] for token in filterfalse(str.isalpha, counts) if not any(map(str.isalpha, token)))
     return (n_tokens - no_letter) / n_tokens
 
 
@@ -419,28 +457,53 @@ class C4QualityFilter(RuleFilter):
 
 
 class FineWebQualityFilter(RuleFilter):
+    """FineWeb's line rules, in one of two versions (`variant`): `fineweb`, the rule the FineWeb dataset was
+    built with (datatrove before 0.4): every line, blank ones included, counts in the line ratios, a ratio
+    equal to its threshold drops, and a line ending in a quote counts as punctuated; `datatrove`, datatrove
+    0.10's: blank lines are left out, a ratio equal to its threshold keeps, and the terminal marks are
+    Unicode's sentence terminators. Both drop a text without a non-blank line as `empty`."""
+
     name = "fineweb_quality"
 
     def __init__(self, settings: FineWebQualitySettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or FineWebQualitySettings()
         self.multilingual = multilingual
-        self.stop_chars = (".", "'", '"', "!", "?") + (OTHER_TERMINAL if multilingual else ())
+        self.datatrove = self.s.variant == "datatrove"
+        if self.datatrove:
+            self.stop_chars = UNICODE_TERMINAL
+        else:
+            self.stop_chars = (".", "'", '"', "!", "?") + (OTHER_TERMINAL if multilingual else ())
 
     def rules(self, doc: Document) -> Iterator[Rule]:
         s = self.s
         text = doc.text or ""
         lines = text.split("\n")
-        punct = _count(str.endswith, lines, self.stop_chars) / len(lines)
+        non_blank = list(filter(str.strip, lines))
+        yield Rule("non_blank_lines", len(non_blank), 1, ">=", "empty", "no line with text", traced=False)
+        if not non_blank:
+            return
+        counted = non_blank if self.datatrove else lines
+        at_threshold_keeps = "=" if self.datatrove else ""
+        punct = _count(str.endswith, counted, self.stop_chars) / len(counted)
         excluded = punct == 0 and s.line_punct_exclude_zero
-        yield Rule("line_punct_ratio", punct, None if excluded else s.line_punct_thr, ">", "line_punct_ratio", "{:.2f} of lines end in punctuation", (punct,))
+        yield Rule(
+            "line_punct_ratio", punct, None if excluded else s.line_punct_thr, ">" + at_threshold_keeps, "line_punct_ratio",
+            "{:.2f} of lines end in punctuation", (punct,),
+        )
         short = s.short_line_length
         if self.multilingual and doc.mostly_spaceless():
             short = max(1, short // 3)
-        short_share = sum(map(short.__ge__, map(len, lines))) / len(lines)  # lines of at most `short` characters
-        yield Rule("short_line_ratio", short_share, s.short_line_thr, "<", "short_line_ratio", "{:.2f} of lines are <= {} characters", (short_share, short))
+        short_share = sum(map(short.__ge__, map(len, counted))) / len(counted)  # lines of at most `short` characters
+        yield Rule(
+            "short_line_ratio", short_share, s.short_line_thr, "<" + at_threshold_keeps, "short_line_ratio",
+            "{:.2f} of lines are <= {} characters", (short_share, short),
+        )
         chars = len(text) - text.count("\n")
-        dup_share = _duplicates(list(filter(str.strip, lines)))[1] / chars if chars else 0.0
-        yield Rule("char_dup_ratio", dup_share, s.char_duplicates_ratio, "<", "char_dup_ratio", "{:.3f} of characters in repeated lines", (dup_share,))
+        dup_share = _duplicates(non_blank)[1] / chars
+        yield Rule(
+            "char_dup_ratio", dup_share, s.char_duplicates_ratio, "<" + at_threshold_keeps, "char_dup_ratio",
+            "{:.3f} of characters in repeated lines", (dup_share,),
+        )
         n_words = len(doc.tokens(self.multilingual))
         newlines = text.count("\n") / n_words if n_words else float("inf")
         yield Rule("newlines_per_word", newlines, s.new_line_ratio, "<=", "list_ratio", "{:.2f} newlines per word", (newlines,))

@@ -4,9 +4,11 @@ Placeholders: `<EMAIL>`, `<IP_ADDRESS>`, `<PHONE>`; none of them matches a patte
 idempotent and `find_pii` on a redacted text finds nothing (what the blocking asset check verifies).
 
 What counts (precision over recall: redacting a version number or a date would damage text):
-- e-mail: `local@domain.tld` with a dotted domain and a 2+ letter top-level label;
-- IPv4: four dot-separated numbers 0-255, not part of a longer dotted number (`1.2.3.4.5` is not one)
-  and not right after a numbering word (`Section 11.2.3.4`, `version 1.2.3.4`);
+- e-mail: `local@domain.tld` with a dotted domain and a 2+ letter top-level label, a dotted quad of numbers
+  or an `[a.b.c.d]` literal; a local part may start with `_`, follow a `.` or be quoted (`"j s"@example.com`):
+  every address datatrove's PII tests redact (tests/data/datatrove/pii_cases.json);
+- IPv4: four dot-separated numbers 0-255, not part of a longer dotted number (`1.2.3.4.5` is not one, a
+  lone dot before it is: `.3.3.3.0`) and not right after a numbering word (`Section 11.2.3.4`, `version 1.2.3.4`);
 - IPv6: full or `::`-compressed groups of hex digits with at least two colons, including an embedded IPv4
   tail; a bare `::` or a `12:30:45` time is not one;
 - IPv6 (continued): eight full groups, or a `::` form starting with `::` or holding 4+ hex digits;
@@ -36,13 +38,26 @@ from sluice.config import PIISettings
 
 PLACEHOLDERS = {"email": "<EMAIL>", "ip_address": "<IP_ADDRESS>", "phone": "<PHONE>"}
 
-# At most 126 labels before the top-level domain (a DNS name is at most 253 characters): an unbounded `(…\.)+`
-# keeps one backtracking frame per label, so a megabyte of "b.b.b." cost ~10x more, outside the CPU caches.
-EMAIL = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,126}[A-Za-z]{2,24}(?![\w-])"
+# The local part: a word character (`_` too) and up to 63 of `A-Za-z0-9._%+-`, not inside a longer word; it
+# may follow a lone `.` (`.email@example.com` keeps its dot), not one inside a run of local-part characters,
+# where the match starts earlier (so `b.b.b.` is scanned once, not from every `b`). Or a quoted local part
+# (`"john smith"@...`, RFC 5322, at most 64 characters) at the start of a word (`class="a"@media.screen` is
+# no address). The domain: dotted labels with a top-level label of 2-24 letters, a dotted quad of numbers
+# (`email@123.123.123.123`; datatrove's tests redact `email@111.222.333.44444` too) or an address literal
+# (`email@[123.123.123.123]`); at a non-public IPv4 address it is a port at a host (`inet:10002@127.0.0.1`),
+# not an e-mail (_email_ok). At most 126 labels before the top-level domain (a DNS name is at most 253
+# characters): an unbounded `(…\.)+` keeps one backtracking frame per label, so a megabyte of "b.b.b." cost
+# ~10x more, outside the CPU caches.
+_LOCAL = r'(?:(?<![\w+-])(?<![\w.%+-]\.)[A-Za-z0-9_][A-Za-z0-9._%+-]{0,63}|(?<![^\s<(\[,;:])"(?:[^"\\\n]|\\[^\n]){1,64}")'
+_DOMAIN = (
+    r"(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.){1,126}[A-Za-z]{2,24}"
+    r"|\d{1,5}(?:\.\d{1,5}){3}"
+    r"|\[\d{1,3}(?:\.\d{1,3}){3}\])"
 )
+EMAIL = re.compile(rf"{_LOCAL}@{_DOMAIN}(?![\w-])")
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)")
+# Not inside a word or a longer dotted number (`1.2.3.4.5`), but after a lone dot (`.3.3.3.0`, `x.8.8.8.8`).
+IPV4 = re.compile(rf"(?<!\w)(?<!\d\.){_OCTET}(?:\.{_OCTET}){{3}}(?![\w]|\.\d)")
 _H = r"[0-9A-Fa-f]{1,4}"
 _IPV6_BODY = (
     rf"(?:{_H}:){{7}}{_H}"
@@ -79,6 +94,18 @@ def _is_phone(candidate: str) -> bool:
     # (2026-01-15), ISBNs (978-3-16-148410-0), dotted versions and digit-grouped numbers alone.
     groups = re.findall(r"\d+", candidate)
     return sum(len(group) >= 3 for group in groups) >= 2 and all(len(group) >= 2 for group in groups)
+
+
+def _email_ok(candidate: str) -> bool:
+    """Whether an e-mail match is one: one at a numeric domain that is a non-public IPv4 address
+    (`inet:10002@127.0.0.1`, a milter's socket) is a port at a host, left to the IP rules."""
+    domain = candidate.rpartition("@")[2].strip("[]")
+    if not domain[-1].isdigit():
+        return True
+    try:
+        return is_public_ip(domain)
+    except ValueError:
+        return True  # not an address at all (email@111.222.333.44444): an e-mail's shape, redacted
 
 
 def _ipv6_ok(candidate: str) -> bool:
@@ -183,8 +210,14 @@ def redact(text: str, settings: PIISettings | None = None) -> tuple[str, Counter
     settings = settings or PIISettings()
     counts: Counter[str] = Counter()
     if settings.email and "@" in text:
-        text, n = EMAIL.subn(PLACEHOLDERS["email"], text)
-        counts["email"] += n
+
+        def email(match: re.Match[str]) -> str:
+            if not _email_ok(match.group()):
+                return match.group()
+            counts["email"] += 1
+            return PLACEHOLDERS["email"]
+
+        text = EMAIL.sub(email, text)
     which = settings.ip
     if which != "none":
         if ":" in text:

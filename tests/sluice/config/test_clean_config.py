@@ -30,9 +30,13 @@ def test_preset_datatrove_sets_datatroves_rule_definitions_under_explicit_keys(t
     assert (datatrove.word_splitting, datatrove.gopher_quality.alpha_words) == ("english", "tokens")
     assert (sluice.c4.curly_bracket_code_lines, datatrove.c4.curly_bracket_code_lines) == ("remove_line", "drop_document")
     # Only the rule definitions change; thresholds and the other steps stay as they are.
-    rules = {"preset", "word_splitting", "gopher_quality", "c4"}
+    assert (sluice.fineweb_quality.variant, datatrove.fineweb_quality.variant) == ("fineweb", "datatrove")
+    assert (sluice.gopher_quality.stop_word_count, datatrove.gopher_quality.stop_word_count) == ("occurrences", "distinct")
+    rules = {"preset", "word_splitting", "gopher_quality", "c4", "fineweb_quality"}
     assert datatrove.model_dump(exclude=rules) == sluice.model_dump(exclude=rules)
     assert datatrove.c4.model_copy(update={"curly_bracket_code_lines": "remove_line"}) == sluice.c4
+    assert datatrove.fineweb_quality.model_copy(update={"variant": "fineweb"}) == sluice.fineweb_quality
+    assert datatrove.gopher_quality.model_copy(update={"alpha_words": "whitespace", "stop_word_count": "occurrences"}) == sluice.gopher_quality
     # Keys a config gives explicitly win over the preset, also inside a section.
     config = load(tmp_path, {"preset": "datatrove", "word_splitting": "multilingual", "gopher_quality": {"min_doc_words": 20}})
     s = config.cleaning

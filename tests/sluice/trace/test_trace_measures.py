@@ -83,6 +83,11 @@ STEPS = {
     "gopher_repetition": (GopherRepetitionSettings, GopherRepetitionFilter, _gopher_repetition),
     "c4": (C4Settings, C4QualityFilter, _c4),
     "fineweb_quality": (FineWebQualitySettings, FineWebQualityFilter, _fineweb),
+    # preset datatrove's rule definitions, through the same tables
+    "fineweb_quality/datatrove": (lambda: FineWebQualitySettings(variant="datatrove"), FineWebQualityFilter, _fineweb),
+    "gopher_quality/datatrove": (
+        lambda: GopherQualitySettings(stop_word_count="distinct", alpha_words="tokens"), GopherQualityFilter, _gopher_quality,
+    ),
 }
 
 
@@ -93,7 +98,7 @@ def test_a_step_keeps_exactly_when_all_its_measures_keep(pages, step):
     outcomes = {True: 0, False: 0}
     for round_number in range(6):
         settings_model = settings_type() if round_number == 0 else perturbed(settings_type(), rng)
-        cleaning = CleaningSettings.model_validate({step: settings_model.model_dump()})
+        cleaning = CleaningSettings.model_validate({step.split("/")[0]: settings_model.model_dump()})
         for doc in pages:
             kept = filter_type(settings_model, True).apply(fresh(doc)) is None
             measures = Measures(0.1)

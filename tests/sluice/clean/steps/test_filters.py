@@ -267,5 +267,29 @@ def test_fineweb_terminal_marks_and_short_lines_of_spaceless_scripts():
     # Lines of 11-18 characters are sentences, not short lines (the limit is 30 // 3 characters there).
     assert reason(FineWebQualityFilter(), chinese, "zh") is None
     assert reason(FineWebQualityFilter(), "\n".join(["我们在这里。", "每天散步。", "河水很清。"]), "zh") == "short_line_ratio"
-    # datatrove's behaviour: `。` is not terminal punctuation.
+    # English splitting with FineWeb's own rule (datatrove < 0.4): `。` is not terminal punctuation ...
     assert reason(FineWebQualityFilter(multilingual=False), chinese, "zh") == "line_punct_ratio"
+    # ... datatrove 0.10's rule takes Unicode's sentence terminators, `。` among them: past the punctuation
+    # rule, its next one drops the lines as short (30 characters, not scaled for the script with english splitting).
+    assert reason(FineWebQualityFilter(FineWebQualitySettings(variant="datatrove"), multilingual=False), chinese, "zh") == "short_line_ratio"
+
+
+def test_datatroves_terminal_marks_are_unicode_sentence_terminators_without_quotes():
+    import unicodedata
+
+    from sluice.clean.steps.filters import UNICODE_TERMINAL
+
+    assert len(UNICODE_TERMINAL) == len(set(UNICODE_TERMINAL)) == 159
+    assert {".", "!", "?", "。", "؟", "।", "።", "‼"} <= set(UNICODE_TERMINAL)
+    assert not {'"', "'", "”", "’", "»", "」", ","} & set(UNICODE_TERMINAL)
+    # Sentence terminators are punctuation (Po) in the Unicode database, the Khmer signs U+17D9/17DA too.
+    assert {unicodedata.category(ch) for ch in UNICODE_TERMINAL if unicodedata.name(ch, "")} == {"Po"}
+
+
+def test_gopher_stop_words_count_occurrences_or_distinct_words_by_setting():
+    only_the = " ".join(["the river runs past the mill"] * 10) + "."
+    assert reason(GopherQualityFilter(), only_the) is None  # "the" 20 times: 20 occurrences
+    drop = GopherQualityFilter(GopherQualitySettings(stop_word_count="distinct")).apply(Document.from_text(only_the, language="en"))
+    assert drop.reason == "gopher_enough_stop_words" and drop.detail == "1 stop words < 2"
+    assert CleaningSettings(preset="datatrove").gopher_quality.stop_word_count == "distinct"
+    assert CleaningSettings().gopher_quality.stop_word_count == "occurrences"
