@@ -140,8 +140,25 @@ def print_partitions(report: dict[str, Any], out: Callable[[str], None] = print)
         languages.update({key.split("/", 1)[1]: value for key, value in cleaned.items() if key.startswith("language/") and value})
     kept = ", ".join(f"{language} {count}" for language, count in sorted(languages.items(), key=lambda item: (-item[1], item[0])))
     reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(all_drops.items(), key=lambda item: (-item[1], item[0])) if count)
+    _print_unread_files(report, out)
     out(f"  cleaning drops by reason: {reasons or '-'}")
     out(f"  cleaning kept by language: {kept or '-'}; PII redactions: {pii}")
+
+
+def _print_unread_files(report: dict[str, Any], out: Callable[[str], None]) -> None:
+    """The crawl files not read because their name matches no known suffix (raw_documents' `unrecognized_files`)."""
+    names: list[str] = []
+    count = 0
+    for meta in report["partitions"].values():
+        raw = meta.get("raw_documents", {})
+        count += raw.get("unrecognized_files", 0)
+        names.extend(raw.get("unrecognized_file_names") or [])
+    recovered = sum(meta.get("raw_documents", {}).get("recovered_records", 0) for meta in report["partitions"].values())
+    if count:
+        shown = ", ".join(names[:10]) + (f" and {count - 10} more" if count > 10 else "")
+        out(f"  files not read (no known suffix for their source's format): {count}: {shown}")
+    if recovered:
+        out(f"  records recovered from gzip members cut in their trailer: {recovered}")
 
 
 def print_products(report: dict[str, Any], out: Callable[[str], None] = print) -> None:
