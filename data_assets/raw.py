@@ -108,7 +108,7 @@ def ingest_partition(
         **counts.metadata(),
         "compute": executor.describe(),
     }
-    return PartitionResult(metadata=metadata, checks=[_quarantine_check(config, results)])
+    return PartitionResult(metadata=metadata, checks=[_quarantine_check(config, results, unrecognized)])
 
 
 def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig) -> tuple[list[RecordedTask], list[str]]:
@@ -175,7 +175,7 @@ def _write_manifest(
     )
 
 
-def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]]) -> AssetCheckResult:
+def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]], unrecognized: list[str]) -> AssetCheckResult:
     """The share of input files that could not be read at all stays under checks.max_quarantined_file_share."""
     quarantined = _quarantined_files(results)
     file_share = len(quarantined) / len(results) if results else 0.0
@@ -184,7 +184,14 @@ def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]]) -> As
         check_name=QUARANTINE_CHECK,
         passed=file_share <= bound,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"quarantined_file_share": file_share, "bound": bound, "quarantined_files": MetadataValue.json(quarantined)},
+        metadata={
+            "quarantined_file_share": file_share, "bound": bound, "quarantined_files": MetadataValue.json(quarantined),
+            # what the partition read, for the command's summary when this check fails it (no materialization then)
+            "documents_out": sum(result["records"] for result in results),
+            "quarantined_records": sum(sum(result["quarantine_reasons"].values()) for result in results),
+            "input_files": len(results),
+            **_unrecognized_metadata(unrecognized),
+        },
         description=f"{len(quarantined)} of {len(results)} files unreadable (bound {bound:.0%})",
     )
 

@@ -254,6 +254,26 @@ def test_quarantined_file_share_check_blocks_when_too_many_files_are_unreadable(
     assert result.success is passes
     assert materialized == ({"raw_documents", "cleaned_documents"} if passes else set())
 
+    # The command's summary shows the partition's real counts either way, and why it failed.
+    from data_assets import summary
+    from sluice.config import load_config
+    from sluice.layout import PartitionRef
+
+    lines: list[str] = []
+    summary.print_partitions(summary.collect(dagster_instance, load_config(config), [PartitionRef("web", SNAPSHOT)]), out=lines.append)
+    documents = len(response_urls(WARC_FILES[0].read_bytes()))
+    total = next(line for line in lines if line.startswith("  total: "))
+    assert total.startswith(f"  total: raw {documents}, quarantined {empty_files}, ")
+    failure = [line for line in lines if line.startswith("  failed partition ")]
+    if passes:
+        assert failure == []
+    else:
+        assert failure == [
+            f"  failed partition web/{SNAPSHOT}: raw_documents blocking check quarantined_file_share_below_bound failed: "
+            f"{empty_files} of {empty_files + 1} files unreadable (bound {bound:.0%})"
+        ]
+        assert any(line.startswith(f"  web/{SNAPSHOT} (failed)  {documents}") for line in lines)
+
 
 def test_arc_files_are_read_and_files_of_no_known_suffix_are_listed(make_config, dagster_instance, tmp_path):
     """A folder as old crawls leave it: ARC files (plain, gzip), a WARC copy cut in its last gzip trailer, and
