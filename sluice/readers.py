@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
-from sluice.inflate import CorruptEncoding, ExpansionGuard, TooLarge, ZstdReader, decode_http_body
+from sluice.inflate import CorruptEncoding, ExpansionGuard, TooLarge, ZstdReader, dechunk, decode_http_body
 from sluice.parquet_pages import RowGroupSpan
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
@@ -350,6 +350,53 @@ def iter_zstd_frames(read: Callable[[int], bytes], max_member_bytes: int) -> Ite
         yield offset, payload or None, failure[0], failure[1]
 
 
+
+def _record_length(data: bytes) -> int | None:
+    """How many bytes the WARC record that `data` starts with takes (headers and Content-Length bytes), or
+    None while its headers are not all there. Bytes that do not start as a WARC record with a Content-Length
+    give 0 (taken as they are: the WARC parser then says what is wrong)."""
+    if not data.startswith(b"WARC/"):
+        return 0
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    for line in data[:end].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return end + 4 + int(value.strip()) if value.strip().isdigit() else 0
+    return 0
+
+
+def zstd_records(frames: Iterator[tuple[int, bytes | None, str, str]], max_record_bytes: int) -> Iterator[tuple[int, bytes | None, str, str]]:
+    """Frames joined into records: the IIPC spec lets one record span several frames (never one frame hold
+    two records), so frames are joined until they hold the record's length, at most `max_record_bytes`.
+    Damage inside a record quarantines what was joined of it. Empty frames (allowed) add nothing."""
+    start, joined, needed = 0, bytearray(), None
+    for offset, data, reason, detail in frames:
+        if reason:
+            if joined:
+                yield start, bytes(joined[:MAX_QUARANTINED_PAYLOAD]), reason, f"{detail} (in a record that began at byte {start})"
+                joined, needed = bytearray(), None
+            else:
+                yield offset, data, reason, detail
+            continue
+        if not data:
+            continue
+        if not joined:
+            start = offset
+        joined += data
+        if needed is None:  # headers longer than CHUNK: left to the WARC parser
+            needed = _record_length(bytes(joined[:CHUNK])) if len(joined) <= CHUNK else 0
+        if len(joined) > max_record_bytes:
+            yield start, bytes(joined[:MAX_QUARANTINED_PAYLOAD]), "record_too_large", f"a record decompresses to more than {max_record_bytes} bytes"
+            joined, needed = bytearray(), None
+        elif needed is not None and len(joined) >= needed:
+            yield start, bytes(joined), "", ""
+            joined, needed = bytearray(), None
+    if joined:
+        yield start, bytes(joined[:MAX_QUARANTINED_PAYLOAD]), "truncated_zstd", "the file ends inside a record spread over several frames"
+
+
 def _zstd_dictionary(data: bytes, limit: int) -> bytes | tuple[str, str]:
     """The dictionary of a `.warc.zst` file: the skippable frame's content, decompressed when it is a zstd frame."""
     if not data.startswith(ZSTD_MAGIC):
@@ -382,10 +429,10 @@ class _Unreadable:
     detail: str
 
 
-def _http_payload(record: Any, max_record_bytes: int) -> bytes | _Unreadable:
-    """A response record's HTTP payload, de-chunked and decoded (Content-Encoding), at most
-    `max_record_bytes` after decoding: a small compressed body cannot inflate past the limit."""
-    body = record.raw_stream.read(max_record_bytes + 1)
+def _http_payload(record: Any, body: bytes, max_record_bytes: int) -> bytes | _Unreadable:
+    """A response record's HTTP payload (`body`: its bytes after the HTTP headers, as stored), de-chunked and
+    decoded (Content-Encoding), at most `max_record_bytes` after decoding: a small compressed body cannot
+    inflate past the limit."""
     if record.http_headers is None:
         return body
     headers = record.http_headers
@@ -427,6 +474,7 @@ def _warc_records(stream: Any, max_record_bytes: int, arc: bool = False, check_d
     iterator = iterator_type(stream, ensure_http_headers=False, arc2warc=arc, check_digests=check_digests)
     try:
         for record in iterator:
+            body = b""
             declared = record.rec_headers.get_header("Content-Length")
             if declared is None or not declared.strip().isdigit():
                 raise ValueError(f"the record has no valid Content-Length (got {declared!r})")
@@ -436,17 +484,45 @@ def _warc_records(stream: Any, max_record_bytes: int, arc: bool = False, check_d
             if int(declared) > max_record_bytes:
                 payload = _Unreadable("record_too_large", f"a record is longer than {max_record_bytes} bytes")
             elif record.rec_type in ("response", "resource"):
-                payload = _http_payload(record, max_record_bytes)
+                body = record.raw_stream.read(max_record_bytes + 1)
+                payload = _http_payload(record, body, max_record_bytes)
             else:
                 payload = b""
             while record.raw_stream.read(CHUNK):
                 pass
             if getattr(record.raw_stream, "limit", 0) > 0:
                 raise ValueError(f"the record ends {record.raw_stream.limit} bytes before its Content-Length {declared}")
-            problems = [p for p in record.digest_checker.problems if "digest failed" in p] if check_digests else []
+            problems = _digest_problems(record, body) if check_digests else []
             yield _WarcEntry(iterator.get_record_offset(), record, payload, "; ".join(problems))
     except Exception as error:  # warcio raises several types for malformed headers
         raise _BadWarcRecord(iterator.offset, f"{type(error).__name__}: {error}") from error
+
+
+def _digest_problems(record: Any, body: bytes) -> list[str]:
+    """The digests warcio found wrong. warcio (like most writers) digests a chunked payload as stored; the
+    WARC spec (1.1, 6.3.2) and recent writers (wget-lua since 2023, Heritrix's FetchHTTP fix) digest it with
+    the chunking removed: a chunked payload whose digest matches either way passes."""
+    problems = [problem for problem in record.digest_checker.problems if "digest failed" in problem]
+    headers = record.http_headers
+    chunked = headers is not None and (headers.get_header("Transfer-Encoding") or "").strip().lower() == "chunked"
+    payload_failed = any(problem.startswith("payload") for problem in problems)
+    if chunked and payload_failed and _digest_matches(record.rec_headers.get_header("WARC-Payload-Digest") or "", dechunk(body)):
+        problems = [problem for problem in problems if not problem.startswith("payload")]
+    return problems
+
+
+def _digest_matches(declared: str, data: bytes) -> bool:
+    """Whether a WARC digest (`sha1:<base32>`, or hex, or base64, as writers vary) is that of `data`."""
+    import base64
+    import hashlib
+
+    algorithm, _, value = declared.partition(":")
+    try:
+        digest = hashlib.new(algorithm.strip().lower().replace("-", ""), data).digest()
+    except ValueError:
+        return False
+    value = value.strip()
+    return value.upper() == base64.b32encode(digest).decode() or value.lower() == digest.hex() or value == base64.b64encode(digest).decode()
 
 
 def _content_type_and_charset(value: str | None) -> tuple[str, str | None]:
@@ -579,7 +655,7 @@ def read_warc(stream: BinaryIO, options: WarcOptions, counters: dict[str, int]) 
         return stream.read(size)
 
     if head.startswith(ZSTD_MAGIC) or is_skippable_frame(head):
-        yield from _read_members(iter_zstd_frames(read, options.max_record_bytes), options, counters)
+        yield from _read_members(zstd_records(iter_zstd_frames(read, options.max_record_bytes), options.max_record_bytes), options, counters)
         return
     # Gzip unless the file starts like a plain WARC or ARC: junk before the first gzip member (a partial
     # download, a proxy's error text) is quarantined as `not_gzip` and reading resumes at the member.
