@@ -583,6 +583,19 @@ def looks_like_arc(data: bytes) -> bool:
     return len(parts) == 5 and b"://" in parts[0] and parts[4].isdigit() and len(parts[2]) == 14 and parts[2].isdigit()
 
 
+def unsupported_arc_version(data: bytes) -> Quarantined | None:
+    """A file-level quarantine entry when `data` starts an ARC file of another version than 1 (its
+    `filedesc://` record's second line starts with the version): version 2 lines have ten fields, which
+    the version-1 parser would read into wrong URLs and dates without a word."""
+    if not data.startswith(b"filedesc://"):
+        return None
+    lines = data.split(b"\n", 2)
+    version = lines[1].split(b" ", 1)[0].strip() if len(lines) > 1 else b""
+    if version == b"1":
+        return None
+    return Quarantined("file", "unsupported_arc_version", f"ARC version {version.decode('ascii', 'replace')!r}: only version 1 is read")
+
+
 class _Rejoined:
     """A read-only stream with the bytes already read from its start put back in front."""
 
@@ -620,6 +633,9 @@ def _read_members(members: Iterator[tuple[int, bytes | None, str, str]], options
     """The records of a WARC (or ARC) compressed record by record (gzip members, zstd frames)."""
     ordinal = 0  # one per member; a member that holds several records gives each its own
     for offset, data, reason, detail in members:
+        if offset == 0 and data and (unsupported := unsupported_arc_version(data)) is not None:
+            yield unsupported
+            return
         if reason == RECOVERED_TRAILER and data is not None:
             counters[RECOVERED_TRAILER] = counters.get(RECOVERED_TRAILER, 0) + 1
         elif data is None or reason:
@@ -661,6 +677,9 @@ def read_warc(stream: BinaryIO, options: WarcOptions, counters: dict[str, int]) 
     # download, a proxy's error text) is quarantined as `not_gzip` and reading resumes at the member.
     plain = head.startswith(b"WARC/") or looks_like_arc(head)
     gzipped = head.startswith(GZIP_MAGIC[:2]) or (not plain and GZIP_MAGIC in head)
+    if not gzipped and (unsupported := unsupported_arc_version(head)) is not None:
+        yield unsupported
+        return
     if not gzipped:
         yield from _read_plain_warc(_Rejoined(head, stream), not head.startswith(b"WARC/") and looks_like_arc(head), options, counters)
         return

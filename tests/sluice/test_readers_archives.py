@@ -329,3 +329,13 @@ def test_digest_values_are_read_in_each_encoding_writers_use(encode):
     value = {"base32": base64.b32encode(raw).decode(), "hex": raw.hex(), "base64": base64.b64encode(raw).decode()}[encode]
     assert _digest_matches(f"sha1:{value}", b"page") and not _digest_matches(f"sha1:{value}", b"pagf")
     assert not _digest_matches(f"nosuchhash:{value}", b"page")
+
+
+@pytest.mark.parametrize("name", ["example.arc", "example.arc.gz"])
+def test_an_arc_file_of_another_version_is_quarantined_by_name_of_its_version(name):
+    # ARC version 2 lines hold ten fields: read as version 1 they would give wrong URLs and dates.
+    records = [gzip.decompress(m) for m in members((DATA / name).read_bytes())] if name.endswith(".gz") else [(DATA / name).read_bytes()]
+    assert records[0].split(b"\n")[1] == b"1 0 LiveWeb Capture"
+    records[0] = records[0].replace(b"\n1 0 LiveWeb Capture\n", b"\n2 0 LiveWeb Capture\n", 1)
+    data = b"".join(gzip.compress(r, mtime=0) for r in records) if name.endswith(".gz") else records[0]
+    assert read(data) == ([], [Quarantined("file", "unsupported_arc_version", "ARC version '2': only version 1 is read")], {})
