@@ -339,3 +339,12 @@ def test_an_arc_file_of_another_version_is_quarantined_by_name_of_its_version(na
     records[0] = records[0].replace(b"\n1 0 LiveWeb Capture\n", b"\n2 0 LiveWeb Capture\n", 1)
     data = b"".join(gzip.compress(r, mtime=0) for r in records) if name.endswith(".gz") else records[0]
     assert read(data) == ([], [Quarantined("file", "unsupported_arc_version", "ARC version '2': only version 1 is read")], {})
+
+
+def test_an_arc_file_with_invalid_lengths_is_quarantined_whole():
+    # warcio reads bad.arc's records (lengths -1 and abc) as empty pages; sluice names the damage instead.
+    data = (DATA / "bad.arc").read_bytes()
+    assert len(warcio_pages(data)) == 3 and all(body == b"" for _, body in warcio_pages(data))
+    records, quarantined, _ = read(data)
+    assert records == [] and [(q.location, q.reason) for q in quarantined] == [("file", "bad_warc_record")]
+    assert "no valid Content-Length (got '-1')" in quarantined[0].detail
