@@ -369,19 +369,23 @@ def _record_length(data: bytes) -> int | None:
 
 def zstd_records(frames: Iterator[tuple[int, bytes | None, str, str]], max_record_bytes: int) -> Iterator[tuple[int, bytes | None, str, str]]:
     """Frames joined into records: the IIPC spec lets one record span several frames (never one frame hold
-    two records), so frames are joined until they hold the record's length, at most `max_record_bytes`.
-    Damage inside a record quarantines what was joined of it. Empty frames (allowed) add nothing."""
+    two records), so frames are joined until they hold the record's length, at most `max_record_bytes`, or
+    until a frame starts the next record (`WARC/`: a record cut short inside its frame never swallows the
+    next one). A damaged frame is quarantined on its own, and what was joined before it too (it is short of
+    its length). Empty frames (allowed) add nothing."""
     start, joined, needed = 0, bytearray(), None
     for offset, data, reason, detail in frames:
         if reason:
-            if joined:
-                yield start, bytes(joined[:MAX_QUARANTINED_PAYLOAD]), reason, f"{detail} (in a record that began at byte {start})"
+            if joined:  # what came before is short of its length: the WARC parser quarantines it as such
+                yield start, bytes(joined), "", ""
                 joined, needed = bytearray(), None
-            else:
-                yield offset, data, reason, detail
+            yield offset, data, reason, detail
             continue
         if not data:
             continue
+        if joined and data.startswith(b"WARC/"):  # a record starts a frame: the one before was cut short
+            yield start, bytes(joined), "", ""  # (the WARC parser quarantines it as shorter than its length)
+            joined, needed = bytearray(), None
         if not joined:
             start = offset
         joined += data
