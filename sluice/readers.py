@@ -329,6 +329,8 @@ def iter_zstd_frames(read: Callable[[int], bytes], max_member_bytes: int) -> Ite
             if isinstance(found, tuple):
                 stream.resync(0)
                 yield offset, None, found[0], found[1]
+            elif found is None and holds_dictionary:  # skipped unread: the frames that need it fail, each named
+                yield offset, None, "record_too_large", f"the dictionary frame is larger than {max_member_bytes} bytes"
             elif found is not None and holds_dictionary:
                 dictionary = _zstd_dictionary(found, max_member_bytes)
                 if isinstance(dictionary, tuple):
@@ -348,7 +350,6 @@ def iter_zstd_frames(read: Callable[[int], bytes], max_member_bytes: int) -> Ite
         payload = b"".join(pieces)[:MAX_QUARANTINED_PAYLOAD]
         stream.resync(1)
         yield offset, payload or None, failure[0], failure[1]
-
 
 
 def _record_length(data: bytes) -> int | None:

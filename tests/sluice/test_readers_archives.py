@@ -348,3 +348,11 @@ def test_an_arc_file_with_invalid_lengths_is_quarantined_whole():
     records, quarantined, _ = read(data)
     assert records == [] and [(q.location, q.reason) for q in quarantined] == [("file", "bad_warc_record")]
     assert "no valid Content-Length (got '-1')" in quarantined[0].detail
+
+
+def test_a_dictionary_over_the_limit_is_named_and_its_frames_quarantined(sample_records):
+    dictionary = zstandard.train_dictionary(8192, sample_records * 4).as_bytes()
+    records, quarantined, _ = read(warc_zst(sample_records[:3], dictionary), max_record_bytes=4096)
+    assert records == []
+    assert [q.reason for q in quarantined][0] == "record_too_large" and "dictionary frame" in quarantined[0].detail
+    assert [q.reason for q in quarantined][1:] == ["corrupt_zstd"] * 3  # each frame needs the dictionary
