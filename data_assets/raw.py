@@ -21,7 +21,7 @@ from data_assets.partitions import partition_check, run_source_partitions, sourc
 from data_assets.versions import CODE_VERSIONS, CRAWL, SOURCE_SETTINGS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.config import SluiceConfig
-from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest
+from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest, snapshot_files
 from sluice.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
 from sluice.preflight import source_problem
 from sluice.storage import Store
@@ -37,6 +37,7 @@ from sluice.tasks import (
 
 ASSET = "raw_documents"
 QUARANTINE_CHECK = "quarantined_file_share_below_bound"
+MAX_ROWS_NAMED = 1000  # unrecognized file names recorded in the metadata (the manifest lists all)
 
 
 @stage_asset(
@@ -77,9 +78,11 @@ def ingest_partition(
     problem = source_problem(config, ref.source, settings.path)
     if problem:
         raise Failure(description=problem, allow_retries=False)
-    jobs = _jobs(store, ref, config)
+    jobs, unrecognized = _jobs(store, ref, config)
     executor = compute.executor()
     context.log.info(f"{ref.key}: {len(jobs)} input files on {executor.describe()}")
+    if unrecognized:
+        context.log.warning(f"{ref.key}: {len(unrecognized)} files of no known {config.source(ref.source).format} suffix not read: {_names(unrecognized)}")
     progress = stage_progress(context, f"{ASSET} {ref.key}", len(jobs))
     results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["records"], r["content_bytes"]))
     counts = TaskCounts.of(results)
@@ -88,28 +91,35 @@ def ingest_partition(
         context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
     reasons: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
+    recovered: Counter[str] = Counter()
     for result in results:
         reasons.update(result["quarantine_reasons"])
         skipped.update(result["skipped"])
-    _write_manifest(store, ref, results, reasons, [job.task.part for job in jobs])
-    known = known_keys(context, ASSET, ("quarantine", "skipped"))
+        recovered.update(result.get("recovered", {}))
+    _write_manifest(store, ref, results, reasons, [job.task.part for job in jobs], unrecognized)
+    known = known_keys(context, ASSET, ("quarantine", "skipped", "recovered"))
     metadata = {
         **_metadata(store, ref, results, reasons),
+        **_unrecognized_metadata(unrecognized),
+        "recovered_records": sum(recovered.values()),
         **prefixed_counts("quarantine", reasons, known["quarantine"]),
         **prefixed_counts("skipped", skipped, known["skipped"]),
+        **prefixed_counts("recovered", recovered, known["recovered"]),
         **counts.metadata(),
         "compute": executor.describe(),
     }
-    return PartitionResult(metadata=metadata, checks=[_quarantine_check(config, results)])
+    return PartitionResult(metadata=metadata, checks=[_quarantine_check(config, results, unrecognized)])
 
 
-def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig) -> list[RecordedTask]:
-    """One recorded task per input file of the source's snapshot folder. Each records its completion; a
-    re-run reuses the verified outputs of finished tasks (sluice.tasks)."""
+def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig) -> tuple[list[RecordedTask], list[str]]:
+    """One recorded task per input file of the source's snapshot folder, and the folder's files of no known
+    suffix (not read: listed by name). Each task records its completion; a re-run reuses the verified
+    outputs of finished tasks (sluice.tasks)."""
     source = config.source(ref.source)
+    files, unrecognized = snapshot_files(source.location.rstrip("/") + "/" + ref.snapshot, source.format, config.s3)
     tasks = plan_ingest(
         source.location, ref, source.format, source.options, store.uri(partition_prefix(ASSET, ref)), config.s3,
-        store.uri(side_prefix(QUARANTINE_DATASET, ref)),
+        store.uri(side_prefix(QUARANTINE_DATASET, ref)), files=files,
     )
     records_url = store.uri(records_prefix(ASSET, ref))
     return [
@@ -119,14 +129,33 @@ def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig) -> list[Recorde
             input_url=task.source_url, input_key=task.file_key,
         )
         for task in tasks
-    ]
+    ], [f"{ref.snapshot}/{key}" for key in unrecognized]
+
+
+MAX_NAMES_LOGGED = 20
+
+
+def _names(files: list[str]) -> str:
+    shown = ", ".join(files[:MAX_NAMES_LOGGED])
+    return shown + (f" and {len(files) - MAX_NAMES_LOGGED} more" if len(files) > MAX_NAMES_LOGGED else "")
+
+
+def _unrecognized_metadata(unrecognized: list[str]) -> dict[str, Any]:
+    """Files of the snapshot folder that were not read because their name matches no known suffix: counted,
+    and named (all of them in the manifest, the first ones here)."""
+    return {
+        "unrecognized_files": len(unrecognized),
+        "unrecognized_file_names": MetadataValue.json(unrecognized[:MAX_ROWS_NAMED]),
+    }
 
 
 def _quarantined_files(results: list[dict[str, Any]]) -> list[str]:
     return [result["file"] for result in results if result["file_quarantined"]]
 
 
-def _write_manifest(store: Store, ref: PartitionRef, results: list[dict[str, Any]], reasons: Counter[str], parts: list[int]) -> None:
+def _write_manifest(
+    store: Store, ref: PartitionRef, results: list[dict[str, Any]], reasons: Counter[str], parts: list[int], unrecognized: list[str]
+) -> None:
     quarantine_prefix = side_prefix(QUARANTINE_DATASET, ref)
     write_manifest(
         store,
@@ -141,11 +170,12 @@ def _write_manifest(store: Store, ref: PartitionRef, results: list[dict[str, Any
             "quarantined_files": _quarantined_files(results),
             "quarantine_reasons": dict(reasons),
             "task_records": record_listing(ASSET, ref, parts),
+            **({"unrecognized_files": unrecognized} if unrecognized else {}),  # files of the folder not read
         },
     )
 
 
-def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]]) -> AssetCheckResult:
+def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]], unrecognized: list[str]) -> AssetCheckResult:
     """The share of input files that could not be read at all stays under checks.max_quarantined_file_share."""
     quarantined = _quarantined_files(results)
     file_share = len(quarantined) / len(results) if results else 0.0
@@ -154,7 +184,14 @@ def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]]) -> As
         check_name=QUARANTINE_CHECK,
         passed=file_share <= bound,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"quarantined_file_share": file_share, "bound": bound, "quarantined_files": MetadataValue.json(quarantined)},
+        metadata={
+            "quarantined_file_share": file_share, "bound": bound, "quarantined_files": MetadataValue.json(quarantined),
+            # what the partition read, for the command's summary when this check fails it (no materialization then)
+            "documents_out": sum(result["records"] for result in results),
+            "quarantined_records": sum(sum(result["quarantine_reasons"].values()) for result in results),
+            "input_files": len(results),
+            **_unrecognized_metadata(unrecognized),
+        },
         description=f"{len(quarantined)} of {len(results)} files unreadable (bound {bound:.0%})",
     )
 

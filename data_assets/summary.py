@@ -21,12 +21,39 @@ MAX_ROWS = 40  # partitions listed one per line; the totals cover all of them
 
 def latest_metadata(instance: Any, asset: str, partition: str | None = None) -> dict[str, Any]:
     """The metadata of the latest materialization of an asset (partition), as plain values."""
+    return _latest_materialization(instance, asset, partition)[1]
+
+
+def _latest_materialization(instance: Any, asset: str, partition: str | None) -> tuple[float | None, dict[str, Any]]:
+    """(when, metadata as plain values) of the latest materialization of an asset (partition); (None, {})."""
     records_filter = AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition] if partition else None)
     records = instance.fetch_materializations(records_filter, limit=1).records
     if not records:
-        return {}
+        return None, {}
     materialization = records[0].event_log_entry.asset_materialization
-    return {key: getattr(value, "value", value) for key, value in (materialization.metadata or {}).items()}
+    return records[0].timestamp, {key: getattr(value, "value", value) for key, value in (materialization.metadata or {}).items()}
+
+
+def _raw_row(instance: Any, partition: str) -> dict[str, Any]:
+    """What the summary shows of a raw_documents partition: its latest materialization's metadata, or, when
+    its blocking quarantine check failed after that (the partition then is not materialized), the counts
+    that check recorded, with `failed` saying why."""
+    from dagster import AssetCheckKey
+    from dagster._core.event_api import PartitionKeyFilter
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+
+    from data_assets.raw import QUARANTINE_CHECK
+
+    materialized_at, metadata = _latest_materialization(instance, "raw_documents", partition)
+    key = AssetCheckKey(AssetKey("raw_documents"), QUARANTINE_CHECK)
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key([key], partition_filter=PartitionKeyFilter(key=partition)).get(key)
+    if latest is None or latest.status != AssetCheckExecutionRecordStatus.FAILED or latest.event is None:
+        return metadata
+    if materialized_at is not None and latest.event.timestamp <= materialized_at:
+        return metadata
+    evaluation = latest.event.dagster_event.event_specific_data
+    counts = {name: getattr(value, "value", value) for name, value in (evaluation.metadata or {}).items()}
+    return {**counts, "failed": f"blocking check {QUARANTINE_CHECK} failed: {evaluation.description}"}
 
 
 def _counts(subset: Any) -> Counter[str]:
@@ -80,7 +107,10 @@ def collect(instance: Any, config: Any, refs: Iterable[PartitionRef]) -> dict[st
     """What the summary prints about these partitions and the unpartitioned assets."""
     report: dict[str, Any] = {"partitions": {}, "mixes": {}}
     for ref in refs:
-        report["partitions"][(ref.source, ref.snapshot)] = {asset: latest_metadata(instance, asset, partition_key(ref)) for asset in STAGE_ROWS}
+        key = partition_key(ref)
+        report["partitions"][(ref.source, ref.snapshot)] = {
+            asset: _raw_row(instance, key) if asset == "raw_documents" else latest_metadata(instance, asset, key) for asset in STAGE_ROWS
+        }
     for asset in ("quality_model", "tokenizer", "quality_report"):
         report[asset] = latest_metadata(instance, asset)
     for mix in sorted(config.mixes):
@@ -108,13 +138,16 @@ def print_stages(stages: list[tuple[str, float, int, int, int]], out: Callable[[
 
 def print_partitions(report: dict[str, Any], out: Callable[[str], None] = print) -> None:
     rows = []
+    failed = []
     all_drops: Counter[str] = Counter()
     for (source, snapshot), meta in report["partitions"].items():
         raw, cleaned, deduped, tokenized = (meta.get(asset, {}) for asset in STAGE_ROWS)
         drops = {k.split("/", 1)[1]: v for k, v in cleaned.items() if k.startswith("drop/")}
         all_drops.update(drops)
+        if raw.get("failed"):
+            failed.append(f"{source}/{snapshot}: raw_documents {raw['failed']}")
         rows.append((
-            f"{source}/{snapshot}", raw.get("documents_out", 0), raw.get("quarantined_records", 0), cleaned.get("documents_out", 0),
+            f"{source}/{snapshot}" + (" (failed)" if raw.get("failed") else ""), raw.get("documents_out", 0), raw.get("quarantined_records", 0), cleaned.get("documents_out", 0),
             sum(drops.values()), deduped.get("documents_out", 0), deduped.get("removed_exact", 0), deduped.get("removed_fuzzy", 0),
             tokenized.get("tokens", 0),
         ))
@@ -140,8 +173,27 @@ def print_partitions(report: dict[str, Any], out: Callable[[str], None] = print)
         languages.update({key.split("/", 1)[1]: value for key, value in cleaned.items() if key.startswith("language/") and value})
     kept = ", ".join(f"{language} {count}" for language, count in sorted(languages.items(), key=lambda item: (-item[1], item[0])))
     reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(all_drops.items(), key=lambda item: (-item[1], item[0])) if count)
+    for line in failed:
+        out(f"  failed partition {line}")
+    _print_unread_files(report, out)
     out(f"  cleaning drops by reason: {reasons or '-'}")
     out(f"  cleaning kept by language: {kept or '-'}; PII redactions: {pii}")
+
+
+def _print_unread_files(report: dict[str, Any], out: Callable[[str], None]) -> None:
+    """The crawl files not read because their name matches no known suffix (raw_documents' `unrecognized_files`)."""
+    names: list[str] = []
+    count = 0
+    for meta in report["partitions"].values():
+        raw = meta.get("raw_documents", {})
+        count += raw.get("unrecognized_files", 0)
+        names.extend(raw.get("unrecognized_file_names") or [])
+    recovered = sum(meta.get("raw_documents", {}).get("recovered_records", 0) for meta in report["partitions"].values())
+    if count:
+        shown = ", ".join(names[:10]) + (f" and {count - 10} more" if count > 10 else "")
+        out(f"  files not read (no known suffix for their source's format): {count}: {shown}")
+    if recovered:
+        out(f"  records recovered from gzip members cut in their trailer: {recovered}")
 
 
 def print_products(report: dict[str, Any], out: Callable[[str], None] = print) -> None:

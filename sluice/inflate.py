@@ -31,7 +31,7 @@ class CorruptEncoding(Exception):
     """The body declares a content encoding and breaks off or fails inside it."""
 
 
-def _dechunk(body: bytes) -> bytes:
+def dechunk(body: bytes) -> bytes:
     """The payload of a `Transfer-Encoding: chunked` body (the body itself when it is not validly chunked,
     as browsers and warcio read it). De-chunking never makes data larger."""
     out = bytearray()
@@ -117,7 +117,7 @@ def _supported(encoding: str) -> bool:
 def decode_http_body(body: bytes, transfer_encoding: str | None, content_encoding: str | None, limit: int) -> bytes:
     """The response payload: de-chunked and decoded, at most `limit` bytes (see the module docstring)."""
     if transfer_encoding and transfer_encoding.strip().lower() == "chunked":
-        body = _dechunk(body)
+        body = dechunk(body)
     encoding = (content_encoding or "").strip().lower()
     if not encoding or not _supported(encoding) or not body:
         if len(body) > limit:

@@ -155,10 +155,18 @@ class IngestTask:
     quarantine_url: str | None = None  # the partition's raw_quarantine folder (default: output_url)
 
 
+def snapshot_files(source_url: str, fmt: str, s3: S3Settings) -> tuple[list[str], list[str]]:
+    """(the input files of one snapshot folder, the files there whose name matches no known suffix of the
+    source's format), both sorted; a missing folder is an empty snapshot. The second list is not read but
+    reported by name (raw_documents' `unrecognized_files`), never dropped in silence."""
+    store = StoreSpec(source_url, s3).open()
+    keys = store.list_files()
+    return [key for key in keys if supported_format(key, fmt)], [key for key in keys if not supported_format(key, fmt)]
+
+
 def list_snapshot_files(source_url: str, fmt: str, s3: S3Settings) -> list[str]:
     """The input files of one snapshot folder, sorted; a missing folder is an empty snapshot."""
-    store = StoreSpec(source_url, s3).open()
-    return [key for key in store.list_files() if supported_format(key, fmt)]
+    return snapshot_files(source_url, fmt, s3)[0]
 
 
 def ingest_file(task: IngestTask) -> dict[str, Any]:
@@ -267,7 +275,8 @@ class _FileIngest:
             "records": self.records,
             "content_bytes": self.content_bytes,
             "quarantine_reasons": dict(self.quarantine_reasons),
-            "skipped": self.counters,
+            "skipped": {key: count for key, count in self.counters.items() if not key.startswith("recovered_")},
+            "recovered": {key.removeprefix("recovered_"): count for key, count in self.counters.items() if key.startswith("recovered_")},
             "file_quarantined": self.records == 0 and self.file_level_damage,
         }
 
@@ -359,10 +368,12 @@ def _quarantine_row(task: IngestTask, item: Quarantined) -> dict[str, Any]:
 
 def plan_ingest(
     source_location: str, ref: PartitionRef, fmt: str, options: dict[str, Any], output_url: str, s3: S3Settings,
-    quarantine_url: str | None = None,
+    quarantine_url: str | None = None, files: list[str] | None = None,
 ) -> list[IngestTask]:
+    """One task per input file of the snapshot (`files`, or the folder's listing when None)."""
     snapshot_url = source_location.rstrip("/") + "/" + ref.snapshot
-    files = list_snapshot_files(snapshot_url, fmt, s3)
+    if files is None:
+        files = list_snapshot_files(snapshot_url, fmt, s3)
     return [
         IngestTask(
             source_url=snapshot_url,

@@ -85,6 +85,10 @@ class WarcOptions(_Model):
     # A longer record, or one whose HTTP payload decodes (Content-Encoding) to more, is quarantined as
     # record_too_large; reading resumes at the next record.
     max_record_bytes: int = Field(64 << 20, ge=1024)
+    # A read record whose WARC-Block-Digest or WARC-Payload-Digest does not match its bytes is quarantined as
+    # digest_mismatch (records without digests, and ARC files, have nothing to check). Costs a SHA-1 pass over
+    # every record: the WARC reader alone ~38 % slower (117 -> 85 MB/s of uncompressed WARC on one core).
+    verify_digests: bool = True
 
 
 FORMAT_OPTIONS: dict[str, type[_Model]] = {

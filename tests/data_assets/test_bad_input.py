@@ -253,3 +253,66 @@ def test_quarantined_file_share_check_blocks_when_too_many_files_are_unreadable(
     # the partition is not materialized, and nothing downstream reads it.
     assert result.success is passes
     assert materialized == ({"raw_documents", "cleaned_documents"} if passes else set())
+
+    # The command's summary shows the partition's real counts either way, and why it failed.
+    from data_assets import summary
+    from sluice.config import load_config
+    from sluice.layout import PartitionRef
+
+    lines: list[str] = []
+    summary.print_partitions(summary.collect(dagster_instance, load_config(config), [PartitionRef("web", SNAPSHOT)]), out=lines.append)
+    documents = len(response_urls(WARC_FILES[0].read_bytes()))
+    total = next(line for line in lines if line.startswith("  total: "))
+    assert total.startswith(f"  total: raw {documents}, quarantined {empty_files}, ")
+    failure = [line for line in lines if line.startswith("  failed partition ")]
+    if passes:
+        assert failure == []
+    else:
+        assert failure == [
+            f"  failed partition web/{SNAPSHOT}: raw_documents blocking check quarantined_file_share_below_bound failed: "
+            f"{empty_files} of {empty_files + 1} files unreadable (bound {bound:.0%})"
+        ]
+        assert any(line.startswith(f"  web/{SNAPSHOT} (failed)  {documents}") for line in lines)
+
+
+def test_arc_files_are_read_and_files_of_no_known_suffix_are_listed(make_config, dagster_instance, tmp_path):
+    """A folder as old crawls leave it: ARC files (plain, gzip), a WARC copy cut in its last gzip trailer, and
+    files whose names match no WARC/ARC suffix: those are named in the metadata and manifest, not dropped silently."""
+    warcio_data = Path(__file__).resolve().parents[1] / "data" / "warcio"
+    web = tmp_path / "web" / SNAPSHOT
+    web.mkdir(parents=True)
+    shutil.copy(warcio_data / "example.arc", web / "a.arc")
+    shutil.copy(warcio_data / "example.arc.gz", web / "b.arc.gz")
+    good = WARC_FILES[0].read_bytes()
+    (web / "c-cut.warc.gz").write_bytes(good[:-4])  # the last member's trailer lacks 4 of its 8 bytes
+    (web / "crawl.cdx").write_bytes(b" CDX N b a m s k r M S V g\n")
+    (web / "d.warc.gz.open").write_bytes(good)
+    config = make_config(
+        storage_root=str(tmp_path / "storage"),
+        sources=sources(tmp_path / "web", tmp_path / "reference"),
+        compute={"backend": "local", "max_workers": 1},
+    )
+    dagster_instance.add_dynamic_partitions(SNAPSHOTS, [SNAPSHOT])
+
+    result = run(dagster_instance, config, "web", selection=("raw_documents",))
+
+    assert result.success
+    raw = metadata(result, "raw_documents")
+    assert raw["input_files"] == 3
+    assert raw["documents_out"] == 2 + len(response_urls(good))
+    assert raw["quarantined_records"] == 0
+    assert raw["unrecognized_files"] == 2
+    assert raw["unrecognized_file_names"] == [f"{SNAPSHOT}/crawl.cdx", f"{SNAPSHOT}/d.warc.gz.open"]
+    assert raw["recovered_records"] == 1 and raw["recovered/truncated_gzip_trailer"] == 1
+    manifest = json.loads((raw_partition(tmp_path / "storage", "web") / "_manifest.json").read_text())
+    assert manifest["unrecognized_files"] == [f"{SNAPSHOT}/crawl.cdx", f"{SNAPSHOT}/d.warc.gz.open"]
+    assert manifest["input_files"] == [f"{SNAPSHOT}/a.arc", f"{SNAPSHOT}/b.arc.gz", f"{SNAPSHOT}/c-cut.warc.gz"]
+
+    from data_assets import summary
+    from sluice.config import load_config
+    from sluice.layout import PartitionRef
+
+    lines: list[str] = []
+    summary.print_partitions(summary.collect(dagster_instance, load_config(config), [PartitionRef("web", SNAPSHOT)]), out=lines.append)
+    assert f"  files not read (no known suffix for their source's format): 2: {SNAPSHOT}/crawl.cdx, {SNAPSHOT}/d.warc.gz.open" in lines
+    assert "  records recovered from gzip members cut in their trailer: 1" in lines

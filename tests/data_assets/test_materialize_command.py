@@ -139,6 +139,12 @@ def test_exits_non_zero_naming_the_poisoned_partition_and_why(poisoned_run):
     assert "raw_documents zz-poisoned/2026-01: blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable" in failed
     assert "1 of 3 partitions failed" in failed  # one line names the partition, the check and the numbers
     assert "Traceback" not in done.stdout + done.stderr
+    # The summary shows what the failed partition read (1 document, 1 empty file quarantined), not zeros.
+    assert re.search(r"^  zz-poisoned/2026-01 \(failed\) +1 +1 ", done.stdout, re.MULTILINE), done.stdout[-3000:]
+    assert (
+        "  failed partition zz-poisoned/2026-01: raw_documents blocking check quarantined_file_share_below_bound failed: 1 of 2 files unreadable"
+        in done.stdout
+    )
 
 
 def test_a_failure_stops_what_depends_on_it_as_a_dagster_backfill_does(poisoned_run):

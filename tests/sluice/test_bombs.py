@@ -133,6 +133,29 @@ def test_warc_member_bomb():
     assert peak < BOMB // 4
 
 
+@pytest.mark.parametrize("declared", [True, False], ids=["size_declared", "streamed"])
+def test_warc_zst_frame_bomb(declared):
+    """A `.warc.zst` record frame inflating past the limit, with or without its size in the frame header,
+    and a gzip member cut in its trailer that inflates past the limit (quarantined, not recovered)."""
+    record_body = b"<p>" + b"z" * BOMB + b"</p>"
+    members = [gzip.decompress(response(url, body, {})) for url, body in [("https://example.com/ok", b"<p>ok</p>"), ("https://example.com/big", record_body)]]
+    if declared:
+        bomb = zstandard.ZstdCompressor(level=1).compress(members[1])
+    else:
+        streaming = zstandard.ZstdCompressor(level=1, write_content_size=False).compressobj()
+        bomb = streaming.compress(members[1]) + streaming.flush()
+    ok = zstandard.ZstdCompressor().compress(members[0])
+    records, quarantined, peak = read(ok + bomb + ok, "x.warc.zst", "warc", WarcOptions(max_record_bytes=LIMIT))
+    assert [r.url for r in records] == ["https://example.com/ok"] * 2
+    assert [q.reason for q in quarantined] == ["record_too_large"]
+    assert peak < BOMB // 4
+
+    cut = response("https://example.com/ok", b"<p>ok</p>", {}) + response("https://example.com/big", record_body, {})[:-3]
+    records, quarantined, peak = read(cut, "x.warc.gz", "warc", WarcOptions(max_record_bytes=LIMIT))
+    assert [r.url for r in records] == ["https://example.com/ok"] and [q.reason for q in quarantined] == ["record_too_large"]
+    assert peak < BOMB // 4
+
+
 # ----------------------------------------------------------------------------------------------- JSONL
 
 COMPRESSORS = {

@@ -1,8 +1,8 @@
-"""Hostile input, property-based (hypothesis): mutated WARC, JSONL (plain/gz/zst) and Parquet files.
+"""Hostile input, property-based (hypothesis): mutated WARC (gzip, zstd), JSONL (plain/gz/zst) and Parquet files.
 
 Whatever the mutation, reading a file never raises and never hangs (each example has a deadline), and
 every item is a record or a quarantine entry with a reason. Where the format can resynchronise (JSONL by
-line, gzip-compressed WARC by member), the damaged records are each quarantined and every undamaged
+line, gzip-compressed WARC by member, `.warc.zst` by frame), the damaged records are each quarantined and every undamaged
 record of the same file comes out unchanged, in order. Where it cannot (a cut or a flipped byte inside
 a compressed JSONL stream), the damage is reported and nothing but original records comes out. Parquet
 with page checksums never yields a silently altered value.
@@ -21,6 +21,7 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,8 +170,8 @@ def damage_member(kind: str, member: bytes, rng: random.Random) -> bytes:
         for i in range(start, min(start + rng.randrange(1, 6), len(member) - 8)):
             damaged[i] ^= 0xFF
         return bytes(damaged)
-    if kind == "truncate":
-        return member[: rng.randrange(12, len(member) - 1)]
+    if kind == "truncate":  # into the deflate data (a cut only in the trailer of the last member is recovered)
+        return member[: rng.randrange(12, len(member) - 8)]
     if kind == "garbage_before":
         return bytes(rng.randrange(0, 256) for _ in range(rng.randrange(1, 300))).replace(b"\x1f\x8b", b"--") + member
     if kind == "bad_headers":  # a valid gzip member around a WARC record whose headers are broken
@@ -209,6 +210,48 @@ def test_warc_damaged_members_are_quarantined_and_every_other_record_survives(wa
         assert got == expected
     damaged_members = [i for i, kind in bad.items() if kind != "garbage_before"]
     assert len(quarantined) >= len(damaged_members)
+
+
+def damage_frame(kind: str, record: bytes, rng: random.Random) -> bytes:
+    """A damaged zstd frame of one WARC record (frames carry their checksum, as the IIPC spec requires)."""
+    compress = zstandard.ZstdCompressor(write_checksum=True).compress
+    frame = compress(record)
+    if kind == "flip":
+        damaged = bytearray(frame)
+        start = rng.randrange(6, len(frame) - 1)
+        for i in range(start, min(start + rng.randrange(1, 6), len(frame))):
+            damaged[i] ^= 0xFF
+        return bytes(damaged)
+    if kind == "truncate":
+        return frame[: rng.randrange(4, len(frame) - 1)]
+    if kind == "garbage_before":
+        return bytes(rng.randrange(0, 256) for _ in range(rng.randrange(1, 300))).replace(b"\x28\xb5", b"--").replace(b"\x2a\x4d\x18", b"---") + frame
+    if kind == "bad_headers":
+        return compress(record.replace(b"Content-Length:", b"Content-Length: x", 1))
+    if kind == "cut_record":
+        return compress(record[: len(record) // 2])
+    raise AssertionError(kind)
+
+
+@PROPERTY
+@given(data=st.data(), seed=st.integers(0, 2**32))
+def test_warc_zst_damaged_frames_are_quarantined_and_every_other_record_survives(warc_sample, data, seed):
+    members, responses = warc_sample
+    records_in = [gzip.decompress(m) for m in members]
+    rng = random.Random(seed)
+    kinds = ["flip", "truncate", "garbage_before", "bad_headers", "cut_record"]
+    bad = data.draw(st.dictionaries(st.integers(1, len(members) - 1), st.sampled_from(kinds), max_size=6))
+    compress = zstandard.ZstdCompressor(write_checksum=True).compress
+    frames = [damage_frame(bad[i], r, rng) if i in bad else compress(r) for i, r in enumerate(records_in)]
+
+    records, quarantined = read_all(b"".join(frames), "in.warc.zst", "warc", WarcOptions())
+
+    expected = [response for i, rs in enumerate(responses) if i not in bad for response in rs]
+    got = [(r.url, r.content) for r in records]
+    rescued = {response for i, rs in enumerate(responses) if bad.get(i) == "garbage_before" for response in rs}
+    assert set(got) - set(expected) <= rescued  # nothing altered ever comes out
+    assert [g for g in got if g not in rescued] == [e for e in expected if e not in rescued]
+    assert len(quarantined) >= len([kind for kind in bad.values() if kind != "garbage_before"])
 
 
 # -------------------------------------------------------------------------------------------- Parquet

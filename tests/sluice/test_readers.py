@@ -129,12 +129,14 @@ def test_corrupt_deflate_data_quarantines_only_that_record(path, at):
     assert [r.content for r in records] == [r.content for i, r in enumerate(read_warc_bytes(path.read_bytes())[0]) if i != 2]
 
 
-@pytest.mark.parametrize("cut", ["in_header", "mid_member", "before_trailer"])
+@pytest.mark.parametrize("cut", ["in_header", "mid_member", "last_deflate_byte"])
 def test_truncated_warc_keeps_the_records_before_and_quarantines_the_tail(cut):
     path = WARC_FILES[0]
     members = warc_members(path)
     start = offsets(members)[5]
-    end = {"in_header": start + 5, "mid_member": start + len(members[5]) // 2, "before_trailer": start + len(members[5]) - 3}[cut]
+    # 9 bytes short: the 8-byte trailer and the deflate stream's last byte are gone (a trailer-only cut is
+    # recovered: tests/sluice/test_readers_archives.py)
+    end = {"in_header": start + 5, "mid_member": start + len(members[5]) // 2, "last_deflate_byte": start + len(members[5]) - 9}[cut]
     data = path.read_bytes()[:end]
 
     records, quarantined, _ = read_warc_bytes(data)
