@@ -7,12 +7,16 @@ and decides what the run records:
 
 - every partition ok: the asset's output. Dagster records one materialization per partition, with that
   partition's metadata (`add_asset_metadata`), the code version and the data version; then each partition's
-  check evaluations, partitioned like the check.
+  check evaluations, partitioned like the check, each naming that materialization as its target (the UI's
+  Checks -> Partitions view counts an evaluation as Passed / Failed only when its target is the partition's
+  latest materialization; without one it reads Missing).
 - some partitions failed (the work raised, or a blocking check failed): the others are recorded as
   materialized (their events are yielded before the step fails), the failed ones are not, and the step
   fails with one line per failed partition naming its cause. Dagster's backfill then marks only those
   partitions, and what depends on them, failed ("a ranged run can materialize some partitions of an asset
-  and fail on others").
+  and fail on others"). A failed partition's evaluations have no target: what they judged was not recorded
+  (the view shows Failed for a partition never materialized before; for one materialized before, that
+  earlier materialization is no longer vouched for: Missing).
 
 The checks of a stage are declared on the asset (`AssetCheckSpec`, partitioned) and evaluated from values
 its work measured while writing; the asset is a `multi_asset` with `can_subset=True` only so that its
@@ -33,11 +37,15 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
+    AssetRecordsFilter,
     AssetSpec,
     BackfillPolicy,
     Failure,
     MaterializeResult,
     multi_asset,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
 )
 
 from data_assets.settings import CONFIG
@@ -131,26 +139,48 @@ def run_partitions(
         if bad:
             failed[partition] = "; ".join(_check_failure(check) for check in bad)
         done[partition] = result
-    evaluations = [
-        _evaluation(key, partition, check, check.check_name in blocking) for partition, result in done.items() for check in result.checks
-    ]
     ok = {partition: result for partition, result in done.items() if partition not in failed}
     fill_counts([result.metadata for result in ok.values()])
     if not failed:
         for partition, result in ok.items():
             context.add_asset_metadata(result.metadata, partition_key=partition)
         yield MaterializeResult(asset_key=key)
-        yield from evaluations
-        return
-    for partition, result in ok.items():
+    for partition, result in ok.items() if failed else ():
         yield AssetMaterialization(asset_key=key, partition=partition, metadata=result.metadata, tags=_version_tags(context, key))
-    yield from evaluations
+    targets = recorded_materializations(context, key, list(ok))
+    for partition, result in done.items():
+        for check in result.checks:
+            yield _evaluation(key, partition, check, check.check_name in blocking, targets.get(str(partition)))
+    if not failed:
+        return
     lines = [f"{asset} {label(partition)}: {cause}" for partition, cause in sorted(failed.items(), key=lambda item: order(item[0]))]
     raise Failure(
         description=f"{len(failed)} of {len(failed) + len(ok)} partitions failed: " + " | ".join(lines),
         metadata={"failed_partitions": [label(partition) for partition in failed]},
         allow_retries=False,
     )
+
+
+def recorded_materializations(
+    context: AssetExecutionContext, key: AssetKey, partitions: Sequence[Any]
+) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """By partition key, the materialization of `key` this run recorded for `partitions` (Dagster stores each
+    event as the step yields it, so those yielded above are there): what each partition's check evaluations
+    judged. The evaluations carry it as their target, which is how the UI tells a check of the latest
+    materialization (Passed / Failed per partition) from a stale one (Missing). Read from the asset's records,
+    as Dagster reads a single-partition step's target: their storage ids are the ones the UI compares (on
+    SQLite a run's own event log numbers its events apart)."""
+    if not partitions:
+        return {}
+    wanted = [str(partition) for partition in partitions]
+    records = context.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=wanted), limit=4 * len(wanted) + 16).records
+    targets: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    for record in records:  # newest first
+        if record.run_id == context.run.run_id and record.partition_key not in targets:
+            targets[record.partition_key] = AssetCheckEvaluationTargetMaterializationData(
+                storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+            )
+    return targets
 
 
 def fill_counts(metadata: list[dict[str, Any]]) -> None:
@@ -170,7 +200,9 @@ def _check_failure(check: AssetCheckResult) -> str:
     return f"blocking check {check.check_name} failed" + (f": {check.description}" if check.description else "")
 
 
-def _evaluation(key: AssetKey, partition: Any, check: AssetCheckResult, blocking: bool) -> AssetCheckEvaluation:
+def _evaluation(
+    key: AssetKey, partition: Any, check: AssetCheckResult, blocking: bool, target: AssetCheckEvaluationTargetMaterializationData | None
+) -> AssetCheckEvaluation:
     return AssetCheckEvaluation(
         asset_key=key,
         check_name=check.check_name,
@@ -179,7 +211,8 @@ def _evaluation(key: AssetKey, partition: Any, check: AssetCheckResult, blocking
         severity=check.severity or AssetCheckSeverity.ERROR,
         description=check.description,
         blocking=blocking,
-        partition=partition,
+        partition=str(partition),
+        target_materialization_data=target,
     )
 
 
