@@ -120,3 +120,26 @@ def test_drop_rate_bounds_per_source_warn(make_config, dagster_instance, tmp_pat
     [materialization] = dagster_instance.fetch_materializations(AssetKey("cleaned_documents"), limit=10).records
     for name, status in ((DROP_RATE_CHECK, "FAILED"), (NO_PII_CHECK, "SUCCEEDED")):
         assert latest_check_target(dagster_instance, "cleaned_documents", name, key) == (status, materialization.storage_id, materialization.storage_id)
+
+
+def test_a_blocking_failure_after_a_passing_materialization_is_not_shown_as_passed(make_config, dagster_instance, tmp_path):
+    """The partition passed no_pii_left once; redaction then switched off, the re-run fails the blocking check
+    and records no materialization: the earlier materialization stays the partition's latest, the failed
+    evaluation does not claim it as its target, so the Checks -> Partitions view no longer shows Passed."""
+    config = setup(make_config, dagster_instance, tmp_path, {"min_chars": 100})
+    assert run(dagster_instance, config).success
+    key = str(multi_key("reference", SNAPSHOT))
+    assert check_partition_statuses(dagster_instance, "cleaned_documents", NO_PII_CHECK, source_snapshot_partitions) == {key: "SUCCEEDED"}
+    [first] = dagster_instance.fetch_materializations(AssetKey("cleaned_documents"), limit=10).records
+    config = make_config(
+        name="off.yaml",
+        sources=[
+            {"name": "web", "location": str(SAMPLE / "web"), "format": "warc"},
+            {"name": "reference", "location": str(tmp_path / "reference"), "format": "jsonl", "options": {"url_field": "url", "date_field": None}},
+        ],
+        cleaning={"min_chars": 100, "per_source": {"reference": {"pii": {"enabled": False}}}},
+        compute={"backend": "local", "max_workers": 1},
+    )
+    assert not run(dagster_instance, config).success
+    assert latest_check_target(dagster_instance, "cleaned_documents", NO_PII_CHECK, key) == ("FAILED", None, first.storage_id)
+    assert check_partition_statuses(dagster_instance, "cleaned_documents", NO_PII_CHECK, source_snapshot_partitions) == {}
