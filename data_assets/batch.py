@@ -25,7 +25,8 @@ check outputs are optional, because a ranged step records one evaluation per par
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +41,11 @@ from dagster import (
     AssetRecordsFilter,
     AssetSpec,
     BackfillPolicy,
+    DagsterEventType,
     Failure,
+    FloatMetadataValue,
     MaterializeResult,
+    MetadataValue,
     multi_asset,
 )
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
@@ -102,6 +106,9 @@ class PartitionResult:
 
     metadata: dict[str, Any]
     checks: list[AssetCheckResult] = field(default_factory=list)
+    # The names each per-name count (`drop/<reason>`, ...) can take, by prefix, from the config and the rule
+    # tables: recorded as 0 where the partition counted none (fill_counts), whatever the run saw.
+    names: dict[str, Iterable[str]] = field(default_factory=dict)
 
 
 def root_cause(error: BaseException) -> str:
@@ -140,7 +147,9 @@ def run_partitions(
             failed[partition] = "; ".join(_check_failure(check) for check in bad)
         done[partition] = result
     ok = {partition: result for partition, result in done.items() if partition not in failed}
-    fill_counts([result.metadata for result in ok.values()])
+    for result in done.values():
+        result.metadata = rounded(result.metadata)
+    fill_counts([result.metadata for result in ok.values()], {**declared_count_keys(ok.values()), **recorded_count_keys(context, key)})
     if not failed:
         for partition, result in ok.items():
             context.add_asset_metadata(result.metadata, partition_key=partition)
@@ -183,13 +192,62 @@ def recorded_materializations(
     return targets
 
 
-def fill_counts(metadata: list[dict[str, Any]]) -> None:
-    """Record every per-name count (`drop/<reason>`, `language/<code>`, ...: a numeric key with a `/`) that
-    some partition of the run recorded as 0 in the others, so each one's plot has no hole at them."""
-    names = {key for entry in metadata for key, value in entry.items() if "/" in key and not key.startswith("dagster/") and _number(value)}
+def fill_counts(metadata: list[dict[str, Any]], known: Mapping[str, type] | None = None) -> None:
+    """Give every partition of the run the same per-name counts (`drop/<reason>`, `language/<code>`, ...: a
+    numeric key with a `/`): each one `known` (declared, or recorded by a materialization of another partition)
+    or recorded by another partition of this run, and absent here, is recorded as 0 (0.0 for a float key, so a
+    key keeps one type; appended in name order), so each count's plot across partitions has no hole. Not the
+    funnel: `funnel/<nn>_<step>` counts the documents reaching a step of this source's chain, and a step
+    another source's chain has is not 0 here."""
+    names = {key: kind for key, kind in (known or {}).items() if _count_key(key)}
     for entry in metadata:
-        for key in names - set(entry):
-            entry[key] = 0
+        for key, value in entry.items():
+            if _count_key(key) and _number(value):
+                names[key] = float if isinstance(value, float) or names.get(key) is float else int
+    for entry in metadata:
+        for key in sorted(set(names) - set(entry)):
+            entry[key] = names[key](0)
+
+
+def _count_key(key: str) -> bool:
+    return "/" in key and not key.startswith(("dagster/", "funnel/"))
+
+
+def declared_count_keys(results: Iterable[PartitionResult]) -> dict[str, type]:
+    """The count keys the stages declared (PartitionResult.names): counts, ints."""
+    return {f"{prefix}/{name}": int for result in results for prefix, names in result.names.items() for name in names}
+
+
+def recorded_count_keys(context: AssetExecutionContext, key: AssetKey) -> dict[str, type]:
+    """The count keys (numeric, with a `/`), with their type, of the latest materialization of every partition of
+    the asset: what earlier runs recorded, whichever partitions they held (two queries, whatever the history)."""
+    latest = context.instance.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION)
+    if not latest:
+        return {}
+    records = context.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, storage_ids=list(latest.values())), limit=len(latest)).records
+    found: dict[str, type] = {}
+    for record in records:
+        materialization = record.asset_materialization
+        for name, value in (materialization.metadata.items() if materialization is not None else ()):
+            plain = getattr(value, "value", None)
+            if _count_key(name) and _number(plain):
+                found[name] = float if isinstance(plain, float) or found.get(name) is float else int
+    return found
+
+
+def rounded(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The metadata with every float to 4 significant digits, and to units from 1000 up: a share, a rate or a
+    mean means no more (drop_rate 0.19999999999999996 is 0.2, a mean length 2345.67 is 2346.0). Floats stay
+    floats and ints ints, so a key keeps one type."""
+    return {key: _round(value) for key, value in metadata.items()}
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, FloatMetadataValue):  # a check result's metadata arrives normalized
+        return MetadataValue.float(_round(value.value)) if value.value is not None else value
+    if not isinstance(value, float) or not math.isfinite(value) or value == 0:
+        return value
+    return round(value, max(0, 3 - math.floor(math.log10(abs(value)))))
 
 
 def _number(value: Any) -> bool:
@@ -207,7 +265,7 @@ def _evaluation(
         asset_key=key,
         check_name=check.check_name,
         passed=check.passed,
-        metadata=check.metadata,
+        metadata=rounded(dict(check.metadata or {})),
         severity=check.severity or AssetCheckSeverity.ERROR,
         description=check.description,
         blocking=blocking,
