@@ -67,6 +67,15 @@ class Plan:
         pairs = {AssetKeyPartitionKey(key, partition) for key, partitions in self.selected.items() for partition in partitions}
         return AssetGraphSubset.from_asset_partition_set(pairs, graph)
 
+    def why(self) -> str:
+        """Why the plan runs, in a few words (its backfill's and runs' `sluice/why` tag): the causes that
+        selected partitions themselves, most partitions first (not `reads <asset>`: those follow them)."""
+        causes: Counter[str] = Counter()
+        for why in self.reasons.values():
+            causes.update({reason: count for reason, count in why.items() if not reason.startswith("reads ")})
+        text = "; ".join(reason for reason, _ in causes.most_common())
+        return text if len(text) <= 200 else text[:197] + "..."
+
     def lines(self) -> list[str]:
         return [
             f"{asset}: {sum(why.values())} ({', '.join(f'{reason} {count}' for reason, count in why.most_common())})"
@@ -98,6 +107,7 @@ class Planner:
             instance=instance,
             asset_graph=self.graph,
         )
+        self._settings_changes: dict[tuple[Any, str, int | None], list[str]] = {}
         self.resolver = CachingStaleStatusResolver(instance=instance, asset_graph=self.graph, loading_context=view)
 
     def plan(self, force: bool = False) -> Plan:
@@ -162,9 +172,26 @@ class Planner:
                 if dedup_order(parent) > dedup_order(partition):
                     continue
             if self.graph.get(dependency.asset_key).is_external:
-                return f"{dependency.asset_key.to_user_string()} changed"
+                return f"{dependency.asset_key.to_user_string()} changed" + self._which_settings(key, partition_str, dependency)
             return f"{dependency.asset_key.to_user_string()} updated"
         return None
+
+    def _which_settings(self, key: AssetKey, partition: str | None, dependency: Any) -> str:
+        """` (cleaning.min_chars, ...)`: the settings that changed since the partition's latest materialization
+        read them (data_assets/versions.py `changed_settings`); "" when not known (a crawl folder, or settings
+        observed before observations recorded them)."""
+        from dagster import AssetRecordsFilter
+
+        from data_assets.versions import changed_settings
+
+        if dependency.partition_key is None:
+            return ""
+        records = self.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+        cache_key = (dependency.asset_key, dependency.partition_key, records[0].storage_id if records else None)
+        if cache_key not in self._settings_changes:
+            self._settings_changes[cache_key] = changed_settings(self.instance, dependency.asset_key.to_user_string(), dependency.partition_key, cache_key[2])
+        changed = self._settings_changes[cache_key]
+        return f" ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})" if changed else ""
 
     def _downstream_of_selected(self, plan: Plan, key: AssetKey, partitions: list[Partition]) -> dict[Partition, str]:
         """The partitions of `key` that read a partition already selected (not through a GATE)."""
