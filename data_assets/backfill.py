@@ -34,7 +34,7 @@ from dagster._time import get_current_timestamp
 
 from data_assets.daemon import PARENT_ENV, pid_file, running_daemon
 from data_assets.freshness import Plan
-from resources.run_tags import PURPOSE_TAG, partition_labels
+from resources.run_tags import PURPOSE_TAG, WHY_TAG, partition_labels
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DONE = {BulkActionStatus.COMPLETED, BulkActionStatus.COMPLETED_SUCCESS, BulkActionStatus.COMPLETED_FAILED, BulkActionStatus.FAILED, BulkActionStatus.CANCELED}
@@ -48,7 +48,7 @@ def submit(instance: Any, defs: Definitions, plan: Plan, command: str) -> str:
     backfill = PartitionBackfill.from_asset_graph_subset(
         backfill_id=backfill_id,
         backfill_timestamp=get_current_timestamp(),
-        tags={PURPOSE_TAG: command},
+        tags={PURPOSE_TAG: command, WHY_TAG: plan.why()},
         dynamic_partitions_store=instance,
         asset_graph_subset=plan.subset(defs),
         title=f"sluice {command}",

@@ -7,12 +7,16 @@ and decides what the run records:
 
 - every partition ok: the asset's output. Dagster records one materialization per partition, with that
   partition's metadata (`add_asset_metadata`), the code version and the data version; then each partition's
-  check evaluations, partitioned like the check.
+  check evaluations, partitioned like the check, each naming that materialization as its target (the UI's
+  Checks -> Partitions view counts an evaluation as Passed / Failed only when its target is the partition's
+  latest materialization; without one it reads Missing).
 - some partitions failed (the work raised, or a blocking check failed): the others are recorded as
   materialized (their events are yielded before the step fails), the failed ones are not, and the step
   fails with one line per failed partition naming its cause. Dagster's backfill then marks only those
   partitions, and what depends on them, failed ("a ranged run can materialize some partitions of an asset
-  and fail on others").
+  and fail on others"). A failed partition's evaluations have no target: what they judged was not recorded
+  (the view shows Failed for a partition never materialized before; for one materialized before, that
+  earlier materialization is no longer vouched for: Missing).
 
 The checks of a stage are declared on the asset (`AssetCheckSpec`, partitioned) and evaluated from values
 its work measured while writing; the asset is a `multi_asset` with `can_subset=True` only so that its
@@ -21,7 +25,8 @@ check outputs are optional, because a ranged step records one evaluation per par
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,11 +38,18 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
+    AssetRecordsFilter,
     AssetSpec,
     BackfillPolicy,
+    DagsterEventType,
     Failure,
+    FloatMetadataValue,
     MaterializeResult,
+    MetadataValue,
     multi_asset,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
 )
 
 from data_assets.settings import CONFIG
@@ -94,6 +106,9 @@ class PartitionResult:
 
     metadata: dict[str, Any]
     checks: list[AssetCheckResult] = field(default_factory=list)
+    # The names each per-name count (`drop/<reason>`, ...) can take, by prefix, from the config and the rule
+    # tables: recorded as 0 where the partition counted none (fill_counts), whatever the run saw.
+    names: dict[str, Iterable[str]] = field(default_factory=dict)
 
 
 def root_cause(error: BaseException) -> str:
@@ -131,20 +146,22 @@ def run_partitions(
         if bad:
             failed[partition] = "; ".join(_check_failure(check) for check in bad)
         done[partition] = result
-    evaluations = [
-        _evaluation(key, partition, check, check.check_name in blocking) for partition, result in done.items() for check in result.checks
-    ]
     ok = {partition: result for partition, result in done.items() if partition not in failed}
-    fill_counts([result.metadata for result in ok.values()])
+    for result in done.values():
+        result.metadata = rounded(result.metadata)
+    fill_counts([result.metadata for result in ok.values()], {**declared_count_keys(ok.values()), **recorded_count_keys(context, key)})
     if not failed:
         for partition, result in ok.items():
             context.add_asset_metadata(result.metadata, partition_key=partition)
         yield MaterializeResult(asset_key=key)
-        yield from evaluations
-        return
-    for partition, result in ok.items():
+    for partition, result in ok.items() if failed else ():
         yield AssetMaterialization(asset_key=key, partition=partition, metadata=result.metadata, tags=_version_tags(context, key))
-    yield from evaluations
+    targets = recorded_materializations(context, key, list(ok))
+    for partition, result in done.items():
+        for check in result.checks:
+            yield _evaluation(key, partition, check, check.check_name in blocking, targets.get(str(partition)))
+    if not failed:
+        return
     lines = [f"{asset} {label(partition)}: {cause}" for partition, cause in sorted(failed.items(), key=lambda item: order(item[0]))]
     raise Failure(
         description=f"{len(failed)} of {len(failed) + len(ok)} partitions failed: " + " | ".join(lines),
@@ -153,13 +170,84 @@ def run_partitions(
     )
 
 
-def fill_counts(metadata: list[dict[str, Any]]) -> None:
-    """Record every per-name count (`drop/<reason>`, `language/<code>`, ...: a numeric key with a `/`) that
-    some partition of the run recorded as 0 in the others, so each one's plot has no hole at them."""
-    names = {key for entry in metadata for key, value in entry.items() if "/" in key and not key.startswith("dagster/") and _number(value)}
+def recorded_materializations(
+    context: AssetExecutionContext, key: AssetKey, partitions: Sequence[Any]
+) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
+    """By partition key, the materialization of `key` this run recorded for `partitions` (Dagster stores each
+    event as the step yields it, so those yielded above are there): what each partition's check evaluations
+    judged. The evaluations carry it as their target, which is how the UI tells a check of the latest
+    materialization (Passed / Failed per partition) from a stale one (Missing). Read from the asset's records,
+    as Dagster reads a single-partition step's target: their storage ids are the ones the UI compares (on
+    SQLite a run's own event log numbers its events apart)."""
+    if not partitions:
+        return {}
+    wanted = [str(partition) for partition in partitions]
+    records = context.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=wanted), limit=4 * len(wanted) + 16).records
+    targets: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
+    for record in records:  # newest first
+        if record.run_id == context.run.run_id and record.partition_key not in targets:
+            targets[record.partition_key] = AssetCheckEvaluationTargetMaterializationData(
+                storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
+            )
+    return targets
+
+
+def fill_counts(metadata: list[dict[str, Any]], known: Mapping[str, type] | None = None) -> None:
+    """Give every partition of the run the same per-name counts (`drop/<reason>`, `language/<code>`, ...: a
+    numeric key with a `/`): each one `known` (declared, or recorded by a materialization of another partition)
+    or recorded by another partition of this run, and absent here, is recorded as 0 (0.0 for a float key, so a
+    key keeps one type; appended in name order), so each count's plot across partitions has no hole. Not the
+    funnel: `funnel/<nn>_<step>` counts the documents reaching a step of this source's chain, and a step
+    another source's chain has is not 0 here."""
+    names = {key: kind for key, kind in (known or {}).items() if _count_key(key)}
     for entry in metadata:
-        for key in names - set(entry):
-            entry[key] = 0
+        for key, value in entry.items():
+            if _count_key(key) and _number(value):
+                names[key] = float if isinstance(value, float) or names.get(key) is float else int
+    for entry in metadata:
+        for key in sorted(set(names) - set(entry)):
+            entry[key] = names[key](0)
+
+
+def _count_key(key: str) -> bool:
+    return "/" in key and not key.startswith(("dagster/", "funnel/"))
+
+
+def declared_count_keys(results: Iterable[PartitionResult]) -> dict[str, type]:
+    """The count keys the stages declared (PartitionResult.names): counts, ints."""
+    return {f"{prefix}/{name}": int for result in results for prefix, names in result.names.items() for name in names}
+
+
+def recorded_count_keys(context: AssetExecutionContext, key: AssetKey) -> dict[str, type]:
+    """The count keys (numeric, with a `/`), with their type, of the latest materialization of every partition of
+    the asset: what earlier runs recorded, whichever partitions they held (two queries, whatever the history)."""
+    latest = context.instance.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION)
+    if not latest:
+        return {}
+    records = context.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, storage_ids=list(latest.values())), limit=len(latest)).records
+    found: dict[str, type] = {}
+    for record in records:
+        materialization = record.asset_materialization
+        for name, value in (materialization.metadata.items() if materialization is not None else ()):
+            plain = getattr(value, "value", None)
+            if _count_key(name) and _number(plain):
+                found[name] = float if isinstance(plain, float) or found.get(name) is float else int
+    return found
+
+
+def rounded(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The metadata with every float to 4 significant digits, and to units from 1000 up: a share, a rate or a
+    mean means no more (drop_rate 0.19999999999999996 is 0.2, a mean length 2345.67 is 2346.0). Floats stay
+    floats and ints ints, so a key keeps one type."""
+    return {key: _round(value) for key, value in metadata.items()}
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, FloatMetadataValue):  # a check result's metadata arrives normalized
+        return MetadataValue.float(_round(value.value)) if value.value is not None else value
+    if not isinstance(value, float) or not math.isfinite(value) or value == 0:
+        return value
+    return round(value, max(0, 3 - math.floor(math.log10(abs(value)))))
 
 
 def _number(value: Any) -> bool:
@@ -170,16 +258,19 @@ def _check_failure(check: AssetCheckResult) -> str:
     return f"blocking check {check.check_name} failed" + (f": {check.description}" if check.description else "")
 
 
-def _evaluation(key: AssetKey, partition: Any, check: AssetCheckResult, blocking: bool) -> AssetCheckEvaluation:
+def _evaluation(
+    key: AssetKey, partition: Any, check: AssetCheckResult, blocking: bool, target: AssetCheckEvaluationTargetMaterializationData | None
+) -> AssetCheckEvaluation:
     return AssetCheckEvaluation(
         asset_key=key,
         check_name=check.check_name,
         passed=check.passed,
-        metadata=check.metadata,
+        metadata=rounded(dict(check.metadata or {})),
         severity=check.severity or AssetCheckSeverity.ERROR,
         description=check.description,
         blocking=blocking,
-        partition=partition,
+        partition=str(partition),
+        target_materialization_data=target,
     )
 
 

@@ -139,7 +139,22 @@ def clean_partition(
         **counts.metadata(),
         "compute": executor.describe(),
     }
-    return PartitionResult(metadata=metadata, checks=_checks(config, cleaning, stats, ref.source))
+    return PartitionResult(metadata=metadata, checks=_checks(config, cleaning, stats, ref.source), names=count_names(config))
+
+
+def count_names(config: SluiceConfig) -> dict[str, list[str]]:
+    """The per-name counts every cleaned partition records, 0 where none (data_assets/batch.py fill_counts):
+    the drop reasons of every source's chain, the PII kinds, the languages the config names (kept, or with
+    settings of their own). Other languages (lid.176 knows 176) are recorded once some partition has seen them."""
+    from sluice.clean.chain import drop_reasons
+    from sluice.clean.steps.pii import PLACEHOLDERS
+
+    sources = [config.cleaning.for_source(name) for name in config.source_names]
+    return {
+        "drop": drop_reasons(sources),
+        "pii": sorted(PLACEHOLDERS),
+        "language": sorted({code for cleaning in sources for code in (*cleaning.keep_languages, *cleaning.languages)}),
+    }
 
 
 def _models(store: Store, cleaning: CleaningSettings, ref: PartitionRef) -> _Models:

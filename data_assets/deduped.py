@@ -53,6 +53,7 @@ from sluice.dedup import (
     sign_partition,
 )
 from sluice.layout import PartitionRef, partition_prefix
+from sluice.tasks import TaskCounts
 
 SIGNATURES_ASSET = "dedup_signatures"
 INDEX_ASSET = "dedup_index"
@@ -113,7 +114,7 @@ def sign(context: AssetExecutionContext, ref: PartitionRef, settings: SluiceSett
             "dagster/uri": MetadataValue.path(store.uri(partition_prefix(SIGNATURES_ASSET, ref))),
             "origin": result.origin,  # signed | unchanged (same cleaned files)
             "parts": len(result.manifest["files"]),
-            **(result.tasks.metadata() if result.tasks is not None else {}),
+            **(result.tasks or TaskCounts()).metadata(),  # 0 and 0 when unchanged: every materialization has the keys
         }
     )
 

@@ -70,6 +70,15 @@ class Plan:
         pairs = {AssetKeyPartitionKey(key, partition) for key, partitions in self.selected.items() for partition in partitions}
         return AssetGraphSubset.from_asset_partition_set(pairs, graph)
 
+    def why(self) -> str:
+        """Why the plan runs, in a few words (its backfill's and runs' `sluice/why` tag): the causes that
+        selected partitions themselves, most partitions first (not `reads <asset>`: those follow them)."""
+        causes: Counter[str] = Counter()
+        for why in self.reasons.values():
+            causes.update({reason: count for reason, count in why.items() if not reason.startswith("reads ")})
+        text = "; ".join(reason for reason, _ in causes.most_common())
+        return text if len(text) <= 200 else text[:197] + "..."
+
     def lines(self) -> list[str]:
         return [
             f"{asset}: {sum(why.values())} ({', '.join(f'{reason} {count}' for reason, count in why.most_common())})"
@@ -101,10 +110,11 @@ class Planner:
             instance=instance,
             asset_graph=self.graph,
         )
+        self._settings_changes: dict[tuple[Any, str, int | None], list[str]] = {}
         self.resolver = CachingStaleStatusResolver(instance=instance, asset_graph=self.graph, loading_context=view)
         self._wide: dict[AssetKey, list[AssetKey]] = {}
         events = LatestEvents(instance, self.graph)
-        self.direct = DirectCauses(events, self._skipped)
+        self.direct = DirectCauses(events, self._skipped, self._which_settings)
         self.wide = WideDependencies(instance, events)
 
     def plan(self, force: bool = False) -> Plan:
@@ -174,7 +184,8 @@ class Planner:
 
     def _resolver_cause(self, key: AssetKey, partition: Partition) -> str | None:
         """Dagster's own resolver, for a materialization recorded without provenance."""
-        for cause in self.resolver.get_stale_causes(key, None if partition is None else str(partition)):
+        partition_str = None if partition is None else str(partition)
+        for cause in self.resolver.get_stale_causes(key, partition_str):
             if cause.category == StaleCauseCategory.CODE:
                 return "code version changed"
             dependency = cause.dependency
@@ -183,7 +194,7 @@ class Planner:
             if self._skipped(key, dependency.asset_key):
                 continue
             if self.graph.get(dependency.asset_key).is_external:
-                return f"{dependency.asset_key.to_user_string()} changed"
+                return f"{dependency.asset_key.to_user_string()} changed" + self._which_settings(key, partition_str, dependency.asset_key, dependency.partition_key)
             return f"{dependency.asset_key.to_user_string()} updated"
         return None
 
@@ -202,6 +213,23 @@ class Planner:
             and (node.partitions_def is None or isinstance(self.graph.get_partition_mapping(key, parent), AllPartitionMapping))
             and role(key.to_user_string(), parent.to_user_string()) != GATE
         ]
+
+    def _which_settings(self, key: AssetKey, partition: str | None, dependency: AssetKey, dependency_partition: str | None) -> str:
+        """` (cleaning.min_chars, ...)`: the settings that changed since the partition's latest materialization
+        read them (data_assets/versions.py `changed_settings`); "" when not known (a crawl folder, or settings
+        observed before observations recorded them)."""
+        from dagster import AssetRecordsFilter
+
+        from data_assets.versions import changed_settings
+
+        if dependency_partition is None:
+            return ""
+        records = self.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+        cache_key = (dependency, dependency_partition, records[0].storage_id if records else None)
+        if cache_key not in self._settings_changes:
+            self._settings_changes[cache_key] = changed_settings(self.instance, dependency.to_user_string(), dependency_partition, cache_key[2])
+        changed = self._settings_changes[cache_key]
+        return f" ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''})" if changed else ""
 
     def _downstream_of_selected(self, plan: Plan, key: AssetKey, partitions: list[Partition]) -> dict[Partition, str]:
         """The partitions of `key` that read a partition already selected (not through a GATE)."""

@@ -16,7 +16,7 @@ import os
 from dagster import SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from data_assets.partitions import SNAPSHOTS, snapshot_partitions
-from data_assets.versions import current_versions, observations
+from data_assets.versions import current_versions, observations, settings_values
 from resources import SluiceSettings
 from sluice.config import check_snapshot_name
 from sluice.layout import PartitionRef
@@ -72,7 +72,7 @@ def new_snapshot_sensor(context: SensorEvaluationContext, settings: SluiceSettin
     # snapshots seen for the first time (late data): their crawl version is recorded.
     fresh = {PartitionRef(source, snapshot) for snapshot in new_snapshots for source in config.source_names}
     fresh |= {PartitionRef(source, snapshot) for source, snapshot in pairs if f"{source}/{snapshot}" not in seen}
-    events = observations(context.instance, current_versions(config, sorted(fresh, key=PartitionRef.sort_key)))
+    events = observations(context.instance, current_versions(config, sorted(fresh, key=PartitionRef.sort_key)), settings_values(config))
     cursor = json.dumps(sorted(seen | {f"{source}/{snapshot}" for source, snapshot in pairs}))
     if not new_snapshots and not events:
         problems = f"; {len(rejected)} folder(s) not usable: {' | '.join(rejected)}" if rejected else ""

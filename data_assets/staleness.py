@@ -209,8 +209,14 @@ class DirectCauses:
     """A partition's own stale causes through its code version and its one-partition dependencies (identity
     and per-dimension mappings, unpartitioned dependencies), as one phrase; see the module docstring."""
 
-    def __init__(self, events: LatestEvents, skip: Callable[[AssetKey, AssetKey], bool]) -> None:
+    def __init__(
+        self, events: LatestEvents, skip: Callable[[AssetKey, AssetKey], bool], explain: Callable[[AssetKey, str | None, AssetKey, str | None], str] | None = None
+    ) -> None:
+        """`skip(asset, dependency)`: dependencies judged elsewhere; `explain(asset, partition, dependency,
+        dependency partition)`: what to add to "<dependency> changed" for an observed dependency (which
+        settings)."""
         self.events, self.graph, self.skip = events, events.graph, skip
+        self.explain = explain or (lambda *_: "")
 
     def cause(self, key: AssetKey, partition: Partition) -> str | None:
         partition_str = None if partition is None else str(partition)
@@ -226,25 +232,33 @@ class DirectCauses:
         for removed in sorted(set(provenance.input_data_versions) - set(node.parent_keys)):
             return f"removed dependency on {removed.to_user_string()}"
         for dependency in sorted(node.parent_keys):
-            if not self.skip(key, dependency) and self._updated(key, partition, provenance, dependency):
-                return f"{dependency.to_user_string()} {'changed' if self.graph.get(dependency).is_external else 'updated'}"
+            if self.skip(key, dependency):
+                continue
+            changed = self._changed(key, partition, provenance, dependency)
+            if changed is None:
+                continue
+            if self.graph.get(dependency).is_external:
+                return f"{dependency.to_user_string()} changed" + self.explain(key, partition_str, dependency, changed or None)
+            return f"{dependency.to_user_string()} updated"
         return None
 
-    def _updated(self, key: AssetKey, partition: Partition, provenance: DataProvenance, dependency: AssetKey) -> bool:
+    def _changed(self, key: AssetKey, partition: Partition, provenance: DataProvenance, dependency: AssetKey) -> str | None:
+        """None when the dependency did not change for this partition; else the dependency partition that
+        changed ("" for an unpartitioned or a new dependency)."""
         if not provenance.has_input_asset(dependency):
-            return True  # a new dependency
+            return ""  # a new dependency
         if self.graph.get(dependency).partitions_def is None:
             recorded = provenance.input_data_versions[dependency]
-            return versions_differ(recorded.value if recorded else None, self.events.current_version(dependency, None))
+            return "" if versions_differ(recorded.value if recorded else None, self.events.current_version(dependency, None)) else None
         cursor = provenance.input_storage_ids.get(dependency)
         if cursor is None:
-            return False  # Dagster compares the latest event with itself then
+            return None  # Dagster compares the latest event with itself then
         ids = self.events.ids(dependency)
         newer = [q for q in self._parents(key, partition, dependency) if ids.get(q, -1) > cursor]
         if not newer:
-            return False
+            return None
         before = self.events.versions_before(dependency, newer, cursor + 1)
-        return any(versions_differ(before.get(q), self.events.current_version(dependency, q)) for q in newer)
+        return next((q for q in newer if versions_differ(before.get(q), self.events.current_version(dependency, q))), None)
 
     def _parents(self, key: AssetKey, partition: Partition, dependency: AssetKey) -> Iterable[str]:
         """The dependency partitions `partition` reads (the common mappings directly, others through Dagster)."""

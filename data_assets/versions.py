@@ -33,6 +33,7 @@ from dagster import (
     BetaWarning,
     DataVersion,
     DataVersionsByPartition,
+    MetadataValue,
     MultiToSingleDimensionPartitionMapping,
     StaticPartitionsDefinition,
     observable_source_asset,
@@ -62,6 +63,7 @@ SOURCE_SETTINGS = "source_settings"
 CLEANING_SETTINGS = "cleaning_settings"
 MIX_SETTINGS = "mix_settings"
 DATA_VERSION_TAG = "dagster/data_version"
+SETTINGS_METADATA = "settings"  # a settings observation's settings (settings_values)
 
 
 def digest(value: Any) -> str:
@@ -121,17 +123,23 @@ def code_versions(config: SluiceConfig) -> dict[str, str]:
 CODE_VERSIONS = code_versions(CONFIG)
 
 
-def settings_versions(config: SluiceConfig) -> dict[str, dict[str, str]]:
-    """The data version of every partition of each settings asset."""
+def settings_values(config: SluiceConfig) -> dict[str, dict[str, Any]]:
+    """Each settings asset's partitions' settings, as their data version digests them (and their observation
+    records them, so a stale cause can name the setting that changed: `changed_settings`)."""
     return {
-        SOURCE_SETTINGS: {source.name: digest(source.model_dump(mode="json")) for source in config.sources},
+        SOURCE_SETTINGS: {source.name: source.model_dump(mode="json") for source in config.sources},
         CLEANING_SETTINGS: {
-            name: digest({"cleaning": config.cleaning.for_source(name).model_dump(mode="json"),
-                          "url_blocklist": file_digest(config.cleaning.for_source(name).url_blocklist)})
+            name: {"cleaning": config.cleaning.for_source(name).model_dump(mode="json"),
+                   "url_blocklist": file_digest(config.cleaning.for_source(name).url_blocklist)}
             for name in config.source_names
         },
-        MIX_SETTINGS: {name: digest(mix.model_dump(mode="json")) for name, mix in config.mixes.items()},
+        MIX_SETTINGS: {name: mix.model_dump(mode="json") for name, mix in config.mixes.items()},
     }
+
+
+def settings_versions(config: SluiceConfig) -> dict[str, dict[str, str]]:
+    """The data version of every partition of each settings asset."""
+    return {key: {partition: digest(value) for partition, value in values.items()} for key, values in settings_values(config).items()}
 
 
 def crawl_version(config: SluiceConfig, source: str, snapshot: str) -> str:
@@ -209,21 +217,51 @@ def current_versions(config: SluiceConfig, crawl_partitions: Iterable[PartitionR
     }
 
 
-def observations(instance: Any, versions: dict[str, dict[str, str]]) -> list[AssetObservation]:
+def observations(instance: Any, versions: dict[str, dict[str, str]], settings: dict[str, dict[str, Any]] | None = None) -> list[AssetObservation]:
     """An observation for each partition whose version differs from the recorded one (none when nothing
-    changed, so observing again adds no history)."""
+    changed, so observing again adds no history); a settings partition's carries its `settings` (from
+    `settings_values`) as metadata."""
     found = []
     for key, by_partition in versions.items():
         recorded = recorded_versions(instance, key)
         for partition, version in sorted(by_partition.items()):
             if recorded.get(partition) != version:
-                found.append(AssetObservation(asset_key=key, partition=partition, tags={DATA_VERSION_TAG: version}))
+                value = (settings or {}).get(key, {}).get(partition)
+                metadata = {SETTINGS_METADATA: MetadataValue.json(value)} if value is not None else None
+                found.append(AssetObservation(asset_key=key, partition=partition, tags={DATA_VERSION_TAG: version}, metadata=metadata))
     return found
+
+
+def changed_settings(instance: Any, asset: str, partition: str, before_storage_id: int | None) -> list[str]:
+    """The settings (dotted keys, e.g. `cleaning.min_chars`) in which the latest observation of a settings
+    asset's partition differs from the latest one before `before_storage_id` (what a materialization then
+    read); [] when either does not record its settings."""
+    from dagster import AssetRecordsFilter
+
+    def settings_at(before: int | None) -> Any:
+        records = instance.fetch_observations(AssetRecordsFilter(asset_key=AssetKey(asset), asset_partitions=[partition], before_storage_id=before), limit=1).records
+        value = records[0].asset_observation.metadata.get(SETTINGS_METADATA) if records else None
+        return getattr(value, "data", None)
+
+    latest, earlier = settings_at(None), settings_at(before_storage_id)
+    if latest is None or earlier is None:
+        return []
+    old, new = _flatten(earlier), _flatten(latest)
+    return sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 def observe(instance: Any, config: SluiceConfig, crawl_partitions: Iterable[PartitionRef] = ()) -> list[str]:
     """Record the changed versions on the instance; returns `asset partition` of each."""
-    found = observations(instance, current_versions(config, crawl_partitions))
+    found = observations(instance, current_versions(config, crawl_partitions), settings_values(config))
     for observation in found:
         instance.report_runless_asset_event(observation)
     return [f"{o.asset_key.to_user_string()} {o.partition}" for o in found]

@@ -5,7 +5,8 @@ declarative automation or the schedule; Dagster tags them with their partition (
 origin. `run_labels` derives from those tags: `sluice/source` and `sluice/snapshot` (or `sluice/mix`; a
 range reads `first..last`), and `sluice/purpose` (kept when whoever started the run set it: `materialize`,
 `demo`, `automation`, `daily-mix-rebuild`; else `backfill` for a UI backfill, `manual`), and
-`sluice/coordinated` on the runs of a backfill that is not automation's.
+`sluice/coordinated` on the runs of a backfill that is not automation's. `sluice materialize` also tags its
+backfill (and so its runs) `sluice/why`.
 The settings resource adds them when a run starts (resources/settings.py).
 """
 
@@ -17,6 +18,9 @@ PURPOSE_TAG = "sluice/purpose"
 # On the runs of a backfill that plans its own downstream (the command's, a UI backfill, the schedule's), so
 # declarative automation does not react to what they materialize (data_assets/automation.py).
 COORDINATED_TAG = "sluice/coordinated"
+# On the command's backfill and its runs: why they run (missing partitions, which settings changed, a code
+# version; data_assets/freshness.py Plan.why).
+WHY_TAG = "sluice/why"
 _RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 _DIMENSIONS = ("source", "snapshot")
 

@@ -163,6 +163,7 @@ class BlocklistFilter(Step):
     extraction, so text patterns see the extracted text."""
 
     name = "blocklist"
+    reasons = ("blocklisted_doc", "blocklisted_url", "blocklisted_domain", "blocklisted_regex")
 
     def __init__(self, blocklist: Blocklist) -> None:
         self.blocklist = blocklist

@@ -3,6 +3,7 @@ after language ID), and the text caches those steps keep."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sluice.clean.steps import ByLanguage, Step
@@ -131,3 +132,48 @@ def clear_text_caches() -> None:
     clear_chunk_cache()
     clear_line_cache()
     clear_word_cache()
+
+
+def drop_reasons(settings: Iterable[CleaningSettings]) -> list[str]:
+    """Every reason the cleaning chains of these settings (each source's `CleaningSettings.for_source`) can drop
+    a document for, sorted: the reasons the steps they enable declare (`Step.reasons`, their rule tables),
+    for each language's settings, with the names the settings choose (Gopher's n-gram sizes, perplexity's
+    dropped buckets). The cleaned metadata records each as a count, 0 where a partition dropped none, so every
+    partition carries the same keys whichever run wrote it. (The budget's rare `step_timeout:<step>` /
+    `step_crashed:<step>` are recorded where they happen.)"""
+    from sluice.blocklist import BlocklistFilter
+    from sluice.clean.steps.codeshare import CodeShare
+    from sluice.clean.steps.extract import DecodeText, ExtractHtml
+    from sluice.clean.steps.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+    from sluice.clean.steps.perplexity import PerplexityScorer
+    from sluice.clean.steps.quality import QualityScorer
+    from sluice.clean.steps.toxicity import ToxicityFilter
+    from sluice.clean.steps.urlfilter import URLFilter
+
+    reasons: set[str] = set()
+    for source in settings:
+        reasons.update(DecodeText.reasons, ExtractHtml.reasons, LengthFilter.reasons, LanguageFilter.reasons)
+        for enabled, step in ((source.url_blocklist, URLFilter), (source.blocklist, BlocklistFilter), (source.code_share.enabled, CodeShare)):
+            if enabled:
+                reasons.update(step.reasons)
+        for s in (source, *(source.for_language(code) for code in sorted(source.languages))):
+            for enabled, step in (
+                (s.gopher_quality.enabled, GopherQualityFilter), (s.c4.enabled, C4QualityFilter),
+                (s.fineweb_quality.enabled, FineWebQualityFilter), (s.toxicity.enabled, ToxicityFilter),
+                (s.perplexity.enabled, PerplexityScorer), (s.quality_threshold is not None, QualityScorer),
+            ):
+                if enabled:
+                    reasons.update(step.reasons)
+            if s.gopher_repetition.enabled:
+                repetition = s.gopher_repetition
+                reasons.update(GopherRepetitionFilter.reasons)
+                reasons.update(f"top_{n}_gram" for n in repetition.top_n_grams)
+                reasons.update(f"duplicated_{n}_n_grams" for n in repetition.dup_n_grams)
+            if s.perplexity.enabled:
+                reasons.update(f"perplexity_{bucket}" for bucket in s.perplexity.drop_buckets)
+    return sorted(reasons)

@@ -247,7 +247,7 @@ def test_quarantined_file_share_check_blocks_when_too_many_files_are_unreadable(
 
     check = quarantine_check(result)
     assert check.passed is passes
-    assert check.metadata["quarantined_file_share"].value == pytest.approx(empty_files / (empty_files + 1))
+    assert check.metadata["quarantined_file_share"].value == pytest.approx(empty_files / (empty_files + 1), rel=5e-4)  # 4 significant digits
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     # A failed blocking check fails its partition (data_assets/batch.py): the check's evaluation is recorded,
     # the partition is not materialized, and nothing downstream reads it.

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 
 import polars as pl
-from dagster import materialize
+from dagster import AssetKey, materialize
 
 from data_assets.cleaned import DROP_RATE_CHECK, NO_PII_CHECK
 from data_assets.definitions import ASSETS, build_resources
-from data_assets.partitions import SNAPSHOTS, multi_key
+from data_assets.partitions import SNAPSHOTS, multi_key, source_snapshot_partitions
 from tests.conftest import SAMPLE
+from tests.support.results import check_partition_statuses, latest_check_target
 
 SNAPSHOT = "2026-01"
 SENTENCES = [
@@ -97,12 +98,48 @@ def test_pii_left_in_the_output_blocks_downstream(make_config, dagster_instance,
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {"raw_documents"}  # the partition failed its blocking check; deduped_documents never ran
     assert not result.success
+    # What the UI's Checks -> Partitions view reads (Dagster's AssetCheckState): Failed, with no target, as the
+    # output it judged was not recorded as a materialization.
+    key = str(multi_key("reference", SNAPSHOT))
+    assert check_partition_statuses(dagster_instance, "cleaned_documents", NO_PII_CHECK, source_snapshot_partitions) == {key: "FAILED"}
+    assert latest_check_target(dagster_instance, "cleaned_documents", NO_PII_CHECK, key) == ("FAILED", None, None)
 
 
 def test_drop_rate_bounds_per_source_warn(make_config, dagster_instance, tmp_path):
     config = setup(make_config, dagster_instance, tmp_path, {"min_chars": 100, "per_source": {"reference": {"drop_rate_bounds": [0.0, 0.2]}}})
     result = run(dagster_instance, config)
     check = checks(result)[DROP_RATE_CHECK]
-    assert not check.passed and abs(check.metadata["drop_rate"].value - 1 / 3) < 1e-9 and check.metadata["max"].value == 0.2
+    assert not check.passed and check.metadata["drop_rate"].value == 0.3333 and check.metadata["max"].value == 0.2  # 1/3 to 4 digits
     assert result.success  # a warning: deduped_documents still ran
     assert "deduped_documents" in {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    # The UI's Checks -> Partitions view (Dagster's AssetCheckState): the warning is Failed, the other check
+    # Passed, each evaluation naming the partition's materialization as its target.
+    key = str(multi_key("reference", SNAPSHOT))
+    statuses = {name: check_partition_statuses(dagster_instance, "cleaned_documents", name, source_snapshot_partitions) for name in (DROP_RATE_CHECK, NO_PII_CHECK)}
+    assert statuses == {DROP_RATE_CHECK: {key: "FAILED"}, NO_PII_CHECK: {key: "SUCCEEDED"}}
+    [materialization] = dagster_instance.fetch_materializations(AssetKey("cleaned_documents"), limit=10).records
+    for name, status in ((DROP_RATE_CHECK, "FAILED"), (NO_PII_CHECK, "SUCCEEDED")):
+        assert latest_check_target(dagster_instance, "cleaned_documents", name, key) == (status, materialization.storage_id, materialization.storage_id)
+
+
+def test_a_blocking_failure_after_a_passing_materialization_is_not_shown_as_passed(make_config, dagster_instance, tmp_path):
+    """The partition passed no_pii_left once; redaction then switched off, the re-run fails the blocking check
+    and records no materialization: the earlier materialization stays the partition's latest, the failed
+    evaluation does not claim it as its target, so the Checks -> Partitions view no longer shows Passed."""
+    config = setup(make_config, dagster_instance, tmp_path, {"min_chars": 100})
+    assert run(dagster_instance, config).success
+    key = str(multi_key("reference", SNAPSHOT))
+    assert check_partition_statuses(dagster_instance, "cleaned_documents", NO_PII_CHECK, source_snapshot_partitions) == {key: "SUCCEEDED"}
+    [first] = dagster_instance.fetch_materializations(AssetKey("cleaned_documents"), limit=10).records
+    config = make_config(
+        name="off.yaml",
+        sources=[
+            {"name": "web", "location": str(SAMPLE / "web"), "format": "warc"},
+            {"name": "reference", "location": str(tmp_path / "reference"), "format": "jsonl", "options": {"url_field": "url", "date_field": None}},
+        ],
+        cleaning={"min_chars": 100, "per_source": {"reference": {"pii": {"enabled": False}}}},
+        compute={"backend": "local", "max_workers": 1},
+    )
+    assert not run(dagster_instance, config).success
+    assert latest_check_target(dagster_instance, "cleaned_documents", NO_PII_CHECK, key) == ("FAILED", None, first.storage_id)
+    assert check_partition_statuses(dagster_instance, "cleaned_documents", NO_PII_CHECK, source_snapshot_partitions) == {}

@@ -74,10 +74,16 @@ def test_changed_cleaning_settings_of_one_source_rerun_exactly_what_they_govern(
         "dedup_clusters": after_web, "deduped_documents": after_web, "decontamination": after_web, "blocklist_matches": after_web,
         "tokenized_shards": after_web, "mixed_dataset": {"default"}, "quality_report": {"None"},
     }
-    assert plan.reasons["cleaned_documents"] == {"cleaning_settings changed": 2}
+    # The cause names the setting that changed (the settings observations record the settings).
+    assert plan.reasons["cleaned_documents"] == {"cleaning_settings changed (cleaning.min_chars)": 2}
+    assert plan.why() == "cleaning_settings changed (cleaning.min_chars)"
 
     report = materialize_graph(instance, changed)
     assert report["planned"] == plan.count and report["status"].value == "COMPLETED_SUCCESS"
+    # The re-run says why it ran: its backfill and every run of it carry the cause (sluice/why).
+    backfill = instance.get_backfill(report["backfill_id"])
+    runs = [run for run in instance.get_runs() if run.tags.get("dagster/backfill") == backfill.backfill_id]
+    assert runs and {run.tags.get("sluice/why") for run in runs} == {backfill.tags["sluice/why"]} == {plan.why()}
     with config_env(changed):
         assert plan_work(instance, build_resources(changed), log=lambda _: None).count == 0
     # A fresh run with the new settings, given the tokenizer the first run trained (the tokenizer is built

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from dagster import Definitions
 
@@ -152,10 +154,11 @@ def test_cleaning_metadata_explains_every_decision(local_run):
             reason: count for reason, count in drops.items() if count
         }
         assert set(dropped.columns) >= {"doc_id", "url", "step", "reason", "detail", "text"}
-        # The median comes from a fixed-size summary (sluice.quantiles): the lower median, within 1 %.
+        # The median comes from a fixed-size summary (sluice.quantiles): the lower median, within 1 %; both
+        # rounded to 4 significant digits, units from 1000 up (data_assets/batch.py).
         lower_median = float(kept["n_chars"].quantile(0.5, "lower"))
-        assert abs(cleaned["median_chars_out"] - lower_median) <= 0.01 * lower_median
-        assert abs(cleaned["mean_chars_out"] - float(kept["n_chars"].mean())) < 1e-6
+        assert abs(cleaned["median_chars_out"] - lower_median) <= 0.0105 * lower_median + 0.5
+        assert math.isclose(cleaned["mean_chars_out"], float(kept["n_chars"].mean()), rel_tol=5e-4, abs_tol=0.5)
         assert cleaned["input_bytes_mean"] > cleaned["mean_chars_out"] > 0
         # Every kept text carries the detected language and score.
         assert kept.filter(kept["language_score"] < 0.65).height == 0
@@ -172,6 +175,55 @@ def test_cleaning_metadata_explains_every_decision(local_run):
     assert any(meta["cleaned_documents"].get(key) == 0 for meta in report["partitions"].values() for key in meta["cleaned_documents"] if key.startswith("drop/"))
     web = report["partitions"][("web", "2026-01")]["cleaned_documents"]
     assert {"language/de", "language/en", "language/ru", "language/zh"} <= set(web)
+
+
+def latest_metadata(instance, asset: str) -> dict[str, tuple[str, int, dict]]:
+    """Partition -> (run id, storage id, plain metadata values) of each partition's latest materialization."""
+    from dagster import AssetKey, AssetRecordsFilter, DagsterEventType
+
+    latest = instance.get_latest_storage_id_by_partition(AssetKey(asset), DagsterEventType.ASSET_MATERIALIZATION)
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(asset), storage_ids=list(latest.values())), limit=len(latest)).records
+    return {
+        record.partition_key: (record.run_id, record.storage_id, {key: getattr(value, "value", value) for key, value in record.asset_materialization.metadata.items()})
+        for record in records
+    }
+
+
+def test_every_partition_records_the_same_keys_in_one_type_whatever_run_wrote_it(sample_graph):
+    """Each partitioned stage's materializations, read back from the instance: every partition's latest one has
+    the same metadata keys (the per-reason counts included, 0 where none, although different runs wrote them),
+    each key holds one type across partitions, and every float is rounded to what it means (4 significant
+    digits, units from 1000 up; no 0.19999999999999996)."""
+    from data_assets.definitions import ASSETS
+    from tests.support.graph import graph_instance
+
+    partitioned = sorted(
+        key.to_user_string() for assets_def in ASSETS for key in getattr(assets_def, "keys", ()) if assets_def.partitions_def is not None
+    )
+    with graph_instance(sample_graph.home) as instance:
+        latest = {asset: latest_metadata(instance, asset) for asset in partitioned}
+    assert len({run for run, _, _ in latest["cleaned_documents"].values()}) > 1  # written by several runs
+    for asset, partitions in latest.items():
+        assert partitions, asset
+        # Languages the config does not name are open-ended (lid.176 has 176): each is recorded by every
+        # partition written after one recorded it; every other key by every partition.
+        keys = {partition: {key for key in meta if not key.startswith("language/")} for partition, (_, _, meta) in partitions.items()}
+        first = next(iter(keys.values()))
+        for partition, names in keys.items():
+            assert names == first, (asset, partition, sorted(names ^ first))
+        for partition, (_, order, meta) in partitions.items():
+            for other, (_, later, other_meta) in partitions.items():
+                if later > order:
+                    assert {k for k in meta if k.startswith("language/")} <= set(other_meta), (asset, partition, other)
+        for key in first:
+            types = {type(meta[key]).__name__ for _, _, meta in partitions.values()}
+            assert len(types) == 1, (asset, key, types)
+        for partition, (_, _, meta) in partitions.items():
+            for key, value in meta.items():
+                if isinstance(value, float) and math.isfinite(value) and value != 0:
+                    assert value.is_integer() or float(f"{value:.4g}") == value, (asset, partition, key, value)
+    cleaned = next(iter(latest["cleaned_documents"].values()))[2]
+    assert {"drop/too_short", "drop/gopher_short_doc", "pii/email"} <= set(cleaned)
 
 
 def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):

@@ -27,8 +27,10 @@ import pytest
 import yaml
 
 from data_assets.cli import register_snapshots
+from data_assets.raw import QUARANTINE_CHECK
 from tests.conftest import PROJECT_ROOT, SAMPLE, base_config, write_config
 from tests.support.graph import config_env, graph_instance, materialize_graph
+from tests.support.results import check_partition_statuses, latest_check_target
 
 SNAPSHOT = "2026-01"
 LEADER = "." * 79 + "+++++"
@@ -103,6 +105,26 @@ def run_lines(stdout: str) -> list[tuple[str, str]]:
     return found
 
 
+SOURCES = ("web", "reference", "zz-poisoned")
+
+
+def source_snapshot_partitions(sources):
+    """The source x snapshot partitions of this crawl's config (this process's data_assets holds the default
+    config's sources)."""
+    from dagster import DynamicPartitionsDefinition, MultiPartitionsDefinition, StaticPartitionsDefinition
+
+    from data_assets.partitions import SNAPSHOT_DIMENSION, SNAPSHOTS
+
+    return MultiPartitionsDefinition({"source": StaticPartitionsDefinition(list(sources)), SNAPSHOT_DIMENSION: DynamicPartitionsDefinition(name=SNAPSHOTS)})
+
+
+def check_statuses(home: Path, asset: str, check: str, partitions_def) -> dict[str, str]:
+    from dagster import DagsterInstance
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        return check_partition_statuses(instance, asset, check, partitions_def)
+
+
 def materialized(home: Path, asset: str) -> set[str]:
     from dagster import AssetKey, DagsterInstance
 
@@ -126,6 +148,7 @@ def poisoned_run(tmp_path_factory):
     first = sluice("materialize", config, folder / "home")
     (folder / "first.txt").write_text(first.stdout + "\n--- stderr ---\n" + first.stderr)  # for a human reading a failure
     state = {asset: materialized(folder / "home", asset) for asset in ("raw_documents", "cleaned_documents", "blocklist", "mixed_dataset")}
+    state["quarantine_check"] = check_statuses(folder / "home", "raw_documents", QUARANTINE_CHECK, source_snapshot_partitions(SOURCES))
     (locations["zz-poisoned"] / SNAPSHOT / "a-empty.jsonl").unlink()  # the fix: the unreadable file goes
     second = sluice("materialize", config, folder / "home")
     (folder / "second.txt").write_text(second.stdout + "\n--- stderr ---\n" + second.stderr)
@@ -171,6 +194,38 @@ def test_after_the_fix_the_next_command_runs_only_what_is_missing(poisoned_run):
     stages = second.stdout.split("Stages (wall time", 1)[1].split("\n\n", 1)[0]
     for asset in ("raw_documents", "quality_model", "cleaned_documents", "deduped_documents", "tokenizer", "tokenized_shards", "mixed_dataset"):
         assert f"  {asset} " in stages
+
+
+def test_the_checks_partitions_view_shows_each_partitions_result_and_its_target(poisoned_run):
+    """What the UI's Checks -> Partitions view and a check's history read back from the instance (Dagster's own
+    AssetCheckState and check execution records, not sluice's): after the failed command, the blocking
+    quarantine check Passed on web and reference and Failed on the poisoned partition; after the second, every
+    partitioned check of every stage is Passed or Failed (none Missing) on every materialized partition, its
+    latest evaluation naming that partition's latest materialization (same storage id) as its target."""
+    from dagster import AssetKey, DagsterInstance, StaticPartitionsDefinition
+
+    from data_assets.definitions import ASSETS
+    from data_assets.partitions import mix_partitions
+
+    folder, _, state, _ = poisoned_run
+    assert state["quarantine_check"] == {"web|2026-01": "SUCCEEDED", "reference|2026-01": "SUCCEEDED", "zz-poisoned|2026-01": "FAILED"}
+    checked = []
+    with DagsterInstance.from_config(str(folder / "home")) as instance:
+        for assets_def in ASSETS:
+            for spec in getattr(assets_def, "check_specs", ()):
+                if spec.partitions_def is None:
+                    continue
+                asset = spec.asset_key.to_user_string()
+                partitions_def = StaticPartitionsDefinition(["default"]) if spec.partitions_def is mix_partitions else source_snapshot_partitions(SOURCES)
+                statuses = check_partition_statuses(instance, asset, spec.name, partitions_def)
+                partitions = set(instance.get_materialized_partitions(AssetKey(asset)))
+                assert partitions and set(statuses) == partitions, (asset, spec.name, statuses, partitions)
+                for partition in sorted(partitions):
+                    status, target, latest = latest_check_target(instance, asset, spec.name, partition)
+                    assert statuses[partition] == status in ("SUCCEEDED", "FAILED"), (asset, spec.name, partition, status)
+                    assert target is not None and target == latest, (asset, spec.name, partition, target, latest)
+                checked.append((asset, spec.name))
+    assert {asset for asset, _ in checked} == {"raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards", "mixed_dataset"}, checked
 
 
 def test_the_dotted_leader_page_is_judged_by_the_filters_not_the_budget(poisoned_run):

@@ -124,6 +124,9 @@ class Step:
     # The columns the step adds to the cleaned datasets; it records their values in `doc.values` under the
     # fields' names. Nullable: null where the step did not measure; a non-nullable one is 0 there.
     columns: ClassVar[tuple[pa.Field, ...]] = ()
+    # Every reason code `apply` can drop a document for (the rule table's, for the filters): the cleaned
+    # metadata records each as a count, 0 where no document was dropped for it (sluice.clean.chain.drop_reasons).
+    reasons: ClassVar[tuple[str, ...]] = ()
 
     def apply(self, doc: Document) -> Drop | None:
         raise NotImplementedError

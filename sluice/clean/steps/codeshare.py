@@ -195,6 +195,7 @@ def code_line_counts(text: str) -> tuple[int, int]:
 
 class CodeShare(Step):
     name = "code_share"
+    reasons = ("code_heavy",)
     columns = (pa.field("code_share", pa.float32()),)  # share of non-empty lines that look like code
 
     def __init__(self, settings: CodeShareSettings | None = None) -> None:

@@ -146,6 +146,11 @@ def first_drop(rules: Iterable[Rule]) -> Drop | None:
 
 class GopherQualityFilter(RuleFilter):
     name = "gopher_quality"
+    reasons = (
+        "gopher_short_doc", "gopher_long_doc", "gopher_below_avg_threshold", "gopher_above_avg_threshold", "gopher_too_many_hashes",
+        "gopher_too_many_ellipsis", "gopher_too_many_bullets", "gopher_too_many_end_ellipsis", "gopher_below_alpha_threshold",
+        "gopher_enough_stop_words",
+    )
 
     def __init__(self, settings: GopherQualitySettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or GopherQualitySettings()
@@ -237,6 +242,7 @@ def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
 
 class GopherRepetitionFilter(RuleFilter):
     name = "gopher_repetition"
+    reasons = ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac")  # and top_<n>_gram, duplicated_<n>_n_grams per configured n
 
     def __init__(self, settings: GopherRepetitionSettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or GopherRepetitionSettings()
@@ -387,6 +393,7 @@ class C4QualityFilter(RuleFilter):
     rules select lines (`lines`); the document rules are a table (`rules`) over what they left."""
 
     name = "c4"
+    reasons = ("lorem_ipsum", "curly_bracket", "too_few_sentences")
 
     def __init__(self, settings: C4Settings | None = None, multilingual: bool = True) -> None:
         self.s = settings or C4Settings()
@@ -464,6 +471,7 @@ class FineWebQualityFilter(RuleFilter):
     Unicode's sentence terminators. Both drop a text without a non-blank line as `empty`."""
 
     name = "fineweb_quality"
+    reasons = ("line_punct_ratio", "short_line_ratio", "char_dup_ratio", "list_ratio")
 
     def __init__(self, settings: FineWebQualitySettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or FineWebQualitySettings()

@@ -11,6 +11,7 @@ from sluice.clean.steps import Document, Drop, Step
 
 class LengthFilter(Step):
     name = "length"
+    reasons = ("too_short", "too_long")
 
     def __init__(self, min_chars: int, max_chars: int) -> None:
         self.min_chars = min_chars
@@ -30,6 +31,7 @@ class LanguageFilter(Step):
     (per language where `min_language_scores` names it). Language and score stay on the document."""
 
     name = "language"
+    reasons = ("language_not_kept", "low_language_score")
     on_routed = True  # routed documents get their language too (a drop is ignored for them)
 
     def __init__(

@@ -86,6 +86,7 @@ class QualityScorer(Step):
     """Scores with the trained model (`quality_score`) and drops below the threshold."""
 
     name = "quality_model"
+    reasons = ("low_quality_score",)
     columns = (pa.field("quality_score", pa.float32()),)  # P(like the reference); null when not used
 
     def __init__(self, model_path: str, threshold: float, max_chars: int) -> None:

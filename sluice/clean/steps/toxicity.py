@@ -132,6 +132,7 @@ class ToxicityFilter(Step):
     """Scores listed terms per word (`toxicity_score`, `toxic_terms`) and drops above the threshold."""
 
     name = "toxicity"
+    reasons = ("toxic_content",)
     columns = (
         pa.field("toxicity_score", pa.float32()),  # listed toxic terms per word; null: no list for the language
         pa.field("toxic_terms", pa.int32()),  # occurrences of listed terms

@@ -25,6 +25,7 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 
 class URLFilter(Step):
     name = "url"
+    reasons = ("url_invalid", "url_blocked_domain", "url_blocked_word")
 
     def __init__(self, domains: set[str], words: set[str]) -> None:
         self.domains = {d.lower().strip(".") for d in domains}
