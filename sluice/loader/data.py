@@ -26,7 +26,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from sluice.layout import sha256_file
-from sluice.loader.cache import LocalShards, ShardCache, ShardRef
+from sluice.loader.cache import SPAN_THREADS, LocalShards, ShardCache, ShardRef, SpanCache
 from sluice.mix import mix_prefix
 from sluice.mixindex import MixIndex
 from sluice.shards import ShardError, binary_folder
@@ -54,6 +54,7 @@ class MixedTokens:
         cache_shards: bool | None = None,
         read_mode: str = "auto",
         mmap_max_bytes: int = MMAP_MAX_BYTES,
+        remote_reads: str = "spans",
     ) -> None:
         self.store = store
         self.mix = mix
@@ -65,6 +66,9 @@ class MixedTokens:
         self.cache_bytes = int(cache_bytes)
         self.prefetch_threads = prefetch_threads
         self.verify_checksums = verify_checksums
+        if remote_reads not in ("spans", "shards"):
+            raise ValueError(f"remote_reads must be spans or shards, got {remote_reads!r}")
+        self.remote_reads = remote_reads
         self._manifest: dict[str, Any] | None = None
         self._refs: list[ShardRef] | None = None
         self.index_sha256: str | None = None  # set below; a process that re-reads the manifest checks it
@@ -183,12 +187,16 @@ class MixedTokens:
                     os.remove(os.path.join(folder, name))
         return target
 
-    def shards(self) -> LocalShards | ShardCache:
-        """This process's shard access (local files, or the S3 cache); DataLoader workers get their own."""
+    def shards(self) -> LocalShards | ShardCache | SpanCache:
+        """This process's shard access (local files, ranged reads of S3 spans, or the S3 shard cache);
+        DataLoader workers get their own."""
         self._own_process()
         if self._provider is None:
-            if self.remote:
-                worker = get_worker_info()
+            worker = get_worker_info()
+            if self.remote and self.remote_reads == "spans":
+                budget = self.cache_bytes // (worker.num_workers if worker else 1)
+                self._provider = SpanCache(self.store, self.refs, self.dtype, budget, max(self.prefetch_threads, SPAN_THREADS))
+            elif self.remote:
                 # One folder per (rank, worker): a restart reuses it (ShardCache clears what a dead run left).
                 folder = os.path.join(self.cache_dir, f"mix-{self.mix}", self.split, f"{self.cache_slot}-worker{worker.id if worker else 0}")
                 budget = self.cache_bytes // (worker.num_workers if worker else 1)
@@ -221,7 +229,11 @@ class MixedTokens:
             first, last = max(offset, begin), min(offset + length, end)
             if offset > begin:
                 starts.append(offset - begin)
-            shards.get(shard).read_into(view[(first - begin) * item : (last - begin) * item], start + first - offset, last - first)
+            piece = view[(first - begin) * item : (last - begin) * item]
+            if isinstance(shards, SpanCache):
+                shards.read_spans([shard], [start + first - offset], [last - first], piece)
+            else:
+                shards.get(shard).read_into(piece, start + first - offset, last - first)
         out[:] = window
         return starts
 
@@ -281,3 +293,13 @@ class MixedTokens:
         """Shard ids the given samples read, in read order (repeats kept; for the cache's plan)."""
         records, _ = self.index().sample_records(np.asarray(sample_ids, np.int64))
         return records["shard"].astype(np.int64).tolist()
+
+    def reads_of(self, sample_ids: Sequence[int] | np.ndarray) -> list:
+        """What the remote provider's `plan` takes for the given samples, in read order: their spans
+        (shard, first token, tokens) for the `SpanCache`, their shard ids for the `ShardCache`."""
+        if not isinstance(self.shards(), SpanCache):
+            return self.shards_of(sample_ids)
+        from sluice.loader.packing import window_spans
+
+        spans = window_spans(self, np.asarray(sample_ids, np.int64))
+        return list(zip(*(spans[name].tolist() for name in ("shard", "source", "size")), strict=True))

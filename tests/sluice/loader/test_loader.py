@@ -280,7 +280,7 @@ def test_loader_through_a_cache_smaller_than_the_dataset_matches_memory_maps(mix
     mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
     sizes = shard_total_bytes(mapped)
     limit = int(sum(sizes) * 0.45)
-    cached = MixedTokens(store, "test", cache_dir=str(tmp_path / "b"), cache_bytes=limit, cache_shards=True)
+    cached = MixedTokens(store, "test", cache_dir=str(tmp_path / "b"), cache_bytes=limit, cache_shards=True, remote_reads="shards")
     steps = len(mapped) // 4
     expected = take(TrainingLoader(mapped, 4, seed=8), steps)
     got = take(TrainingLoader(cached, 4, seed=8), steps)
@@ -289,6 +289,83 @@ def test_loader_through_a_cache_smaller_than_the_dataset_matches_memory_maps(mix
     assert stats.evictions > 0 and stats.peak_bytes <= limit
     assert stats.bytes_fetched > sum(sizes)  # evicted shards came back when needed again
     assert stats.prefetched > 0
+
+
+class CountingStore:
+    """A store that records what each read returned (key, bytes), an oracle independent of the loader's stats."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.ranged: list[tuple[str, int, int]] = []  # (key, start, bytes returned)
+        self.whole: list[tuple[str, int]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        raw = self._store.read_range(key, start, length)
+        self.ranged.append((key, start, len(raw)))
+        return raw
+
+    def read_bytes(self, key: str) -> bytes:
+        raw = self._store.read_bytes(key)
+        self.whole.append((key, len(raw)))
+        return raw
+
+    def fetch(self, key: str, local_dir: str) -> str:
+        path = self._store.fetch(key, local_dir)
+        self.whole.append((key, os.path.getsize(path)))
+        return path
+
+    def token_bytes_fetched(self) -> int:
+        return sum(size for key, _, size in self.ranged if key.endswith(".bin")) + sum(size for key, size in self.whole if key.endswith(".bin"))
+
+
+def test_span_reads_fetch_only_the_tokens_served_through_a_cache_much_smaller_than_the_dataset(mix_root, tmp_path):
+    store = open_store(mix_root)
+    mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
+    dataset_bytes = sum(shard_total_bytes(mapped))
+    counting = CountingStore(store)
+    limit = dataset_bytes // 50  # 2% of the shards
+    spans = MixedTokens(counting, "test", cache_dir=str(tmp_path / "b"), cache_bytes=limit, cache_shards=True)
+    steps = len(mapped) // 4  # one epoch
+    expected = take(TrainingLoader(mapped, 4, seed=8), steps)
+    got = take(TrainingLoader(spans, 4, seed=8), steps)
+    assert same_batches(got, expected)
+    served = steps * 4 * SEQ * 2  # input tokens handed out, uint16
+    fetched = counting.token_bytes_fetched()
+    assert not [key for key, _ in counting.whole if key.endswith(".bin")]  # no shard fetched whole
+    # Each sample's window is L + 1 tokens; the loader also plans (and may fetch) a lookahead past the last step.
+    assert served <= fetched <= 2 * served, fetched / served
+    stats = spans.shards().stats
+    assert stats.bytes_fetched == fetched and stats.peak_bytes <= limit and stats.prefetched > 0
+    # The loader packs whole groups of batches: it reads windows (L + 1 tokens) a little past the last step.
+    assert stats.tokens_read % (SEQ + 1) == 0 and stats.tokens_read >= steps * 4 * (SEQ + 1)
+    # Every GET lies inside its shard's token file.
+    sizes = {ref.bin_key: os.path.getsize(store.local_path(ref.bin_key)) for ref in mapped.refs}
+    assert all(key in sizes and start >= 0 and start + size <= sizes[key] for key, start, size in counting.ranged)
+
+
+def test_span_reads_through_dataloader_workers_match(mix_root, tmp_path):
+    store = open_store(mix_root)
+    mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
+    spans = MixedTokens(store, "test", cache_dir=str(tmp_path / "b"), cache_bytes=1 << 20, cache_shards=True)
+    steps = len(mapped) // 8
+    expected = take(TrainingLoader(mapped, 4, seed=2, rank=1, world_size=2), steps)
+    got = take(TrainingLoader(spans, 4, seed=2, rank=1, world_size=2, num_workers=2), steps)
+    assert same_batches(got, expected)
+
+
+def test_span_read_of_a_truncated_shard_names_it(tmp_path):
+    root = str(tmp_path / "store")
+    manifest = build_test_mix(open_store(root), sequence_length=SEQ)
+    victim = manifest["shards"][1]
+    path = os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".bin")
+    with open(path, "r+b") as handle:
+        handle.truncate(os.path.getsize(path) // 2)
+    data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"), cache_shards=True)
+    with pytest.raises(ShardError, match=rf"{victim['name']}\.bin: the mix reads tokens .* truncated"):
+        take(TrainingLoader(data, 4, seed=0), len(data))
 
 
 def test_stall_metric_counts_every_step(data):
@@ -325,7 +402,8 @@ def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_pat
         local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
         limit = int(sum(shard_total_bytes(local)) * 0.45)
         remote = MixedTokens(
-            open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit
+            open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit,
+            remote_reads="shards",
         )
         assert remote.remote
         steps = len(local) // 8
@@ -340,6 +418,32 @@ def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_pat
         sluice.storage._CLIENTS.clear()
 
 
+def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, tmp_path, monkeypatch):
+    """Against a real S3 server: ranged GETs of just the samples' spans, a cache of 1% of the shards, the
+    same batches as the local mix, and S3 bytes (counted around the store) at most twice the tokens served."""
+    import sluice.storage
+    from benchmarks.s3_server import use_credentials
+    from sluice.config import S3Settings
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
+        limit = sum(shard_total_bytes(local)) // 100
+        store = CountingStore(open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)))
+        remote = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit)
+        assert remote.remote and remote.remote_reads == "spans"
+        steps = len(local) // 8
+        expected = take(TrainingLoader(local, 8, seed=6, mask_document_boundaries=True), steps)
+        got = take(TrainingLoader(remote, 8, seed=6, mask_document_boundaries=True), steps)
+        assert same_batches(got, expected)
+        served = steps * 8 * SEQ * 2
+        assert served <= store.token_bytes_fetched() <= 2 * served
+        assert remote.shards().stats.peak_bytes <= limit
+    finally:
+        sluice.storage._CLIENTS.clear()
+
+
 def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
     import sluice.storage
     from benchmarks.s3_server import use_credentials
@@ -349,7 +453,7 @@ def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
     use_credentials(monkeypatch, server.access_key, server.secret_key)
     try:
         store = open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url))
-        data = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=1 << 30)
+        data = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=1 << 30, remote_reads="shards")
         victim = data.refs[2]
         original = store.read_bytes(victim.bin_key)
         body = bytearray(original)
