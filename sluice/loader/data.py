@@ -27,12 +27,28 @@ from torch.utils.data import get_worker_info
 
 from sluice.layout import sha256_file
 from sluice.loader.cache import SPAN_THREADS, LocalShards, ShardCache, ShardRef, SpanCache
-from sluice.mix import mix_prefix
+from sluice.mix import ShardTable, mix_prefix
 from sluice.mixindex import MixIndex
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import StorageError, Store
 
 MMAP_MAX_BYTES = 1 << 30  # read_mode="auto": local mixes up to this size (index + shards) are memory-mapped
+
+
+class ShardRefs:
+    """`ShardRef`s by shard id over the mix's `ShardTable` (a sequence; rows decoded as they are asked for)."""
+
+    def __init__(self, table: ShardTable) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, shard_id: int) -> ShardRef:
+        if not 0 <= shard_id < len(self.table):
+            raise IndexError(shard_id)
+        row = self.table[shard_id]
+        return ShardRef(row["prefix"], row["name"], row.get("binary_prefix") or "")
 
 
 def default_cache_dir() -> str:
@@ -70,7 +86,7 @@ class MixedTokens:
             raise ValueError(f"remote_reads must be spans or shards, got {remote_reads!r}")
         self.remote_reads = remote_reads
         self._manifest: dict[str, Any] | None = None
-        self._refs: list[ShardRef] | None = None
+        self._refs: ShardRefs | None = None
         self.index_sha256: str | None = None  # set below; a process that re-reads the manifest checks it
         manifest = self.manifest
         splits = manifest.get("splits", {})
@@ -96,7 +112,7 @@ class MixedTokens:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        # Per process: the manifest (O(shards)) is re-read, files re-opened, threads re-started.
+        # Per process: the manifest (a few kB) is re-read, the shard table's rows, files, threads re-opened.
         state.update(_manifest=None, _refs=None, _pid=None, _index=None, _provider=None, _url_files={})
         return state
 
@@ -108,10 +124,7 @@ class MixedTokens:
             return False
         if read_mode == "mmap":
             return True
-        shard_tokens = [shard.get("tokens") for shard in self.manifest["shards"]]
-        if any(tokens is None for tokens in shard_tokens):
-            return False
-        return self.index_bytes + sum(shard_tokens) * np.dtype(self.dtype).itemsize <= mmap_max_bytes
+        return self.index_bytes + self.refs.table.tokens * np.dtype(self.dtype).itemsize <= mmap_max_bytes
 
     # -- the manifest, index and shards of this process
     @property
@@ -131,10 +144,15 @@ class MixedTokens:
         return next((e["sha256"] for e in manifest.get("side_files", []) if f"{e.get('prefix')}/{e['key']}" == key), None)
 
     @property
-    def refs(self) -> list[ShardRef]:
+    def refs(self) -> ShardRefs:
+        """The mix's shards by id, read from its shard table on demand (only the row groups touched)."""
         if self._refs is None:
-            self._refs = [ShardRef(shard["prefix"], shard["name"], shard.get("binary_prefix", "")) for shard in self.manifest["shards"]]
+            self._refs = ShardRefs(ShardTable(self.store, self.manifest))
         return self._refs
+
+    def shard_info(self, shard: int) -> dict[str, Any]:
+        """Shard `shard`'s row of the mix's shard table (`sluice.mix.shard_table`)."""
+        return self.refs.table[shard]
 
     def _own_process(self) -> None:
         if self._pid != os.getpid():
@@ -223,19 +241,22 @@ class MixedTokens:
         window = np.empty(len(out), self.token_dtype)
         view = memoryview(window).cast("B")
         item = window.itemsize
-        shards = self.shards()
         starts = []
         for offset, start, shard, length in zip(*(records[name].astype(np.int64).tolist() for name in ("offset", "start", "shard", "length")), strict=True):
             first, last = max(offset, begin), min(offset + length, end)
             if offset > begin:
                 starts.append(offset - begin)
-            piece = view[(first - begin) * item : (last - begin) * item]
-            if isinstance(shards, SpanCache):
-                shards.read_spans([shard], [start + first - offset], [last - first], piece)
-            else:
-                shards.get(shard).read_into(piece, start + first - offset, last - first)
+            self.read_shard(shard, start + first - offset, view[(first - begin) * item : (last - begin) * item], last - first)
         out[:] = window
         return starts
+
+    def read_shard(self, shard: int, start: int, out: memoryview, count: int) -> None:
+        """Tokens [start, start + count) of shard `shard` into `out` (a byte view of exactly count tokens)."""
+        shards = self.shards()
+        if isinstance(shards, SpanCache):
+            shards.read_spans([shard], [start], [count], out)
+        else:
+            shards.get(shard).read_into(out, start, count)
 
     def tokens(self, begin: int, end: int) -> np.ndarray:
         """Tokens [begin, end) of the split's token stream."""
@@ -254,7 +275,7 @@ class MixedTokens:
         from sluice.lineage import RowReader, locate_in_mix
 
         with RowReader(self.store) as reader:
-            return locate_in_mix(reader, self.manifest, list(doc_ids))
+            return locate_in_mix(reader, self.refs.table.all(), list(doc_ids))
 
     def _url_file(self, shard: int):
         from sluice.shards import UrlFile
@@ -262,7 +283,7 @@ class MixedTokens:
         files = self.__dict__.setdefault("_url_files", {})
         url_file = files.get(shard)
         if url_file is None:
-            info = self.manifest["shards"][shard]
+            info = self.shard_info(shard)
             key = f"{binary_folder(info, info['prefix'])}/{info['name']}.urls"
             path = self.store.local_path(key)
             if path is None:  # remote: the (small) URL file of a shard, fetched once into the local cache

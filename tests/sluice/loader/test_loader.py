@@ -16,7 +16,14 @@ from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import open_store
 from tests.sluice.loader.conftest import SEQ
-from tests.support.mix_fixture import build_test_mix, range_offsets_oracle, read_ranges, stream_oracle
+from tests.support.counting_store import CountingStore
+from tests.support.mix_fixture import (
+    build_test_mix,
+    mix_shards,
+    range_offsets_oracle,
+    read_ranges,
+    stream_oracle,
+)
 
 
 def take(loader: TrainingLoader, steps: int) -> list[dict]:
@@ -212,7 +219,7 @@ def test_load_state_dict_rejects_a_state_of_another_mix(data):
 def test_truncated_shard_raises_an_error_naming_it(tmp_path):
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ)
-    victim = manifest["shards"][1]
+    victim = mix_shards(open_store(root), manifest)[1]
     path = os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".bin")
     with open(path, "r+b") as handle:
         handle.truncate(os.path.getsize(path) - 10)
@@ -225,7 +232,7 @@ def test_truncated_shard_raises_an_error_naming_it(tmp_path):
 def test_missing_shard_raises_an_error_naming_it(tmp_path):
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ)
-    victim = manifest["shards"][0]
+    victim = mix_shards(open_store(root), manifest)[0]
     os.remove(os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".idx"))
     data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ShardError, match=rf"{victim['name']}\.idx.*missing"):
@@ -291,36 +298,6 @@ def test_loader_through_a_cache_smaller_than_the_dataset_matches_memory_maps(mix
     assert stats.prefetched > 0
 
 
-class CountingStore:
-    """A store that records what each read returned (key, bytes), an oracle independent of the loader's stats."""
-
-    def __init__(self, store) -> None:
-        self._store = store
-        self.ranged: list[tuple[str, int, int]] = []  # (key, start, bytes returned)
-        self.whole: list[tuple[str, int]] = []
-
-    def __getattr__(self, name: str):
-        return getattr(self._store, name)
-
-    def read_range(self, key: str, start: int, length: int) -> bytes:
-        raw = self._store.read_range(key, start, length)
-        self.ranged.append((key, start, len(raw)))
-        return raw
-
-    def read_bytes(self, key: str) -> bytes:
-        raw = self._store.read_bytes(key)
-        self.whole.append((key, len(raw)))
-        return raw
-
-    def fetch(self, key: str, local_dir: str) -> str:
-        path = self._store.fetch(key, local_dir)
-        self.whole.append((key, os.path.getsize(path)))
-        return path
-
-    def token_bytes_fetched(self) -> int:
-        return sum(size for key, _, size in self.ranged if key.endswith(".bin")) + sum(size for key, size in self.whole if key.endswith(".bin"))
-
-
 def test_span_reads_fetch_only_the_tokens_served_through_a_cache_much_smaller_than_the_dataset(mix_root, tmp_path):
     store = open_store(mix_root)
     mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
@@ -359,7 +336,7 @@ def test_span_reads_through_dataloader_workers_match(mix_root, tmp_path):
 def test_span_read_of_a_truncated_shard_names_it(tmp_path):
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ)
-    victim = manifest["shards"][1]
+    victim = mix_shards(open_store(root), manifest)[1]
     path = os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".bin")
     with open(path, "r+b") as handle:
         handle.truncate(os.path.getsize(path) // 2)
