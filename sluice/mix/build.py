@@ -204,7 +204,7 @@ def _publish_splits(
 def _publish_shard_table(store: Store, mix_name: str, scan: Scan, folder: str) -> dict[str, Any]:
     """The mix's shard table (`sluice.mix.shard_table`) in its index side folder; returns its manifest entry."""
     path, prefix = os.path.join(folder, SHARD_TABLE), index_prefix(mix_name)
-    tokens = write_shard_table(path, scan.shards)
+    tokens = write_shard_table(path, scan.shards, ROW_GROUP)
     entry = {"key": SHARD_TABLE, "prefix": prefix, "rows": len(scan.shards), "row_group": ROW_GROUP, "tokens": tokens,
              "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
     store.put_file(path, f"{prefix}/{SHARD_TABLE}")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
+from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, SpanCache, TrainingLoader
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import open_store
 from tests.sluice.loader.conftest import SEQ
@@ -552,3 +552,35 @@ def test_a_worker_refuses_a_mix_rebuilt_under_it(tmp_path):
     build_test_mix(open_store(root), sequence_length=SEQ, seed=12)  # another mix under the same name
     with pytest.raises(ShardError, match="was rebuilt while this loader was running"):
         pickle.loads(sent).manifest  # noqa: B018
+
+
+def test_a_rank_reads_only_the_shard_table_rows_of_the_shards_its_samples_touch(tmp_path, monkeypatch):
+    """The shard table (one row group per shard here) is read by row group: reading a few samples decodes the
+    rows of the shards those samples' tokens come from (the .bin keys the store served) and no others."""
+    import sluice.mix.build
+    import sluice.mix.shard_table
+
+    monkeypatch.setattr(sluice.mix.build, "ROW_GROUP", 1)
+    root = str(tmp_path / "store")
+    manifest = build_test_mix(open_store(root), sequence_length=SEQ, shards=6)
+    rows = mix_shards(open_store(root), manifest)
+    assert manifest["shard_table"]["row_group"] == 1 and len(rows) == 12 and "shards" not in manifest
+    decoded: list[int] = []
+    real_rows = sluice.mix.shard_table._rows
+
+    def counting_rows(table):
+        decoded.extend(table.column("id").to_pylist())
+        return real_rows(table)
+
+    monkeypatch.setattr(sluice.mix.shard_table, "_rows", counting_rows)
+    store = CountingStore(open_store(root), local=False)  # everything through ranged reads and downloads, as on S3
+    data = MixedTokens(store, "test", cache_dir=str(tmp_path / "cache"))
+    assert data.remote and isinstance(data.shards(), SpanCache)
+    samples = [0, len(data) // 2]
+    for sample in samples:
+        inputs, _ = data.sample(sample)
+        assert np.array_equal(inputs, stream_oracle(open_store(root))[sample * SEQ : sample * SEQ + SEQ])
+    by_key = {f"{binary_folder(row, row['prefix'])}/{row['name']}.bin": row["id"] for row in rows}
+    touched = {by_key[key] for key, _, _ in store.ranged if key.endswith(".bin")}
+    assert touched and sorted(set(decoded)) == sorted(touched) and len(decoded) == len(touched) < len(rows)
+    assert data.shard_info(min(touched)) == {key: value for key, value in rows[min(touched)].items() if value is not None}
