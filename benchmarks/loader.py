@@ -15,8 +15,8 @@ documents: `benchmarks/loader_scale.py`.
 2. CUDA stall share: examples/train.py's TinyGPT fed by the loader on the GPU; skipped without CUDA.
 3. S3 traffic: the mix uploaded to the SeaweedFS S3 server the tests use (`benchmarks/s3_server.py`), read by
    one rank with a cache of 1% of the shards: S3 bytes of tokens fetched per byte of input tokens served
-   (`remote_reads="spans"`, ranged GETs of the samples' spans; the whole-shard cache for contrast), counted
-   around the store. The mix index, fetched once per host, is printed beside it.
+   (`remote_reads="spans"`, ranged GETs of the samples' spans and index entries; the whole-shard cache for
+   contrast), counted around the store: every byte read (tokens, index, shard table, manifests), by kind.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class _CountingStore:
 
 
 def s3_traffic(data: MixedTokens, work: str, batches: int) -> dict[str, dict[str, float]]:
-    """Per `remote_reads` mode: S3 token bytes fetched per input-token byte served, index bytes, tokens/s."""
+    """Per `remote_reads` mode: S3 bytes fetched per input-token byte served (all, and by file kind), tokens/s."""
     from benchmarks.s3_server import shared_server
     from sluice.config import S3Settings
 
@@ -262,7 +262,7 @@ def s3_traffic(data: MixedTokens, work: str, batches: int) -> dict[str, dict[str
                 next(loader)
             seconds = time.perf_counter() - started
             served = batches * BATCH * SEQ * remote.token_dtype.itemsize
-            results[mode] = {"per_token": store.bytes.get("bin", 0) / served, "index_bytes": store.bytes.get("idx", 0),
+            results[mode] = {"per_token": sum(store.bytes.values()) / served, "by_kind": {kind: size / served for kind, size in sorted(store.bytes.items())},
                              "cache_bytes": limit, "tokens_per_s": batches * BATCH * SEQ / seconds}
             remote.shards().close()
     return results
@@ -329,9 +329,9 @@ def main() -> None:
         traffic = s3_traffic(data, work, args.s3_batches)
         shard_bytes = traffic["spans"]["cache_bytes"] * 100
         for mode, row in traffic.items():
-            print(f"S3, remote_reads={mode!r}: {row['per_token']:.3f} token bytes fetched per token byte served, cache {row['cache_bytes'] / 1e6:.1f} MB "
-                  f"({row['cache_bytes'] / shard_bytes:.0%} of the shards), {row['tokens_per_s'] / 1e6:.2f} M tokens/s; "
-                  f"plus .idx bytes {row['index_bytes'] / 1e6:.1f} MB (the mix index once per host, and in 'shards' mode the shards' .idx)")
+            kinds = ", ".join(f".{kind} {share:.3f}" for kind, share in row["by_kind"].items())
+            print(f"S3, remote_reads={mode!r}: {row['per_token']:.3f} bytes fetched per token byte served ({kinds}), cache {row['cache_bytes'] / 1e6:.1f} MB "
+                  f"({row['cache_bytes'] / shard_bytes:.0%} of the shards), {row['tokens_per_s'] / 1e6:.2f} M tokens/s")
 
     config = f"{args.tokens / 1e6:.0f} M synthetic tokens, L={SEQ}, B={BATCH}, one rank, no workers, best of {args.rounds}"
     figure("loader_tokens_per_s_per_rank", ours, ">= 5e6 on CPU", config)
@@ -340,7 +340,7 @@ def main() -> None:
         figure("loader_vs_litdata_tokensloader", ours / peers["litdata"], ">= 2", config)
     figure("cuda_data_stall_share", "skipped (no CUDA)" if stall is None else stall, "< 0.01", "CUDA device, train loop")
     figure("loader_bytes_fetched_per_token_served", traffic["spans"]["per_token"], "<= 2",
-           f"SeaweedFS S3, {args.s3_batches} batches of {BATCH}x{SEQ}, cache 1% of the shards, token bytes")
+           f"SeaweedFS S3, {args.s3_batches} batches of {BATCH}x{SEQ}, cache 1% of the shards, all bytes read")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from torch.utils.data import get_worker_info
 from sluice.layout import sha256_file
 from sluice.loader.cache import SPAN_THREADS, LocalShards, ShardCache, ShardRef, SpanCache
 from sluice.mix import ShardTable, mix_prefix
-from sluice.mixindex import MixIndex
+from sluice.mixindex import MixIndex, RemoteMixIndex
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import StorageError, Store
 
@@ -159,18 +159,25 @@ class MixedTokens:
             self._index, self._provider, self._pid = None, None, os.getpid()
 
     def index(self) -> MixIndex:
-        """This process's reader of the split's index (fetched into the local cache on a remote store)."""
+        """This process's reader of the split's index: in place on a local store; on S3 by ranged GETs of the
+        samples' entries (`remote_reads="spans"`) or from a SHA-256-checked copy in the local cache."""
         self._own_process()
+        if self._index is None and self.remote and self.remote_reads == "spans" and self.store.local_path(self.index_key) is None:
+            self._index = RemoteMixIndex(self.store, self.index_key, self.index_bytes, max(self.prefetch_threads, SPAN_THREADS))
+            self._check_header(self._index)
         if self._index is None:
             local = None if self.remote else self.store.local_path(self.index_key)
             path = local if local is not None else self._cached_index()
             if not os.path.isfile(path):
                 raise ShardError(f"{self.store.uri(self.index_key)}: the mix index is missing")
             index = MixIndex(path, name=self.store.uri(self.index_key), mapped=self.mapped)
-            if (index.header.tokens, index.header.samples, index.header.sequence_length) != (self.total_tokens, self.num_samples, self.sequence_length):
-                raise ShardError(f"{self.store.uri(self.index_key)}: its header does not match the mix manifest; the mix was rebuilt or the file is corrupt")
+            self._check_header(index)
             self._index = index
         return self._index
+
+    def _check_header(self, index: MixIndex) -> None:
+        if (index.header.tokens, index.header.samples, index.header.sequence_length) != (self.total_tokens, self.num_samples, self.sequence_length):
+            raise ShardError(f"{self.store.uri(self.index_key)}: its header does not match the mix manifest; the mix was rebuilt or the file is corrupt")
 
     def _cached_index(self) -> str:
         """A verified local copy of the index: one download per host and index version (a file lock keeps ranks

@@ -16,6 +16,8 @@ class CountingStore:
         self.whole: list[tuple[str, int]] = []
 
     def __getattr__(self, name: str):
+        if name.startswith("_"):  # unpickling (DataLoader workers) looks attributes up before __dict__ is set
+            raise AttributeError(name)
         return getattr(self._store, name)
 
     def local_path(self, key: str) -> str | None:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, SpanCache, TrainingLoader
+from sluice.mixindex import RemoteMixIndex
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import open_store
 from tests.sluice.loader.conftest import SEQ
@@ -323,10 +324,13 @@ def test_span_reads_fetch_only_the_tokens_served_through_a_cache_much_smaller_th
     assert all(key in sizes and start >= 0 and start + size <= sizes[key] for key, start, size in counting.ranged)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_span_reads_through_dataloader_workers_match(mix_root, tmp_path):
+    """Each worker opens its own span reads and in-place index (everything read as from S3)."""
     store = open_store(mix_root)
     mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
-    spans = MixedTokens(store, "test", cache_dir=str(tmp_path / "b"), cache_bytes=1 << 20, cache_shards=True)
+    spans = MixedTokens(CountingStore(store, local=False), "test", cache_dir=str(tmp_path / "b"), cache_bytes=1 << 20)
+    assert isinstance(spans.index(), RemoteMixIndex)
     steps = len(mapped) // 8
     expected = take(TrainingLoader(mapped, 4, seed=2, rank=1, world_size=2), steps)
     got = take(TrainingLoader(spans, 4, seed=2, rank=1, world_size=2, num_workers=2), steps)
@@ -416,6 +420,11 @@ def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, 
         assert same_batches(got, expected)
         served = steps * 8 * SEQ * 2
         assert served <= store.token_bytes_fetched() <= 2 * served
+        # The index is read in place too (per sample: 16 bytes of sample table, 32 per record), never downloaded.
+        assert not [key for key, _ in store.whole if key.endswith(".idx")]
+        index_bytes = sum(size for key, _, size in store.ranged if key == remote.index_key)
+        print(f"S3 bytes per token byte served: tokens {store.token_bytes_fetched() / served:.3f}, index {index_bytes / served:.3f}")
+        assert 0 < index_bytes <= served
         assert remote.shards().stats.peak_bytes <= limit
     finally:
         sluice.storage._CLIENTS.clear()
