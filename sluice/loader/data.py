@@ -124,7 +124,8 @@ class MixedTokens:
             return False
         if read_mode == "mmap":
             return True
-        return self.index_bytes + self.refs.table.tokens * np.dtype(self.dtype).itemsize <= mmap_max_bytes
+        tokens = self.refs.table.tokens
+        return tokens is not None and self.index_bytes + tokens * np.dtype(self.dtype).itemsize <= mmap_max_bytes
 
     # -- the manifest, index and shards of this process
     @property

@@ -74,7 +74,9 @@ class ShardTable:
         self.bytes = int(entry["bytes"]) if entry else 0
         self.count = int(entry["rows"]) if entry else len(self._listed or [])
         self.row_group = int(entry["row_group"]) if entry else ROW_GROUP
-        self.tokens = int(entry["tokens"]) if entry else sum(int(shard.get("tokens") or 0) for shard in self._listed or [])
+        listed_tokens = [shard.get("tokens") for shard in self._listed or []]
+        # The shards' total tokens (None: an old manifest entry without them).
+        self.tokens = int(entry["tokens"]) if entry else (None if None in listed_tokens else sum(map(int, listed_tokens)))
         self._reset()
 
     def _reset(self) -> None:
