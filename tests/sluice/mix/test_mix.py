@@ -220,7 +220,8 @@ def test_same_inputs_give_the_same_index_bytes(store):
     settings = mix_settings(weights={"web": 1.0}, validation_share=0.05, token_budget=25_000, max_epochs=3)
     build_mix(store, "a", settings)
     build_mix(store, "b", settings)
-    for folder, name in [("mixed_dataset", f"{split}.parquet") for split in ("train", "validation")] + [("mixed_index", f"{split}.idx") for split in ("train", "validation")]:
+    indexes = [("mixed_index", f"{split}.idx") for split in ("train", "validation")] + [("mixed_index", "shards.parquet")]
+    for folder, name in [("mixed_dataset", f"{split}.parquet") for split in ("train", "validation")] + indexes:
         assert Path(store.local_path(f"{folder}/mix=a/{name}")).read_bytes() == Path(store.local_path(f"{folder}/mix=b/{name}")).read_bytes()
 
 
