@@ -14,7 +14,7 @@ from sluice.layout import _remove_tree, named_prefix, sha256_file, write_manifes
 from sluice.mix.order import KeyedBuckets, SplitStats, emit_copies, emit_validation, write_split
 from sluice.mix.plan import HIST_BITS, ComponentPlan, MixError, plan_component, settle_cut, targets
 from sluice.mix.scan import FlagReader, Scan, iter_spill, scan_sources
-from sluice.mix.shard_table import ROW_GROUP, SHARD_TABLE, write_shard_table
+from sluice.mix.shard_table import SHARD_TABLE
 from sluice.storage import Store, local_temp_dir
 
 MIXED = "mixed_dataset"
@@ -124,7 +124,7 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
              decontamination: dict[str, Any] | None, blocklist: dict[str, Any] | None = None) -> dict[str, Any]:
     """Publish the splits' files and the removed-document side files, then the mix manifest over them."""
     files, side_files, splits = _publish_splits(store, mix_name, settings, stats, folder)
-    shard_table = _publish_shard_table(store, mix_name, scan, folder)
+    shard_table = _publish_shard_table(store, mix_name, scan)
     side_files.append({key: shard_table[key] for key in ("key", "rows", "bytes", "sha256", "prefix")})
     contaminated, blocked = _removed_tables(scan)
     for name, table, dataset in (("contaminated", contaminated, CONTAMINATED), ("blocked", blocked, BLOCKED)):
@@ -201,11 +201,11 @@ def _publish_splits(
     return files, side_files, splits
 
 
-def _publish_shard_table(store: Store, mix_name: str, scan: Scan, folder: str) -> dict[str, Any]:
+def _publish_shard_table(store: Store, mix_name: str, scan: Scan) -> dict[str, Any]:
     """The mix's shard table (`sluice.mix.shard_table`) in its index side folder; returns its manifest entry."""
-    path, prefix = os.path.join(folder, SHARD_TABLE), index_prefix(mix_name)
-    tokens = write_shard_table(path, scan.shards, ROW_GROUP)
-    entry = {"key": SHARD_TABLE, "prefix": prefix, "rows": len(scan.shards), "row_group": ROW_GROUP, "tokens": tokens,
+    path, prefix = scan.shards.path, index_prefix(mix_name)
+    tokens = scan.shards.close()
+    entry = {"key": SHARD_TABLE, "prefix": prefix, "rows": len(scan.shards), "row_group": scan.shards.row_group, "tokens": tokens,
              "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
     store.put_file(path, f"{prefix}/{SHARD_TABLE}")
     return entry

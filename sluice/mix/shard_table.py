@@ -46,14 +46,50 @@ SCHEMA = pa.schema(
 OPTIONAL = ("source", "partition", "part", "first_row")  # left out of a row's dict when null (as the old entries)
 
 
-def write_shard_table(path: str, shards: list[dict[str, Any]], row_group: int = ROW_GROUP) -> int:
-    """Write the scan's shard entries (ids 0..n-1, in order) to `path`; returns the total of their tokens."""
-    if any(int(shard["id"]) != number for number, shard in enumerate(shards)):
-        raise ValueError("shard entries must be in id order, ids 0..n-1")
-    columns = {field.name: [shard.get(field.name) for shard in shards] for field in SCHEMA}
-    table = pa.table(columns, schema=SCHEMA)
-    pq.write_table(table, path, row_group_size=row_group, compression="zstd", use_dictionary=["prefix", "binary_prefix", "source", "partition"])
-    return sum(int(shard["tokens"]) for shard in shards)
+class ShardTableWriter:
+    """The mix scan's shard entries, appended in id order and written a row group at a time, so the builder
+    holds one row group of them, not the whole table. `row_group`: rows per group (default `ROW_GROUP`)."""
+
+    def __init__(self, path: str, row_group: int | None = None) -> None:
+        self.path = path
+        self.row_group = int(row_group or ROW_GROUP)
+        self.rows = 0
+        self.tokens = 0
+        self._pending: list[dict[str, Any]] = []
+        self._writer: pq.ParquetWriter | None = None
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def append(self, shard: dict[str, Any]) -> None:
+        if int(shard["id"]) != self.rows:
+            raise ValueError(f"shard entries must come in id order: got id {shard['id']}, expected {self.rows}")
+        self._pending.append(shard)
+        self.rows += 1
+        self.tokens += int(shard["tokens"])
+        if len(self._pending) == self.row_group:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd", use_dictionary=["prefix", "binary_prefix", "source", "partition"])
+        if self._pending:
+            self._writer.write_table(pa.Table.from_pylist(self._pending, schema=SCHEMA), row_group_size=self.row_group)
+        self._pending = []
+
+    def close(self) -> int:
+        """Finish the file; returns the total of the shards' tokens."""
+        self._flush()
+        self._writer.close()
+        return self.tokens
+
+
+def write_shard_table(path: str, shards: list[dict[str, Any]], row_group: int | None = None) -> int:
+    """Write shard entries (ids 0..n-1, in order) to `path`; returns the total of their tokens."""
+    writer = ShardTableWriter(path, row_group)
+    for shard in shards:
+        writer.append(shard)
+    return writer.close()
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:

@@ -566,10 +566,9 @@ def test_a_worker_refuses_a_mix_rebuilt_under_it(tmp_path):
 def test_a_rank_reads_only_the_shard_table_rows_of_the_shards_its_samples_touch(tmp_path, monkeypatch):
     """The shard table (one row group per shard here) is read by row group: reading a few samples decodes the
     rows of the shards those samples' tokens come from (the .bin keys the store served) and no others."""
-    import sluice.mix.build
     import sluice.mix.shard_table
 
-    monkeypatch.setattr(sluice.mix.build, "ROW_GROUP", 1)
+    monkeypatch.setattr(sluice.mix.shard_table, "ROW_GROUP", 1)
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ, shards=6)
     rows = mix_shards(open_store(root), manifest)
