@@ -13,6 +13,10 @@ documents: `benchmarks/loader_scale.py`.
    (sluice: its one background thread; the peers: their in-process iteration); a pass over the data warms
    the page cache first. Reported: tokens/s per rank and sluice's ratio to each peer.
 2. CUDA stall share: examples/train.py's TinyGPT fed by the loader on the GPU; skipped without CUDA.
+3. S3 traffic: the mix uploaded to the SeaweedFS S3 server the tests use (`benchmarks/s3_server.py`), read by
+   one rank with a cache of 1% of the shards: S3 bytes of tokens fetched per byte of input tokens served
+   (`remote_reads="spans"`, ranged GETs of the samples' spans and index entries; the whole-shard cache for
+   contrast), counted around the store: every byte read (tokens, index, shard table, manifests), by kind.
 """
 
 from __future__ import annotations
@@ -201,6 +205,69 @@ def run_peer(spec: tuple[str, list[str], list[str]], kind: str, stream_path: str
     return float(json.loads(done.stdout.strip().splitlines()[-1])["tokens_per_s"])
 
 
+# -- S3 traffic ------------------------------------------------------------------------------------------
+
+class _CountingStore:
+    """Counts the bytes every read of a store returns (ranged GETs and whole downloads), per kind of file."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.bytes: dict[str, int] = {}
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def _count(self, key: str, size: int) -> None:
+        kind = key.rsplit(".", 1)[-1]
+        self.bytes[kind] = self.bytes.get(kind, 0) + size
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        raw = self._store.read_range(key, start, length)
+        self._count(key, len(raw))
+        return raw
+
+    def read_bytes(self, key: str) -> bytes:
+        raw = self._store.read_bytes(key)
+        self._count(key, len(raw))
+        return raw
+
+    def fetch(self, key: str, local_dir: str) -> str:
+        path = self._store.fetch(key, local_dir)
+        self._count(key, os.path.getsize(path))
+        return path
+
+
+def s3_traffic(data: MixedTokens, work: str, batches: int) -> dict[str, dict[str, float]]:
+    """Per `remote_reads` mode: S3 bytes fetched per input-token byte served (all, and by file kind), tokens/s."""
+    from benchmarks.s3_server import shared_server
+    from sluice.config import S3Settings
+
+    root = data.store.local_path("")
+    shard_bytes = sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(root) for name in names if name.endswith((".bin", ".idx")))
+    results = {}
+    with shared_server() as server:
+        os.environ.update(server.env())
+        bucket, client = server.create_bucket("sluice-bench-loader"), server.client()
+        for folder, _, names in os.walk(root):
+            for name in names:
+                path = os.path.join(folder, name)
+                client.upload_file(path, bucket, "data/" + os.path.relpath(path, root))
+        for mode in ("spans", "shards"):
+            store = _CountingStore(open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)))
+            limit = max(1, shard_bytes // 100) if mode == "spans" else shard_bytes // 4  # a shard cache needs room for whole shards
+            remote = MixedTokens(store, "bench", cache_dir=os.path.join(work, f"s3-{mode}"), cache_bytes=limit, remote_reads=mode)
+            loader = iter(TrainingLoader(remote, BATCH, seed=3))
+            started = time.perf_counter()
+            for _ in range(batches):
+                next(loader)
+            seconds = time.perf_counter() - started
+            served = batches * BATCH * SEQ * remote.token_dtype.itemsize
+            results[mode] = {"per_token": sum(store.bytes.values()) / served, "by_kind": {kind: size / served for kind, size in sorted(store.bytes.items())},
+                             "cache_bytes": limit, "tokens_per_s": batches * BATCH * SEQ / seconds}
+            remote.shards().close()
+    return results
+
+
 # -- CUDA stall share ------------------------------------------------------------------------------------
 
 def cuda_stall_share(data: MixedTokens, steps: int = 200) -> float | None:
@@ -236,6 +303,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per loader")
     parser.add_argument("--rounds", type=int, default=3, help="measurements per loader; the best is reported")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--s3-batches", type=int, default=200, help="batches read through S3 for the traffic figure")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-bench-loader-") as work:
         started = time.perf_counter()
@@ -258,6 +326,12 @@ def main() -> None:
         stall = cuda_stall_share(data)
         if stall is None:
             print("CUDA stall share: skipped (no CUDA device)")
+        traffic = s3_traffic(data, work, args.s3_batches)
+        shard_bytes = traffic["spans"]["cache_bytes"] * 100
+        for mode, row in traffic.items():
+            kinds = ", ".join(f".{kind} {share:.3f}" for kind, share in row["by_kind"].items())
+            print(f"S3, remote_reads={mode!r}: {row['per_token']:.3f} bytes fetched per token byte served ({kinds}), cache {row['cache_bytes'] / 1e6:.1f} MB "
+                  f"({row['cache_bytes'] / shard_bytes:.0%} of the shards), {row['tokens_per_s'] / 1e6:.2f} M tokens/s")
 
     config = f"{args.tokens / 1e6:.0f} M synthetic tokens, L={SEQ}, B={BATCH}, one rank, no workers, best of {args.rounds}"
     figure("loader_tokens_per_s_per_rank", ours, ">= 5e6 on CPU", config)
@@ -265,6 +339,8 @@ def main() -> None:
         figure("loader_vs_mosaic_streaming", ours / peers["mosaic"], ">= 2", config)
         figure("loader_vs_litdata_tokensloader", ours / peers["litdata"], ">= 2", config)
     figure("cuda_data_stall_share", "skipped (no CUDA)" if stall is None else stall, "< 0.01", "CUDA device, train loop")
+    figure("loader_bytes_fetched_per_token_served", traffic["spans"]["per_token"], "<= 2",
+           f"SeaweedFS S3, {args.s3_batches} batches of {BATCH}x{SEQ}, cache 1% of the shards, all bytes read")
 
 
 if __name__ == "__main__":

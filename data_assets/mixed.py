@@ -146,7 +146,7 @@ def _metadata(store: Store, manifest: dict) -> dict:
         "samples": manifest["samples"],
         "sequence_length": manifest["sequence_length"],
         "ranges": splits["train"]["ranges_count"],
-        "shards": len(manifest["shards"]),
+        "shards": manifest["shard_table"]["rows"] if "shard_table" in manifest else len(manifest["shards"]),
         "validation_tokens": splits["validation"]["tokens"],
         "validation_samples": splits["validation"]["samples"],
         "validation_documents": splits["validation"]["ranges_count"],

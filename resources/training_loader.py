@@ -35,8 +35,11 @@ class TrainingLoaderResource(ConfigurableResource):
     device: str = "cpu"  # cpu | cuda | cuda:N
     num_workers: int = 0  # DataLoader worker processes (0 = one background thread)
     seed: int | None = None  # None = the mix's seed
-    cache_dir: str | None = None  # local copies of S3 shards (None = ~/.cache/sluice)
-    cache_bytes: int = 8 << 30  # byte limit of that cache, per rank
+    cache_dir: str | None = None  # local copies of the S3 mix index (and of whole shards with remote_reads=shards)
+    cache_bytes: int = 8 << 30  # byte limit of the S3 read-ahead (spans in memory, or the shard cache), per rank
+    # S3 only: spans = ranged GETs of just the samples' token spans (traffic = tokens served); shards = whole
+    # shards through a local cache, SHA-256 checked (traffic grows with the shard size)
+    remote_reads: str = "spans"
     block_size: int = 1  # >1 shuffles blocks of this many consecutive samples (fewer object-store reads)
     mask_document_boundaries: bool = False  # labels = -100 where the next token starts another document
     prefetch_batches: int = 4  # batches prepared ahead of the training step
@@ -60,7 +63,7 @@ class TrainingLoaderResource(ConfigurableResource):
             raise KeyError(f"mix {self.mix!r} is not in the config; mixes are {sorted(config.mixes)}")
         return MixedTokens(
             open_store(config.storage.root, config.s3), self.mix, cache_dir=self.cache_dir, split=self.split, cache_bytes=self.cache_bytes,
-            read_mode=self.read_mode, mmap_max_bytes=self.mmap_max_bytes,
+            read_mode=self.read_mode, mmap_max_bytes=self.mmap_max_bytes, remote_reads=self.remote_reads,
         )
 
     def loader(self, rank: int | None = None, world_size: int | None = None, num_epochs: int | None = None):

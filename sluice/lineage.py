@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -226,10 +227,11 @@ def locate_in_partition(reader: RowReader, doc_ids: list[str]) -> dict[str, tupl
     return found
 
 
-def locate_in_mix(reader: RowReader, mix_manifest: dict[str, Any], doc_ids: list[str]) -> dict[str, list[tuple[int, int]]]:
+def locate_in_mix(reader: RowReader, mix_shards: Sequence[dict[str, Any]], doc_ids: list[str]) -> dict[str, list[tuple[int, int]]]:
     """doc_id -> [(shard id in the mix, document index)] for documents whose shard the mix reads (empty
-    list: not in the mix's shards). Whether the mix selected the document is in its index, not here."""
-    shard_ids = {(shard["prefix"], shard["name"]): int(shard["id"]) for shard in mix_manifest["shards"]}
+    list: not in the mix's shards; `mix_shards`: the mix's shard table rows, `sluice.mix.ShardTable.all`).
+    Whether the mix selected the document is in its index, not here."""
+    shard_ids = {(shard["prefix"], shard["name"]): int(shard["id"]) for shard in mix_shards}
     out: dict[str, list[tuple[int, int]]] = {doc_id: [] for doc_id in doc_ids}
     for doc_id, (prefix, name, row) in locate_in_partition(reader, doc_ids).items():
         if (prefix, name) in shard_ids:

@@ -27,10 +27,16 @@ index would grow every rank's RSS with the index size; a read copies only the by
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from sluice.storage import Store
 
 MAGIC = b"SLUICEMX"
 VERSION = 1
@@ -303,3 +309,73 @@ class MixIndex:
         """Every record in stream order, `chunk` at a time (sequential reads)."""
         for first in range(0, self.header.ranges, chunk):
             yield self.records(first, first + chunk)
+
+
+class RemoteMixIndex(MixIndex):
+    """An index on an object store read in place by ranged GETs, so a rank fetches O(its samples) of it,
+    never the whole file: per sample its two sample-table entries (16 bytes) and its records (32 bytes
+    each), the samples of one call fetched by `threads` at once. A sample's records are kept for the next
+    `CACHED_SAMPLES` lookups (the loader looks a sample up when planning its reads and again when reading it).
+    The header is checked against the file size the manifest lists (`size`); no checksum of the whole file."""
+
+    CACHED_SAMPLES = 1 << 16
+
+    def __init__(self, store: Store, key: str, size: int, threads: int = 8) -> None:
+        self.store, self.key, self.threads = store, key, threads
+        self.path, self.name, self.mapped = key, store.uri(key), False
+        self.header = IndexHeader.from_bytes(store.read_range(key, 0, HEADER.itemsize), self.name)
+        if int(size) != self.header.file_bytes:
+            raise MixIndexError(f"{self.name}: {size} bytes listed, its header says {self.header.file_bytes}; the index is truncated or corrupt")
+        self._start()
+
+    def _start(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid: int | None = None
+        self._cache: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store, "key": self.key, "threads": self.threads, "path": self.path, "name": self.name, "mapped": False, "header": self.header}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._start()
+
+    def _read(self, dtype: np.dtype, offset: int, count: int) -> np.ndarray:
+        size = count * dtype.itemsize
+        raw = self.store.read_range(self.key, offset, size) if size else b""
+        if len(raw) != size:
+            raise MixIndexError(f"{self.name}: short read at byte {offset}; the index is truncated")
+        return np.frombuffer(raw, dtype)
+
+    def _sample(self, sample: int) -> tuple[np.ndarray, int]:
+        first, last = self.sample_entries(sample, sample + 2).tolist()
+        return self.records(first, last + 1), first
+
+    def sample_records_indexed(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.header.samples):
+            raise IndexError(f"sample index out of range [0, {self.header.samples})")
+        if self._pool is None or self._pid != os.getpid():
+            self._pool, self._pid = ThreadPoolExecutor(max_workers=max(1, self.threads), thread_name_prefix="sluice-index-fetch"), os.getpid()
+        with self._lock:
+            missing = sorted({sample for sample in ids.tolist() if sample not in self._cache})
+        found = dict(zip(missing, self._pool.map(self._sample, missing), strict=True))
+        with self._lock:
+            for sample in ids.tolist():
+                if sample in self._cache:
+                    found.setdefault(sample, self._cache[sample])
+                    self._cache.move_to_end(sample)
+            self._cache.update(found)
+            while len(self._cache) > self.CACHED_SAMPLES:
+                self._cache.popitem(last=False)
+        parts = [found[sample] for sample in ids.tolist()]
+        records = np.concatenate([part[0] for part in parts]) if parts else np.zeros(0, RECORD)
+        counts = np.array([len(part[0]) for part in parts], np.int64)
+        first = np.array([part[1] for part in parts], np.int64)
+        return records, counts, first, None
+
+    def close(self) -> None:
+        if self._pool is not None and self._pid == os.getpid():
+            self._pool.shutdown(wait=False)
+        self._pool = None

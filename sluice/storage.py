@@ -10,6 +10,7 @@ reopen them.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -163,6 +164,39 @@ class Store:
         keys. S3 has no temporary objects: an interrupted multipart upload stays invisible (see
         `abort_stale_uploads`)."""
         return []
+
+
+class RangedFile(io.RawIOBase):
+    """A read-only, seekable file over `store.read_range`: each read is one ranged GET on S3, so a reader that
+    seeks (Parquet's footer, then the row groups it wants) fetches only what it reads. `size`: the object's
+    bytes where known (else one HEAD)."""
+
+    def __init__(self, store: Store, key: str, size: int | None = None) -> None:
+        self.store, self.key = store, key
+        self.length = store.size(key) if size is None else int(size)
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.length}[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        count = max(0, min(len(view), self.length - self.position))
+        raw = self.store.read_range(self.key, self.position, count) if count else b""
+        view[: len(raw)] = raw
+        self.position += len(raw)
+        return len(raw)
 
 
 class LocalStore(Store):

@@ -16,7 +16,7 @@ from sluice.export.shard_writer import ShardWriter
 from sluice.export.webdataset import WebDatasetShards
 from sluice.layout import MANIFEST, _remove_tree, write_manifest
 from sluice.loader import IGNORE_INDEX, MixedTokens
-from sluice.mix import mix_prefix
+from sluice.mix import ShardTable, mix_prefix
 from sluice.storage import StorageError, Store, local_temp_dir
 
 FORMAT = "sluice-export"
@@ -78,7 +78,7 @@ def export_split(
         # Withdraw a previous export's index and manifest first: while shards are replaced, no reader sees a
         # complete export mixing old and new ones.
         destination.delete([key for key in (f"{split}/{INDEX}", f"{split}/{MANIFEST}") if destination.exists(key)])
-        doc_ids = DocIdTable(store, mix_manifest["shards"], scratch, scratch=scratch)
+        doc_ids = DocIdTable(store, ShardTable(store, mix_manifest).all(), scratch, scratch=scratch)
         writer = WRITERS[fmt](destination, split, scratch, shard_bytes, info)
         repeated = [0]
         for block in iter_blocks(data, seed, doc_ids, mask_document_boundaries, on_repeat=lambda n: repeated.__setitem__(0, repeated[0] + n)):

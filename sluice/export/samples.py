@@ -128,7 +128,7 @@ def iter_blocks(
         if shards.remote:  # fetch this block's shards and start on the next block's (the loader's cache plan)
             after = begin + count
             upcoming = order.samples(after, min(per_block, total - after))[0] if after < total else np.zeros(0, np.int64)
-            shards.plan(data.shards_of(ids) + data.shards_of(upcoming))
+            shards.plan(data.reads_of(ids) + data.reads_of(upcoming))
         packed = pack_arrays(data, ids, mask_document_boundaries)
         starts, records = packed["segment_starts"], packed["segment_records"]
         row = starts // length

@@ -10,7 +10,8 @@ The package, in reading order:
     data.py          `MixedTokens`: a split's manifest, index (`sluice.mixindex`, read with pread, fetched into
                      the local cache from S3) and token reads; opened lazily in every process
     order.py         the global order: per-epoch Feistel permutations, positions -> samples, rank slices
-    cache.py         shard access: local files in place, S3 shards through a byte-limited prefetching cache
+    cache.py         shard access: local files in place; on S3 ranged GETs of the samples' token spans, planned
+                     ahead (`SpanCache`), or whole shards through a byte-limited prefetching cache
     packing.py       samples -> batches with document boundaries (position_ids, cu_seqlens, masked labels)
     torch_loader.py  the IterableDataset, DataLoader workers, `TrainingLoader` (state, devices, stall metric)
 """
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 # and must not pay for torch (about 1 s per process) in every Dagster run and step process.
 _MODULE_OF = {
     "MAX_OPEN_SHARDS": "cache", "CacheStats": "cache", "LocalShards": "cache", "ShardCache": "cache",
-    "ShardFile": "cache", "ShardRef": "cache",
+    "ShardFile": "cache", "ShardRef": "cache", "SpanCache": "cache", "SpanStats": "cache",
     "MixedTokens": "data", "default_cache_dir": "data",
     "GlobalOrder": "order", "RankPlan": "order",
     "IGNORE_INDEX": "packing", "PACK_TOKENS": "packing", "pack_arrays": "packing", "pack_samples": "packing",
@@ -34,7 +35,16 @@ _MODULE_OF = {
 }
 
 if TYPE_CHECKING:
-    from sluice.loader.cache import MAX_OPEN_SHARDS, CacheStats, LocalShards, ShardCache, ShardFile, ShardRef
+    from sluice.loader.cache import (
+        MAX_OPEN_SHARDS,
+        CacheStats,
+        LocalShards,
+        ShardCache,
+        ShardFile,
+        ShardRef,
+        SpanCache,
+        SpanStats,
+    )
     from sluice.loader.data import MixedTokens, default_cache_dir
     from sluice.loader.order import GlobalOrder, RankPlan
     from sluice.loader.packing import (
@@ -84,6 +94,8 @@ __all__ = [
     "ShardCache",
     "ShardFile",
     "ShardRef",
+    "SpanCache",
+    "SpanStats",
     "TrainingLoader",
     "default_cache_dir",
     "in_order",

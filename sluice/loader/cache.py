@@ -1,12 +1,17 @@
-"""Token reads from a mix's shards: local files read in place, S3 shards through a byte-limited local cache.
+"""Token reads from a mix's shards: local files read in place, S3 shards by ranged GETs or a byte-limited cache.
 
 Tokens are read with `pread` straight into the caller's buffer (`ShardFile.read_into`), not through memory
 maps: a mapped read pulls whole page-cache folios into the process's resident set, so random samples over a
 large corpus would grow every rank's RSS; a read copies only the bytes asked for, and costs about the same.
 
-`ShardCache` keeps S3 shards in a local folder of at most `max_bytes`. The read order is known, so
-`plan(upcoming)` starts background downloads of the shards needed next, evicting the resident shard whose
-next use is furthest in the future (Belady's rule over the lookahead window). Downloads are checked against
+`SpanCache` (the default for S3, `MixedTokens(remote_reads="spans")`) fetches only the token spans the
+samples read, by ranged GETs planned ahead from the mix index: S3 traffic stays the tokens served (one extra
+token per sample), whatever the shards' size and however randomly placed the documents, in memory of at most
+`max_bytes`. It checks each GET's length against its span (a shorter object is truncated), not checksums.
+
+`ShardCache` (`remote_reads="shards"`) keeps whole S3 shards in a local folder of at most `max_bytes`. The
+read order is known, so `plan(upcoming)` starts background downloads of the shards needed next, evicting the
+resident shard whose next use is furthest in the future (Belady's rule over the lookahead window). Downloads are checked against
 the partition manifest's size and SHA-256. A missing, truncated or corrupt shard raises `ShardError`.
 """
 
@@ -331,6 +336,141 @@ class ShardCache:
         future.result()  # re-raises the download's ShardError
         with self._lock:
             return self._resident[shard_id][2]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+SPAN_THREADS = 8  # ranged GETs in flight per process (botocore's connection pool holds 10)
+Span = tuple[int, int, int]  # (shard id, first token in the shard, tokens)
+
+
+@dataclass
+class SpanStats:
+    hits: int = 0  # spans read from a prefetched copy
+    misses: int = 0  # spans the reader had to wait for (not prefetched in time)
+    prefetched: int = 0
+    requests: int = 0  # ranged GETs sent
+    bytes_fetched: int = 0  # body bytes of those GETs
+    tokens_read: int = 0  # tokens handed to the reader
+    peak_bytes: int = 0  # most bytes of prefetched spans held at once
+    dropped: int = 0  # prefetched spans dropped unread (the plan moved past them)
+
+
+class SpanCache:
+    """S3 shards read by ranged GETs of just the token spans the samples need (`remote_reads="spans"`).
+
+    The mix index gives every sample's spans (shard, first token, tokens), so nothing else of a shard is
+    fetched: S3 traffic is the tokens served, plus one token per sample (each window's last label is the
+    next sample's first input). `plan(upcoming)` gives the spans of the batches read next, in order;
+    threads fetch them ahead into memory while they fit in `max_bytes`. `read_spans` copies them into the
+    caller's buffer and frees them; a span not prefetched is fetched then. A GET shorter than its span (the
+    object is shorter than the mix says) raises `ShardError` naming the shard. Unlike the whole-shard
+    `ShardCache`, no SHA-256 of the shard is checked (that needs the whole file); a shard's size is.
+    """
+
+    remote = True
+    spans = True
+
+    def __init__(self, store: Store, refs: Sequence[ShardRef], dtype: str, max_bytes: int, threads: int = SPAN_THREADS) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"span cache max_bytes must be > 0, got {max_bytes}")
+        self.store = store
+        self.refs = refs
+        self.itemsize = np.dtype(dtype).itemsize
+        self.max_bytes = int(max_bytes)
+        self.stats = SpanStats()
+        self._lock = threading.Lock()
+        self._resident: dict[Span, bytes] = {}
+        self._inflight: dict[Span, Future] = {}
+        self._used = 0
+        self._reserved = 0
+        self._wanted: dict[Span, int] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="sluice-span-fetch")
+
+    @property
+    def used_bytes(self) -> int:
+        return self._used
+
+    def _get(self, span: Span) -> bytes:
+        """One ranged GET of the span's tokens."""
+        shard, start, count = span
+        key = self.refs[shard].bin_key
+        try:
+            raw = self.store.read_range(key, start * self.itemsize, count * self.itemsize)
+        except (StorageError, OSError) as error:
+            raise ShardError(f"{self.store.uri(key)}: cannot read tokens [{start}, {start + count}) ({error})") from error
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.bytes_fetched += len(raw)
+        if len(raw) != count * self.itemsize:
+            raise ShardError(
+                f"{self.store.uri(key)}: the mix reads tokens [{start}, {start + count}) but the object ends first; "
+                "the shard is truncated or does not belong to this mix"
+            )
+        return raw
+
+    def _prefetch(self, span: Span, size: int) -> bytes:
+        try:
+            raw = self._get(span)
+        finally:
+            with self._lock:
+                self._reserved -= size
+                self._inflight.pop(span, None)
+        with self._lock:
+            if span in self._wanted and span not in self._resident:
+                self._resident[span] = raw
+                self._used += size
+                self.stats.peak_bytes = max(self.stats.peak_bytes, self._used)
+        return raw
+
+    def plan(self, upcoming: Sequence[Span]) -> None:
+        """The spans the reader needs next, in order: drops prefetched spans no longer wanted, starts fetches
+        of the first missing ones that fit."""
+        with self._lock:
+            ranks: dict[Span, int] = {}
+            for rank, span in enumerate(upcoming):
+                ranks.setdefault(span, rank)
+            self._wanted = ranks
+            for span in [span for span in self._resident if span not in ranks]:
+                self._used -= len(self._resident.pop(span))
+                self.stats.dropped += 1
+            for span in ranks:
+                if span in self._resident or span in self._inflight:
+                    continue
+                size = span[2] * self.itemsize
+                if self._used + self._reserved + size > self.max_bytes:
+                    break
+                self._reserved += size
+                self._inflight[span] = self._pool.submit(self._prefetch, span, size)
+                self.stats.prefetched += 1
+
+    def read_spans(self, shards: Sequence[int], starts: Sequence[int], counts: Sequence[int], out: memoryview) -> None:
+        """The spans' tokens, concatenated in order, into `out` (a byte view of exactly their size)."""
+        pending: list[bytes | Future] = []
+        with self._lock:
+            for span in zip(shards, starts, counts, strict=True):
+                raw = self._resident.pop(span, None)
+                if raw is not None:
+                    self._used -= len(raw)
+                    self.stats.hits += 1
+                    pending.append(raw)
+                    continue
+                future = self._inflight.get(span)
+                pending.append(future if future is not None else self._pool.submit(self._get, span))
+                self.stats.misses += 1
+            self.stats.tokens_read += int(sum(counts))
+        at = 0
+        for item, span in zip(pending, zip(shards, starts, counts, strict=True), strict=True):
+            raw = item if isinstance(item, bytes) else item.result()  # re-raises the GET's ShardError
+            if not isinstance(item, bytes):
+                with self._lock:  # a prefetch that finished while we waited: its copy is ours now
+                    if self._resident.get(span) is raw:
+                        self._used -= len(self._resident.pop(span))
+            out[at : at + len(raw)] = raw
+            at += len(raw)
+        if at != len(out):
+            raise ValueError(f"read_spans: the spans hold {at} bytes but the buffer {len(out)}")
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

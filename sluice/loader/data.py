@@ -26,13 +26,29 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from sluice.layout import sha256_file
-from sluice.loader.cache import LocalShards, ShardCache, ShardRef
-from sluice.mix import mix_prefix
-from sluice.mixindex import MixIndex
+from sluice.loader.cache import SPAN_THREADS, LocalShards, ShardCache, ShardRef, SpanCache
+from sluice.mix import ShardTable, mix_prefix
+from sluice.mixindex import MixIndex, RemoteMixIndex
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import StorageError, Store
 
 MMAP_MAX_BYTES = 1 << 30  # read_mode="auto": local mixes up to this size (index + shards) are memory-mapped
+
+
+class ShardRefs:
+    """`ShardRef`s by shard id over the mix's `ShardTable` (a sequence; rows decoded as they are asked for)."""
+
+    def __init__(self, table: ShardTable) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, shard_id: int) -> ShardRef:
+        if not 0 <= shard_id < len(self.table):
+            raise IndexError(shard_id)
+        row = self.table[shard_id]
+        return ShardRef(row["prefix"], row["name"], row.get("binary_prefix") or "")
 
 
 def default_cache_dir() -> str:
@@ -54,6 +70,7 @@ class MixedTokens:
         cache_shards: bool | None = None,
         read_mode: str = "auto",
         mmap_max_bytes: int = MMAP_MAX_BYTES,
+        remote_reads: str = "spans",
     ) -> None:
         self.store = store
         self.mix = mix
@@ -65,8 +82,11 @@ class MixedTokens:
         self.cache_bytes = int(cache_bytes)
         self.prefetch_threads = prefetch_threads
         self.verify_checksums = verify_checksums
+        if remote_reads not in ("spans", "shards"):
+            raise ValueError(f"remote_reads must be spans or shards, got {remote_reads!r}")
+        self.remote_reads = remote_reads
         self._manifest: dict[str, Any] | None = None
-        self._refs: list[ShardRef] | None = None
+        self._refs: ShardRefs | None = None
         self.index_sha256: str | None = None  # set below; a process that re-reads the manifest checks it
         manifest = self.manifest
         splits = manifest.get("splits", {})
@@ -92,7 +112,7 @@ class MixedTokens:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        # Per process: the manifest (O(shards)) is re-read, files re-opened, threads re-started.
+        # Per process: the manifest (a few kB) is re-read, the shard table's rows, files, threads re-opened.
         state.update(_manifest=None, _refs=None, _pid=None, _index=None, _provider=None, _url_files={})
         return state
 
@@ -104,10 +124,8 @@ class MixedTokens:
             return False
         if read_mode == "mmap":
             return True
-        shard_tokens = [shard.get("tokens") for shard in self.manifest["shards"]]
-        if any(tokens is None for tokens in shard_tokens):
-            return False
-        return self.index_bytes + sum(shard_tokens) * np.dtype(self.dtype).itemsize <= mmap_max_bytes
+        tokens = self.refs.table.tokens
+        return tokens is not None and self.index_bytes + tokens * np.dtype(self.dtype).itemsize <= mmap_max_bytes
 
     # -- the manifest, index and shards of this process
     @property
@@ -127,28 +145,40 @@ class MixedTokens:
         return next((e["sha256"] for e in manifest.get("side_files", []) if f"{e.get('prefix')}/{e['key']}" == key), None)
 
     @property
-    def refs(self) -> list[ShardRef]:
+    def refs(self) -> ShardRefs:
+        """The mix's shards by id, read from its shard table on demand (only the row groups touched)."""
         if self._refs is None:
-            self._refs = [ShardRef(shard["prefix"], shard["name"], shard.get("binary_prefix", "")) for shard in self.manifest["shards"]]
+            self._refs = ShardRefs(ShardTable(self.store, self.manifest))
         return self._refs
+
+    def shard_info(self, shard: int) -> dict[str, Any]:
+        """Shard `shard`'s row of the mix's shard table (`sluice.mix.shard_table`)."""
+        return self.refs.table[shard]
 
     def _own_process(self) -> None:
         if self._pid != os.getpid():
             self._index, self._provider, self._pid = None, None, os.getpid()
 
     def index(self) -> MixIndex:
-        """This process's reader of the split's index (fetched into the local cache on a remote store)."""
+        """This process's reader of the split's index: in place on a local store; on S3 by ranged GETs of the
+        samples' entries (`remote_reads="spans"`) or from a SHA-256-checked copy in the local cache."""
         self._own_process()
+        if self._index is None and self.remote and self.remote_reads == "spans" and self.store.local_path(self.index_key) is None:
+            self._index = RemoteMixIndex(self.store, self.index_key, self.index_bytes, max(self.prefetch_threads, SPAN_THREADS))
+            self._check_header(self._index)
         if self._index is None:
             local = None if self.remote else self.store.local_path(self.index_key)
             path = local if local is not None else self._cached_index()
             if not os.path.isfile(path):
                 raise ShardError(f"{self.store.uri(self.index_key)}: the mix index is missing")
             index = MixIndex(path, name=self.store.uri(self.index_key), mapped=self.mapped)
-            if (index.header.tokens, index.header.samples, index.header.sequence_length) != (self.total_tokens, self.num_samples, self.sequence_length):
-                raise ShardError(f"{self.store.uri(self.index_key)}: its header does not match the mix manifest; the mix was rebuilt or the file is corrupt")
+            self._check_header(index)
             self._index = index
         return self._index
+
+    def _check_header(self, index: MixIndex) -> None:
+        if (index.header.tokens, index.header.samples, index.header.sequence_length) != (self.total_tokens, self.num_samples, self.sequence_length):
+            raise ShardError(f"{self.store.uri(self.index_key)}: its header does not match the mix manifest; the mix was rebuilt or the file is corrupt")
 
     def _cached_index(self) -> str:
         """A verified local copy of the index: one download per host and index version (a file lock keeps ranks
@@ -183,12 +213,16 @@ class MixedTokens:
                     os.remove(os.path.join(folder, name))
         return target
 
-    def shards(self) -> LocalShards | ShardCache:
-        """This process's shard access (local files, or the S3 cache); DataLoader workers get their own."""
+    def shards(self) -> LocalShards | ShardCache | SpanCache:
+        """This process's shard access (local files, ranged reads of S3 spans, or the S3 shard cache);
+        DataLoader workers get their own."""
         self._own_process()
         if self._provider is None:
-            if self.remote:
-                worker = get_worker_info()
+            worker = get_worker_info()
+            if self.remote and self.remote_reads == "spans":
+                budget = self.cache_bytes // (worker.num_workers if worker else 1)
+                self._provider = SpanCache(self.store, self.refs, self.dtype, budget, max(self.prefetch_threads, SPAN_THREADS))
+            elif self.remote:
                 # One folder per (rank, worker): a restart reuses it (ShardCache clears what a dead run left).
                 folder = os.path.join(self.cache_dir, f"mix-{self.mix}", self.split, f"{self.cache_slot}-worker{worker.id if worker else 0}")
                 budget = self.cache_bytes // (worker.num_workers if worker else 1)
@@ -215,15 +249,22 @@ class MixedTokens:
         window = np.empty(len(out), self.token_dtype)
         view = memoryview(window).cast("B")
         item = window.itemsize
-        shards = self.shards()
         starts = []
         for offset, start, shard, length in zip(*(records[name].astype(np.int64).tolist() for name in ("offset", "start", "shard", "length")), strict=True):
             first, last = max(offset, begin), min(offset + length, end)
             if offset > begin:
                 starts.append(offset - begin)
-            shards.get(shard).read_into(view[(first - begin) * item : (last - begin) * item], start + first - offset, last - first)
+            self.read_shard(shard, start + first - offset, view[(first - begin) * item : (last - begin) * item], last - first)
         out[:] = window
         return starts
+
+    def read_shard(self, shard: int, start: int, out: memoryview, count: int) -> None:
+        """Tokens [start, start + count) of shard `shard` into `out` (a byte view of exactly count tokens)."""
+        shards = self.shards()
+        if isinstance(shards, SpanCache):
+            shards.read_spans([shard], [start], [count], out)
+        else:
+            shards.get(shard).read_into(out, start, count)
 
     def tokens(self, begin: int, end: int) -> np.ndarray:
         """Tokens [begin, end) of the split's token stream."""
@@ -242,7 +283,7 @@ class MixedTokens:
         from sluice.lineage import RowReader, locate_in_mix
 
         with RowReader(self.store) as reader:
-            return locate_in_mix(reader, self.manifest, list(doc_ids))
+            return locate_in_mix(reader, self.refs.table.all(), list(doc_ids))
 
     def _url_file(self, shard: int):
         from sluice.shards import UrlFile
@@ -250,7 +291,7 @@ class MixedTokens:
         files = self.__dict__.setdefault("_url_files", {})
         url_file = files.get(shard)
         if url_file is None:
-            info = self.manifest["shards"][shard]
+            info = self.shard_info(shard)
             key = f"{binary_folder(info, info['prefix'])}/{info['name']}.urls"
             path = self.store.local_path(key)
             if path is None:  # remote: the (small) URL file of a shard, fetched once into the local cache
@@ -281,3 +322,13 @@ class MixedTokens:
         """Shard ids the given samples read, in read order (repeats kept; for the cache's plan)."""
         records, _ = self.index().sample_records(np.asarray(sample_ids, np.int64))
         return records["shard"].astype(np.int64).tolist()
+
+    def reads_of(self, sample_ids: Sequence[int] | np.ndarray) -> list:
+        """What the remote provider's `plan` takes for the given samples, in read order: their spans
+        (shard, first token, tokens) for the `SpanCache`, their shard ids for the `ShardCache`."""
+        if not isinstance(self.shards(), SpanCache):
+            return self.shards_of(sample_ids)
+        from sluice.loader.packing import window_spans
+
+        spans = window_spans(self, np.asarray(sample_ids, np.int64))
+        return list(zip(*(spans[name].tolist() for name in ("shard", "source", "size")), strict=True))

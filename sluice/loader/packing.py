@@ -97,27 +97,39 @@ def input_segments(where: dict[str, np.ndarray], length: int) -> dict[str, np.nd
     }
 
 
+def window_spans(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """`window_segments` plus each segment's span in its shard: `shard`, `source` (its first token there) and
+    `size` (tokens). The spans, in order, tile the windows."""
+    where = window_segments(data, ids)
+    records = where["records"]
+    source = records["start"].astype(np.int64) + where["in_doc"]  # token offset inside the shard
+    return {**where, "shard": records["shard"].astype(np.int64), "source": source, "size": where["seg_end"] - where["seg_begin"]}
+
+
 def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     """The token windows (L + 1 tokens each) of the given samples, and their segments.
 
     One probe of the index per sample gives the records covering its window; the segments (pieces of one
     record inside one window) are computed with a few numpy calls and read from the shards with one pread
     each, straight into the window buffer (the segments tile the windows in order), or, for a mix read
-    through memory maps, copied by one concatenate of their slices.
+    through memory maps, copied by one concatenate of their slices, or, on S3 (`SpanCache`), copied from
+    the ranged GETs of just those spans.
     """
     width = data.sequence_length + 1
     count = len(ids)
-    where = window_segments(data, ids)
-    records, seg_begin, seg_end = where["records"], where["seg_begin"], where["seg_end"]
-    source = records["start"].astype(np.int64) + where["in_doc"]  # token offset inside the shard
-    sizes = seg_end - seg_begin
+    where = window_spans(data, ids)
+    source, sizes = where["source"], where["size"]
     window = np.empty(count * width, dtype=data.token_dtype)  # token dtype: the reads move 2 (or 4) bytes a token
     view = memoryview(window).cast("B")
     item = window.itemsize
-    shard_ids = records["shard"].tolist()
+    shard_ids = where["shard"].tolist()
+    provider = data.shards()
+    if getattr(provider, "spans", False):
+        provider.read_spans(shard_ids, source.tolist(), sizes.tolist(), view)
+        return {**where, "window": window.reshape(count, width)}
     # Each shard once per call, in read order (the references keep files open even if the cache evicts one).
     files = {shard: None for shard in shard_ids}
-    get = data.shards().get
+    get = provider.get
     for shard in files:
         files[shard] = get(shard)
     if data.mapped:  # small mixes: slices of the memory maps, one concatenate fills every window

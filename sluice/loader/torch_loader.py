@@ -107,7 +107,7 @@ class RankBatches(IterableDataset):
         # cost of each group crossing the process boundary), then cut them into batches.
         group = max(1, min(64, PACK_TOKENS // (self.plan.batch_size * self.data.sequence_length)))
         shards = self.data.shards()
-        ahead: deque[tuple[int, list[int]]] = deque()  # (k, shard ids) of the batches this worker reads next
+        ahead: deque[tuple[int, list]] = deque()  # (k, shard ids or spans: `MixedTokens.reads_of`) of the batches this worker reads next
         next_planned = worker_id
         k = worker_id
         while True:
@@ -124,11 +124,11 @@ class RankBatches(IterableDataset):
                     planned = self._samples(next_planned)
                     if planned is None:
                         break
-                    ahead.append((next_planned, self.data.shards_of(planned[0])))
+                    ahead.append((next_planned, self.data.reads_of(planned[0])))
                     next_planned += workers
                 while ahead and ahead[0][0] < k:
                     ahead.popleft()
-                shards.plan([shard for _, batch_shards in ahead for shard in batch_shards])
+                shards.plan([read for _, batch_reads in ahead for read in batch_reads])
             for index in range(len(batches)):
                 self._ids.pop(k + index * workers, None)  # consumed: the cache only holds batches still ahead
             ids = np.concatenate([batch[0] for batch in batches])

@@ -16,10 +16,12 @@ sort by key (`sluice.mix.scan`, `sluice.mix.order`).
 Output (one `mixed_dataset` partition, `mix=<name>`):
     mixed_dataset/mix=<name>/train.parquet, validation.parquet    the ranges as a Parquet dataset: split, offset
                                 (stream position), shard, doc, start, length, component, copy
-    mixed_dataset/mix=<name>/_manifest.json    shards, components (weight, target, tokens, epochs, validation,
+    mixed_dataset/mix=<name>/_manifest.json    the shard table's name and size, components (weight, target, tokens, epochs, validation,
                                 removed), splits {train, validation: {index, ranges_count, tokens, samples}},
                                 dtype, seed, sequence_length, check values
     mixed_index/mix=<name>/train.idx, validation.idx    what the loader reads (format: `sluice.mixindex`)
+    mixed_index/mix=<name>/shards.parquet    the shards the indexes name, one row per shard id, read by row
+                                group (`sluice.mix.shard_table`)
     mixed_contaminated/mix=<name>/contaminated.parquet  documents left out: doc_id, source, partition, matched_ngrams
 A split's token stream is its ranges concatenated; sample i is stream[i*L : i*L + L + 1] (inputs and labels
 shifted by one), L = sequence_length. Every range is one document or the cut head of one, so the range
@@ -29,6 +31,7 @@ boundaries inside a sample are its document boundaries.
 from sluice.mix.build import BLOCKED, CONTAMINATED, INDEX, MIXED, build_mix, index_prefix, mix_prefix
 from sluice.mix.plan import MixError, targets, validation_mask
 from sluice.mix.scan import read_docs_table
+from sluice.mix.shard_table import ShardTable
 from sluice.mix.stream import iter_split_tokens, split_index
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "INDEX",
     "MIXED",
     "MixError",
+    "ShardTable",
     "build_mix",
     "index_prefix",
     "iter_split_tokens",

@@ -14,6 +14,7 @@ from sluice.layout import _remove_tree, named_prefix, sha256_file, write_manifes
 from sluice.mix.order import KeyedBuckets, SplitStats, emit_copies, emit_validation, write_split
 from sluice.mix.plan import HIST_BITS, ComponentPlan, MixError, plan_component, settle_cut, targets
 from sluice.mix.scan import FlagReader, Scan, iter_spill, scan_sources
+from sluice.mix.shard_table import SHARD_TABLE
 from sluice.storage import Store, local_temp_dir
 
 MIXED = "mixed_dataset"
@@ -21,7 +22,7 @@ INDEX = "mixed_index"
 CONTAMINATED = "mixed_contaminated"
 BLOCKED = "mixed_blocked"
 FORMAT = "sluice-mix"
-VERSION = 3
+VERSION = 4  # 4: the shards are a Parquet table beside the indexes (`sluice.mix.shard_table`), not a manifest list
 SPLITS = ("train", "validation")
 CONTAMINATED_SCHEMA = pa.schema(
     [("doc_id", pa.string()), ("source", pa.string()), ("partition", pa.string()), ("matched_ngrams", pa.int64())]
@@ -123,6 +124,8 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
              decontamination: dict[str, Any] | None, blocklist: dict[str, Any] | None = None) -> dict[str, Any]:
     """Publish the splits' files and the removed-document side files, then the mix manifest over them."""
     files, side_files, splits = _publish_splits(store, mix_name, settings, stats, folder)
+    shard_table = _publish_shard_table(store, mix_name, scan)
+    side_files.append({key: shard_table[key] for key in ("key", "rows", "bytes", "sha256", "prefix")})
     contaminated, blocked = _removed_tables(scan)
     for name, table, dataset in (("contaminated", contaminated, CONTAMINATED), ("blocked", blocked, BLOCKED)):
         removed_prefix = named_prefix(dataset, "mix", mix_name)
@@ -146,7 +149,7 @@ def _publish(store: Store, mix_name: str, settings: MixSettings, scan: Scan, pla
         **scan.info,
         "components": scan.components.names,
         "splits": splits,
-        "shards": scan.shards,
+        "shard_table": shard_table,  # the shards the index's records name, one row per shard id
         "sources": _source_rows(settings, scan, plans, train, shares),
         "decontamination": {**(decontamination or {}), "removed_documents": contaminated.num_rows},
         # The blocklist version this build applied and what it removed (documents and their tokens, both splits).
@@ -196,6 +199,16 @@ def _publish_splits(
             "samples": max(0, (split_stats.tokens - 1) // settings.sequence_length),
         }
     return files, side_files, splits
+
+
+def _publish_shard_table(store: Store, mix_name: str, scan: Scan) -> dict[str, Any]:
+    """The mix's shard table (`sluice.mix.shard_table`) in its index side folder; returns its manifest entry."""
+    path, prefix = scan.shards.path, index_prefix(mix_name)
+    tokens = scan.shards.close()
+    entry = {"key": SHARD_TABLE, "prefix": prefix, "rows": len(scan.shards), "row_group": scan.shards.row_group, "tokens": tokens,
+             "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+    store.put_file(path, f"{prefix}/{SHARD_TABLE}")
+    return entry
 
 
 def _removed_tables(scan: Scan) -> tuple[pa.Table, pa.Table]:

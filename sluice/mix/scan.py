@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from sluice.config import MixSettings, split_weight_key
 from sluice.layout import PartitionRef, list_partitions, local_copy, partition_prefix, read_manifest
 from sluice.mix.plan import HIST_BINS, HIST_BITS, MixError, component_key, draws, validation_threshold
+from sluice.mix.shard_table import SHARD_TABLE, ShardTableWriter
 from sluice.shards import binary_folder, doc_hashes
 from sluice.storage import Store
 
@@ -98,7 +99,7 @@ class Scan:
 
     components: Components
     folder: str
-    shards: list[dict[str, Any]] = field(default_factory=list)
+    shards: ShardTableWriter = field(init=False)  # the shard table, written as the scan goes (`sluice.mix.shard_table`)
     info: dict[str, Any] = field(default_factory=dict)
     train_documents: int = 0
     validation_documents: int = 0
@@ -118,6 +119,7 @@ class Scan:
         self.blocked_tokens = np.zeros(count, np.int64)
         self.token_hist = np.zeros((count, HIST_BINS), np.int64)
         self.count_hist = np.zeros((count, HIST_BINS), np.int64)
+        self.shards = ShardTableWriter(os.path.join(self.folder, SHARD_TABLE))
         self.train_path = os.path.join(self.folder, "train.spill")
         self.validation_path = os.path.join(self.folder, "validation.spill")
 

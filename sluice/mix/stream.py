@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from sluice.mix.plan import MixError
+from sluice.mix.shard_table import ShardTable
 from sluice.mixindex import MixIndex
 from sluice.shards import binary_folder
 from sluice.storage import Store
@@ -27,11 +28,12 @@ def iter_split_tokens(store: Store, manifest: dict[str, Any], split: str, file_r
     index = split_index(store, manifest, split, file_reader)
     dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
     tokens: dict[int, np.ndarray] = {}
+    table = ShardTable(store, manifest)
     try:
         for records in index.iter_chunks():
             for shard_id, start, length in zip(records["shard"].tolist(), records["start"].tolist(), records["length"].tolist(), strict=True):
                 if shard_id not in tokens:
-                    shard = manifest["shards"][shard_id]
+                    shard = table[shard_id]
                     tokens[shard_id] = np.memmap(file_reader(f"{binary_folder(shard, shard['prefix'])}/{shard['name']}.bin"), dtype=dtype, mode="r")
                 yield tokens[shard_id][start : start + length]
     finally:

@@ -62,12 +62,12 @@ class DocumentTracer:
 
     def tokens(self, shard: int, doc: int, begin: int = 0, end: int | None = None) -> np.ndarray:
         """Tokens [begin, end) of a document (its EOS is the last token)."""
-        info = self.data.manifest["shards"][shard]
+        info = self.data.shard_info(shard)
         start, stop = self._doc_bounds(info, doc)
         end = stop - start if end is None else end
         out = np.empty(max(0, end - begin), dtype=self.data.token_dtype)
         if len(out):
-            self.data.shards().get(shard).read_into(memoryview(out).cast("B"), start + begin, len(out))
+            self.data.read_shard(shard, start + begin, memoryview(out).cast("B"), len(out))
         return out.astype(np.int64)
 
     def _doc_bounds(self, info: dict[str, Any], doc: int) -> tuple[int, int]:
@@ -92,7 +92,7 @@ class DocumentTracer:
 
     def trace(self, shard: int, doc: int, spans: list[tuple[int, int]]) -> dict[str, Any]:
         """Everything known about document `doc` of mix shard `shard`; `spans`: its token spans in the batch."""
-        info = self.data.manifest["shards"][shard]
+        info = self.data.shard_info(shard)
         source, snapshot = info["partition"].split("/", 1)
         ref = PartitionRef(source, snapshot)
         start, stop = self._doc_bounds(info, doc)
@@ -157,7 +157,7 @@ class DocumentTracer:
 
         located = []
         for shard, doc in places:
-            info = self.data.manifest["shards"][shard]
+            info = self.data.shard_info(shard)
             try:
                 part, first_row = shard_part(info, self.reader.manifest(info["prefix"]))
             except ValueError:

@@ -32,6 +32,7 @@ from sluice.storage import open_store
 from sluice.trace import BatchSpec, trace_batch
 from sluice.trace.batch import batch_provenance
 from tests.conftest import base_config, write_config
+from tests.support.mix_fixture import mix_shards
 
 BATCH, WORLD = 3, 2
 
@@ -201,7 +202,7 @@ def mix_rows(folder: Path) -> pl.DataFrame:
     manifest = json.loads((folder / "data" / "mixed_dataset" / "mix=default" / "_manifest.json").read_text())
     ranges = pl.read_parquet(folder / "data" / "mixed_dataset" / "mix=default" / "train.parquet")
     ids = []
-    for shard in manifest["shards"]:
+    for shard in mix_shards(open_store(str(folder / "data")), manifest):
         docs = pl.read_parquet(folder / "data" / shard["prefix"] / f"{shard['name']}.docs.parquet").select("doc_id")
         ids.append(docs.with_columns(shard=pl.lit(shard["id"], pl.Int32), doc=pl.int_range(pl.len(), dtype=pl.Int64)))
     return ranges.join(pl.concat(ids), on=["shard", "doc"], how="left").with_columns(pl.col("component").cast(pl.String))
@@ -253,7 +254,7 @@ def test_a_blocklisted_mix_holds_none_of_the_blocked_and_keeps_the_rest_in_order
     assert not set(after["doc_id"].to_list()) & blocked
     # ... in no batch of a whole epoch either (the loader reads the index, not the Parquet view).
     data = MixedTokens(open_store(str(folder / "data")), "default")
-    shard_docs = {(s["id"]): pl.read_parquet(folder / "data" / s["prefix"] / f"{s['name']}.docs.parquet")["doc_id"].to_list() for s in data.manifest["shards"]}
+    shard_docs = {(s["id"]): pl.read_parquet(folder / "data" / s["prefix"] / f"{s['name']}.docs.parquet")["doc_id"].to_list() for s in mix_shards(data.store, data.manifest)}
     seen = set()
     for batch in TrainingLoader(data, 4, seed=1, provenance=True, num_epochs=1, prefetch_batches=0):
         seen |= {shard_docs[shard][doc] for _, shard, doc, _, _ in batch["provenance"].tolist()}
@@ -262,7 +263,7 @@ def test_a_blocklisted_mix_holds_none_of_the_blocked_and_keeps_the_rest_in_order
     version = hashlib.sha256("".join(sorted(f"{line.split(':', 1)[0]}:{line.split(':', 1)[1]}" + "\n" for line in lines)).encode()).hexdigest()
     assert metadata["blocklist_sha256"] == version
     tokenized = {}
-    for shard in data.manifest["shards"]:
+    for shard in mix_shards(data.store, data.manifest):
         offsets = np.fromfile(folder / "data" / shard["binary_prefix"] / f"{shard['name']}.idx", "<u8")
         for doc_id, length in zip(shard_docs[shard["id"]], np.diff(offsets).tolist(), strict=True):
             tokenized[doc_id] = length

@@ -100,6 +100,23 @@ def test_read_range_reads_only_the_asked_bytes(store):
         store.read_range("nope/missing.bin", 0, 0)
 
 
+def test_ranged_file_seeks_and_reads_like_the_bytes(store):
+    import io
+
+    from sluice.storage import RangedFile
+
+    data = os.urandom(50_000)
+    store.write_bytes("blob.bin", data)
+    handle = RangedFile(store, "blob.bin")
+    assert handle.length == len(data) and handle.read(10) == data[:10] and handle.tell() == 10
+    handle.seek(-100, io.SEEK_END)
+    assert handle.read(1000) == data[-100:] and handle.read(5) == b""
+    handle.seek(20_000)
+    handle.seek(5, io.SEEK_CUR)
+    assert handle.read(3) == data[20_005:20_008]
+    assert io.BufferedReader(RangedFile(store, "blob.bin", size=len(data))).read() == data
+
+
 def test_missing_key_raises_storage_error_naming_the_url(store, tmp_path):
     with pytest.raises(StorageError) as info:
         store.read_bytes("nope/missing.bin")

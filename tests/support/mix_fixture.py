@@ -88,10 +88,16 @@ def read_ranges(store: Store, mix: str = "test", split: str = "train"):
     return (table.column(c).to_numpy() for c in ("shard", "start", "length"))
 
 
+def mix_shards(store: Store, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The mix's shard table read whole with pyarrow (the oracle of `sluice.mix.ShardTable`'s row-group reads)."""
+    entry = manifest["shard_table"]
+    return pq.read_table(store.local_path(f"{entry['prefix']}/{entry['key']}")).to_pylist()
+
+
 def stream_oracle(store: Store, mix: str = "test", split: str = "train") -> np.ndarray:
     """The mix's token stream: its ranges' tokens concatenated."""
     manifest = json.loads(store.read_bytes(f"mixed_dataset/mix={mix}/_manifest.json"))
-    shard_tokens = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.bin"), dtype="<u2") for s in manifest["shards"]]
+    shard_tokens = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.bin"), dtype="<u2") for s in mix_shards(store, manifest)]
     shard_ids, starts, lengths = read_ranges(store, mix, split)
     pieces = [shard_tokens[s][b : b + n] for s, b, n in zip(shard_ids.tolist(), starts.tolist(), lengths.tolist(), strict=True)]
     return np.concatenate(pieces).astype(np.int64)

@@ -19,7 +19,7 @@ from sluice.export.mds import INDEX
 from sluice.loader import IGNORE_INDEX, MixedTokens, TrainingLoader
 from sluice.storage import open_store
 from tests.conftest import tree_digest
-from tests.support.mix_fixture import build_test_mix, stream_oracle
+from tests.support.mix_fixture import build_test_mix, mix_shards, stream_oracle
 
 SEQ = 64
 SMALL_SHARDS = 1 << 14  # several shards per export
@@ -79,7 +79,7 @@ def oracle(mix_root: str, split: str) -> tuple[np.ndarray, list[tuple[int, int, 
     ranges and the shards' files (not the index or the loader)."""
     store = open_store(mix_root)
     manifest = json.loads(store.read_bytes("mixed_dataset/mix=test/_manifest.json"))
-    ids = [pq.read_table(store.local_path(f"{s['prefix']}/{s['name']}.docs.parquet")).column("doc_id").to_pylist() for s in manifest["shards"]]
+    ids = [pq.read_table(store.local_path(f"{s['prefix']}/{s['name']}.docs.parquet")).column("doc_id").to_pylist() for s in mix_shards(store, manifest)]
     table = pq.read_table(store.local_path(f"mixed_dataset/mix=test/{split}.parquet"))
     ranges = [(offset, length, ids[shard][doc]) for offset, length, shard, doc in zip(*(table.column(c).to_pylist() for c in ("offset", "length", "shard", "doc")), strict=True)]
     return stream_oracle(store, "test", split), ranges

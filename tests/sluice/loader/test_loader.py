@@ -12,11 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, TrainingLoader
+from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, SpanCache, TrainingLoader
+from sluice.mixindex import RemoteMixIndex
 from sluice.shards import ShardError, binary_folder
 from sluice.storage import open_store
 from tests.sluice.loader.conftest import SEQ
-from tests.support.mix_fixture import build_test_mix, range_offsets_oracle, read_ranges, stream_oracle
+from tests.support.counting_store import CountingStore
+from tests.support.mix_fixture import (
+    build_test_mix,
+    mix_shards,
+    range_offsets_oracle,
+    read_ranges,
+    stream_oracle,
+)
 
 
 def take(loader: TrainingLoader, steps: int) -> list[dict]:
@@ -212,7 +220,7 @@ def test_load_state_dict_rejects_a_state_of_another_mix(data):
 def test_truncated_shard_raises_an_error_naming_it(tmp_path):
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ)
-    victim = manifest["shards"][1]
+    victim = mix_shards(open_store(root), manifest)[1]
     path = os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".bin")
     with open(path, "r+b") as handle:
         handle.truncate(os.path.getsize(path) - 10)
@@ -225,7 +233,7 @@ def test_truncated_shard_raises_an_error_naming_it(tmp_path):
 def test_missing_shard_raises_an_error_naming_it(tmp_path):
     root = str(tmp_path / "store")
     manifest = build_test_mix(open_store(root), sequence_length=SEQ)
-    victim = manifest["shards"][0]
+    victim = mix_shards(open_store(root), manifest)[0]
     os.remove(os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".idx"))
     data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ShardError, match=rf"{victim['name']}\.idx.*missing"):
@@ -280,7 +288,7 @@ def test_loader_through_a_cache_smaller_than_the_dataset_matches_memory_maps(mix
     mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
     sizes = shard_total_bytes(mapped)
     limit = int(sum(sizes) * 0.45)
-    cached = MixedTokens(store, "test", cache_dir=str(tmp_path / "b"), cache_bytes=limit, cache_shards=True)
+    cached = MixedTokens(store, "test", cache_dir=str(tmp_path / "b"), cache_bytes=limit, cache_shards=True, remote_reads="shards")
     steps = len(mapped) // 4
     expected = take(TrainingLoader(mapped, 4, seed=8), steps)
     got = take(TrainingLoader(cached, 4, seed=8), steps)
@@ -289,6 +297,56 @@ def test_loader_through_a_cache_smaller_than_the_dataset_matches_memory_maps(mix
     assert stats.evictions > 0 and stats.peak_bytes <= limit
     assert stats.bytes_fetched > sum(sizes)  # evicted shards came back when needed again
     assert stats.prefetched > 0
+
+
+def test_span_reads_fetch_only_the_tokens_served_through_a_cache_much_smaller_than_the_dataset(mix_root, tmp_path):
+    store = open_store(mix_root)
+    mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
+    dataset_bytes = sum(shard_total_bytes(mapped))
+    counting = CountingStore(store)
+    limit = dataset_bytes // 50  # 2% of the shards
+    spans = MixedTokens(counting, "test", cache_dir=str(tmp_path / "b"), cache_bytes=limit, cache_shards=True)
+    steps = len(mapped) // 4  # one epoch
+    expected = take(TrainingLoader(mapped, 4, seed=8), steps)
+    got = take(TrainingLoader(spans, 4, seed=8), steps)
+    assert same_batches(got, expected)
+    served = steps * 4 * SEQ * 2  # input tokens handed out, uint16
+    fetched = counting.token_bytes_fetched()
+    assert not [key for key, _ in counting.whole if key.endswith(".bin")]  # no shard fetched whole
+    # Each sample's window is L + 1 tokens; the loader also plans (and may fetch) a lookahead past the last step.
+    assert served <= fetched <= 2 * served, fetched / served
+    stats = spans.shards().stats
+    assert stats.bytes_fetched == fetched and stats.peak_bytes <= limit and stats.prefetched > 0
+    # The loader packs whole groups of batches: it reads windows (L + 1 tokens) a little past the last step.
+    assert stats.tokens_read % (SEQ + 1) == 0 and stats.tokens_read >= steps * 4 * (SEQ + 1)
+    # Every GET lies inside its shard's token file.
+    sizes = {ref.bin_key: os.path.getsize(store.local_path(ref.bin_key)) for ref in mapped.refs}
+    assert all(key in sizes and start >= 0 and start + size <= sizes[key] for key, start, size in counting.ranged)
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_span_reads_through_dataloader_workers_match(mix_root, tmp_path):
+    """Each worker opens its own span reads and in-place index (everything read as from S3)."""
+    store = open_store(mix_root)
+    mapped = MixedTokens(store, "test", cache_dir=str(tmp_path / "a"))
+    spans = MixedTokens(CountingStore(store, local=False), "test", cache_dir=str(tmp_path / "b"), cache_bytes=1 << 20)
+    assert isinstance(spans.index(), RemoteMixIndex)
+    steps = len(mapped) // 8
+    expected = take(TrainingLoader(mapped, 4, seed=2, rank=1, world_size=2), steps)
+    got = take(TrainingLoader(spans, 4, seed=2, rank=1, world_size=2, num_workers=2), steps)
+    assert same_batches(got, expected)
+
+
+def test_span_read_of_a_truncated_shard_names_it(tmp_path):
+    root = str(tmp_path / "store")
+    manifest = build_test_mix(open_store(root), sequence_length=SEQ)
+    victim = mix_shards(open_store(root), manifest)[1]
+    path = os.path.join(root, binary_folder(victim, victim["prefix"]), victim["name"] + ".bin")
+    with open(path, "r+b") as handle:
+        handle.truncate(os.path.getsize(path) // 2)
+    data = MixedTokens(open_store(root), "test", cache_dir=str(tmp_path / "cache"), cache_shards=True)
+    with pytest.raises(ShardError, match=rf"{victim['name']}\.bin: the mix reads tokens .* truncated"):
+        take(TrainingLoader(data, 4, seed=0), len(data))
 
 
 def test_stall_metric_counts_every_step(data):
@@ -325,7 +383,8 @@ def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_pat
         local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
         limit = int(sum(shard_total_bytes(local)) * 0.45)
         remote = MixedTokens(
-            open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit
+            open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit,
+            remote_reads="shards",
         )
         assert remote.remote
         steps = len(local) // 8
@@ -340,6 +399,37 @@ def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_pat
         sluice.storage._CLIENTS.clear()
 
 
+def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, tmp_path, monkeypatch):
+    """Against a real S3 server: ranged GETs of just the samples' spans, a cache of 1% of the shards, the
+    same batches as the local mix, and S3 bytes (counted around the store) at most twice the tokens served."""
+    import sluice.storage
+    from benchmarks.s3_server import use_credentials
+    from sluice.config import S3Settings
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
+        limit = sum(shard_total_bytes(local)) // 100
+        store = CountingStore(open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)))
+        remote = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=limit)
+        assert remote.remote and remote.remote_reads == "spans"
+        steps = len(local) // 8
+        expected = take(TrainingLoader(local, 8, seed=6, mask_document_boundaries=True), steps)
+        got = take(TrainingLoader(remote, 8, seed=6, mask_document_boundaries=True), steps)
+        assert same_batches(got, expected)
+        served = steps * 8 * SEQ * 2
+        assert served <= store.token_bytes_fetched() <= 2 * served
+        # The index is read in place too (per sample: 16 bytes of sample table, 32 per record), never downloaded.
+        assert not [key for key, _ in store.whole if key.endswith(".idx")]
+        index_bytes = sum(size for key, _, size in store.ranged if key == remote.index_key)
+        print(f"S3 bytes per token byte served: tokens {store.token_bytes_fetched() / served:.3f}, index {index_bytes / served:.3f}")
+        assert 0 < index_bytes <= served
+        assert remote.shards().stats.peak_bytes <= limit
+    finally:
+        sluice.storage._CLIENTS.clear()
+
+
 def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
     import sluice.storage
     from benchmarks.s3_server import use_credentials
@@ -349,7 +439,7 @@ def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
     use_credentials(monkeypatch, server.access_key, server.secret_key)
     try:
         store = open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url))
-        data = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=1 << 30)
+        data = MixedTokens(store, "test", cache_dir=str(tmp_path / "s3"), cache_bytes=1 << 30, remote_reads="shards")
         victim = data.refs[2]
         original = store.read_bytes(victim.bin_key)
         body = bytearray(original)
@@ -471,3 +561,34 @@ def test_a_worker_refuses_a_mix_rebuilt_under_it(tmp_path):
     build_test_mix(open_store(root), sequence_length=SEQ, seed=12)  # another mix under the same name
     with pytest.raises(ShardError, match="was rebuilt while this loader was running"):
         pickle.loads(sent).manifest  # noqa: B018
+
+
+def test_a_rank_reads_only_the_shard_table_rows_of_the_shards_its_samples_touch(tmp_path, monkeypatch):
+    """The shard table (one row group per shard here) is read by row group: reading a few samples decodes the
+    rows of the shards those samples' tokens come from (the .bin keys the store served) and no others."""
+    import sluice.mix.shard_table
+
+    monkeypatch.setattr(sluice.mix.shard_table, "ROW_GROUP", 1)
+    root = str(tmp_path / "store")
+    manifest = build_test_mix(open_store(root), sequence_length=SEQ, shards=6)
+    rows = mix_shards(open_store(root), manifest)
+    assert manifest["shard_table"]["row_group"] == 1 and len(rows) == 12 and "shards" not in manifest
+    decoded: list[int] = []
+    real_rows = sluice.mix.shard_table._rows
+
+    def counting_rows(table):
+        decoded.extend(table.column("id").to_pylist())
+        return real_rows(table)
+
+    monkeypatch.setattr(sluice.mix.shard_table, "_rows", counting_rows)
+    store = CountingStore(open_store(root), local=False)  # everything through ranged reads and downloads, as on S3
+    data = MixedTokens(store, "test", cache_dir=str(tmp_path / "cache"))
+    assert data.remote and isinstance(data.shards(), SpanCache)
+    samples = [0, len(data) // 2]
+    for sample in samples:
+        inputs, _ = data.sample(sample)
+        assert np.array_equal(inputs, stream_oracle(open_store(root))[sample * SEQ : sample * SEQ + SEQ])
+    by_key = {f"{binary_folder(row, row['prefix'])}/{row['name']}.bin": row["id"] for row in rows}
+    touched = {by_key[key] for key, _, _ in store.ranged if key.endswith(".bin")}
+    assert touched and sorted(set(decoded)) == sorted(touched) and len(decoded) == len(touched) < len(rows)
+    assert data.shard_info(min(touched)) == {key: value for key, value in rows[min(touched)].items() if value is not None}

@@ -25,7 +25,7 @@ from sluice.loader.skip import SkipList, kth_kept, wildcard_match
 from sluice.shards import binary_folder
 from sluice.storage import open_store
 from tests.sluice.loader.conftest import SEQ
-from tests.support.mix_fixture import fixture_url, stream_oracle
+from tests.support.mix_fixture import fixture_url, mix_shards, stream_oracle
 
 SEED = 5
 
@@ -40,8 +40,9 @@ class Oracle:
         self.offset, self.shard, self.doc, self.length = (table.column(c).to_numpy().astype(np.int64) for c in ("offset", "shard", "doc", "length"))
         self.stream = stream_oracle(store)
         self.samples = (len(self.stream) - 1) // SEQ
-        self.shard_tokens = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.bin"), "<u2") for s in self.manifest["shards"]]
-        self.shard_offsets = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.idx"), "<u8") for s in self.manifest["shards"]]
+        self.shards = mix_shards(store, self.manifest)
+        self.shard_tokens = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.bin"), "<u2") for s in self.shards]
+        self.shard_offsets = [np.fromfile(store.local_path(f"{binary_folder(s, s['prefix'])}/{s['name']}.idx"), "<u8") for s in self.shards]
 
     def window_docs(self, sample: int) -> set[tuple[int, int]]:
         begin, end = sample * SEQ, sample * SEQ + SEQ + 1
@@ -49,7 +50,7 @@ class Oracle:
         return set(zip(self.shard[hit].tolist(), self.doc[hit].tolist(), strict=True))
 
     def url(self, shard: int, doc: int) -> str | None:
-        info = self.manifest["shards"][shard]
+        info = self.shards[shard]
         return fixture_url(info["source"], info["name"], doc)
 
 

@@ -18,6 +18,7 @@ import xxhash
 from sluice.layout import PartitionRef, partition_prefix, write_manifest
 from sluice.mix import MixError, build_mix, mix_prefix, targets
 from sluice.shards import DOCS_SCHEMA, ShardWriter
+from tests.support.mix_fixture import mix_shards
 
 
 def test_targets_split_budget_exactly_by_weight():
@@ -94,8 +95,9 @@ def traced(store, manifest, ranges) -> dict[str, np.ndarray]:
     doc_ids = np.empty(len(shard_ids), object)
     languages = np.empty(len(shard_ids), object)
     inside = np.zeros(len(shard_ids), bool)
+    shards = mix_shards(store, manifest)
     for shard_id in np.unique(shard_ids):
-        shard = manifest["shards"][shard_id]
+        shard = shards[shard_id]
         offsets = np.fromfile(store.local_path(f"{shard['prefix']}/{shard['name']}.idx"), "<u8").astype(np.int64)
         docs = pq.read_table(store.local_path(f"{shard['prefix']}/{shard['name']}.docs.parquet"))
         mask = shard_ids == shard_id
@@ -104,7 +106,7 @@ def traced(store, manifest, ranges) -> dict[str, np.ndarray]:
         inside[mask] = (starts[mask] == offsets[found]) & (lengths[mask] <= offsets[found + 1] - offsets[found]) & (lengths[mask] > 0)
         doc_ids[mask] = np.asarray(docs.column("doc_id").to_pylist(), object)[found]
         languages[mask] = np.asarray(docs.column("language").cast(pa.string()).to_pylist(), object)[found]
-    sources = np.array([manifest["shards"][s]["source"] for s in shard_ids.tolist()], object)
+    sources = np.array([shards[s]["source"] for s in shard_ids.tolist()], object)
     return {"document": documents, "doc_id": doc_ids, "language": languages, "source": sources, "inside": inside, "length": lengths}
 
 
@@ -218,7 +220,8 @@ def test_same_inputs_give_the_same_index_bytes(store):
     settings = mix_settings(weights={"web": 1.0}, validation_share=0.05, token_budget=25_000, max_epochs=3)
     build_mix(store, "a", settings)
     build_mix(store, "b", settings)
-    for folder, name in [("mixed_dataset", f"{split}.parquet") for split in ("train", "validation")] + [("mixed_index", f"{split}.idx") for split in ("train", "validation")]:
+    indexes = [("mixed_index", f"{split}.idx") for split in ("train", "validation")] + [("mixed_index", "shards.parquet")]
+    for folder, name in [("mixed_dataset", f"{split}.parquet") for split in ("train", "validation")] + indexes:
         assert Path(store.local_path(f"{folder}/mix=a/{name}")).read_bytes() == Path(store.local_path(f"{folder}/mix=b/{name}")).read_bytes()
 
 
@@ -303,7 +306,8 @@ def test_each_component_is_spread_evenly_over_the_stream(store):
     manifest = build_mix(store, "even", mix_settings(weights={"big": 0.75, "small": 0.25}, token_budget=400_000, max_epochs=3))
     ranges = read_split(store, manifest, "train")
     offsets, lengths = ranges.column("offset").to_numpy(), ranges.column("length").to_numpy()
-    small = np.array([manifest["shards"][s]["source"] == "small" for s in ranges.column("shard").to_pylist()])
+    shards = mix_shards(store, manifest)
+    small = np.array([shards[s]["source"] == "small" for s in ranges.column("shard").to_pylist()])
     tenth = offsets * 10 // manifest["tokens"]
     for part in range(10):
         mine = tenth == part
@@ -318,7 +322,7 @@ def test_the_split_stream_is_its_ranges_concatenated(store):
     stream = np.concatenate(list(iter_split_tokens(store, manifest, "train", reader(store))))
     # The stream, independently: each range's tokens from the shard files, in the Parquet view's order.
     ranges = read_split(store, manifest, "train")
-    shard = manifest["shards"][0]
+    shard = mix_shards(store, manifest)[0]
     tokens = np.fromfile(store.local_path(f"{shard['prefix']}/{shard['name']}.bin"), "<u2")
     expected = np.concatenate([tokens[a : a + n] for a, n in zip(ranges.column("start").to_pylist(), ranges.column("length").to_pylist(), strict=True)])
     assert len(stream) == 5000 and np.array_equal(stream, expected)
