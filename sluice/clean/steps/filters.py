@@ -471,7 +471,7 @@ class FineWebQualityFilter(RuleFilter):
     Unicode's sentence terminators. Both drop a text without a non-blank line as `empty`."""
 
     name = "fineweb_quality"
-    reasons = ("line_punct_ratio", "short_line_ratio", "char_dup_ratio", "list_ratio")
+    reasons = ("empty", "line_punct_ratio", "short_line_ratio", "char_dup_ratio", "list_ratio")
 
     def __init__(self, settings: FineWebQualitySettings | None = None, multilingual: bool = True) -> None:
         self.s = settings or FineWebQualitySettings()
