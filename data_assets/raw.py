@@ -37,7 +37,8 @@ from sluice.tasks import (
 
 ASSET = "raw_documents"
 QUARANTINE_CHECK = "quarantined_file_share_below_bound"
-MAX_ROWS_NAMED = 1000  # unrecognized file names recorded in the metadata (the manifest lists all)
+MAX_ROWS_NAMED = 1000  # unrecognized or quarantined file names recorded in the metadata (the manifest lists all)
+MAX_FILES_SHOWN = 20  # rows of the per-file table; one more counts the rest
 
 
 @stage_asset(
@@ -185,7 +186,8 @@ def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]], unrec
         passed=file_share <= bound,
         severity=AssetCheckSeverity.ERROR,
         metadata={
-            "quarantined_file_share": file_share, "bound": bound, "quarantined_files": MetadataValue.json(quarantined),
+            "quarantined_file_share": file_share, "bound": bound, "quarantined_file_count": len(quarantined),
+            "quarantined_files": MetadataValue.json(quarantined[:MAX_ROWS_NAMED]),  # the manifest lists every one
             # what the partition read, for the command's summary when this check fails it (no materialization then)
             "documents_out": sum(result["records"] for result in results),
             "quarantined_records": sum(sum(result["quarantine_reasons"].values()) for result in results),
@@ -196,12 +198,25 @@ def _quarantine_check(config: SluiceConfig, results: list[dict[str, Any]], unrec
     )
 
 
+def _files_shown(results: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The per-file table's rows, at most MAX_FILES_SHOWN whatever the partition's file count (a CommonCrawl
+    snapshot has ~90,000): the files with the most quarantined records, then the largest, in file order, and
+    a last row counting the rest (the manifest's `input_files` lists every one)."""
+    quarantined = [sum(r["quarantine_reasons"].values()) for r in results]
+    order = sorted(range(len(results)), key=lambda i: (-quarantined[i], -results[i]["content_bytes"], i))
+    rows = [(results[i]["file"], results[i]["records"], quarantined[i], round(results[i]["content_bytes"] / 1e6, 3)) for i in sorted(order[:MAX_FILES_SHOWN])]
+    if len(results) > MAX_FILES_SHOWN:
+        rest = order[MAX_FILES_SHOWN:]
+        rows.append((
+            f"... {len(rest)} more files (every one in the manifest's input_files)", sum(results[i]["records"] for i in rest),
+            sum(quarantined[i] for i in rest), round(sum(results[i]["content_bytes"] for i in rest) / 1e6, 3),
+        ))
+    return rows
+
+
 def _metadata(store: Store, ref: PartitionRef, results: list[dict[str, Any]], reasons: Counter[str]) -> dict[str, Any]:
     records = sum(result["records"] for result in results)
-    per_file = markdown_table(
-        ["file", "documents", "quarantined records", "content MB"],
-        [(r["file"], r["records"], sum(r["quarantine_reasons"].values()), round(r["content_bytes"] / 1e6, 3)) for r in results],
-    )
+    per_file = markdown_table(["file", "documents", "quarantined records", "content MB"], _files_shown(results))
     return {
         "dagster/row_count": records,
         "dagster/uri": MetadataValue.path(store.uri(partition_prefix(ASSET, ref))),
