@@ -1,0 +1,60 @@
+"""benchmarks/partition_scale.py: its planted truth (fast), and the benchmark at two tiny sizes (slow)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmarks import partition_scale
+from sluice.minhash import shingles
+from tests.support.bench import run_benchmark
+
+
+def jaccard(a: str, b: str) -> float:
+    first, second = set(shingles(a, 5)), set(shingles(b, 5))
+    return len(first & second) / len(first | second)
+
+
+def test_the_snapshot_is_seeded_and_its_planted_copies_are_near_their_originals():
+    docs = list(partition_scale.documents(3000, seed=7))
+    assert docs == list(partition_scale.documents(3000, seed=7))
+    assert docs != list(partition_scale.documents(3000, seed=8))
+    texts = {doc_id: text for doc_id, text, _ in docs}
+    copies = [(doc_id, group) for doc_id, _, group in docs if group != doc_id]
+    assert 0.02 * len(docs) < len(copies) < 0.04 * len(docs)
+    for doc_id, group in copies:
+        assert int(group[1:]) < int(doc_id[1:])  # the original comes first, as dedup keeps the first
+        assert 0.8 <= jaccard(texts[doc_id], texts[group]) < 1
+    originals = [text for doc_id, text, group in docs if group == doc_id][:200]
+    assert max(jaccard(a, b) for a, b in zip(originals, originals[1:], strict=False)) < 0.2
+
+
+def test_process_kinds_follow_the_place_in_the_tree():
+    run = "command>python -m data_assets.daemon>python -m dagster>python -B -c"
+    assert [partition_scale.kind_of(name) for name in (
+        "command", "command>python -m data_assets.daemon", "command>python -m data_assets.daemon>python -m dagster", run,
+        f"{run}>forkserver", f"{run}>forkserver>child", f"{run}>forkserver>child>forkserver>child", f"{run}>tail -F -c",
+        f"{run}>raylet --raylet_socket_name", f"{run}>raylet --raylet_socket_name>python default_worker.py",
+    )] == ["command", "daemon", "code server", "run process", "forkserver", "pool worker", "cleaning child", "log helper", "ray", "ray"]
+    tracker = "python -B -c from multiprocessing.resource_tracker import main;main(11)"
+    assert partition_scale.kind_of("command>python -m data_assets.daemon>python -m dagster>python -B -c", tracker) == "resource tracker"
+    assert partition_scale.kind_of(f"{run}>python -B -c", tracker) == "resource tracker"
+
+
+@pytest.mark.slow
+def test_the_benchmark_measures_every_process_kind_at_two_sizes(tmp_path):
+    out, figures = run_benchmark("partition_scale.py", ["--sizes", "2000", "4000"], tmp_path)
+    for size in (2000, 4000):
+        counts = re.search(rf"^{size} documents.*\n.*documents raw (\d+), cleaned (\d+), deduped (\d+)", out, re.MULTILINE)
+        assert counts, out
+        raw, cleaned, deduped = map(int, counts.groups())
+        assert raw == size and 0.9 * size < cleaned <= raw and 0.95 * cleaned < deduped < cleaned
+        # every planted copy is within J 0.87 of its original: all found, nothing else removed
+        assert float(figures[f"partition_scale_near_dup_recall_{size}"]) >= 0.95
+        assert float(figures[f"partition_scale_near_dup_precision_{size}"]) >= 0.99
+        assert float(figures[f"partition_scale_cpu_ms_per_doc_{size}"]) > 0
+    for kind in ("command", "daemon", "code_server", "run_process", "pool_worker"):
+        assert 0.3 < float(figures[f"partition_scale_peak_rss_ratio_4000_over_2000_{kind}"]) < 5, kind
+    assert 0.2 < float(figures["partition_scale_cpu_per_doc_ratio_4000_over_2000"]) < 2
+    assert "partition_scale_largest_process_bytes_per_doc_4000_vs_2000" in figures
