@@ -58,3 +58,31 @@ def test_the_benchmark_measures_every_process_kind_at_two_sizes(tmp_path):
         assert 0.3 < float(figures[f"partition_scale_peak_rss_ratio_4000_over_2000_{kind}"]) < 5, kind
     assert 0.2 < float(figures["partition_scale_cpu_per_doc_ratio_4000_over_2000"]) < 2
     assert "partition_scale_largest_process_bytes_per_doc_4000_vs_2000" in figures
+
+
+def test_a_fork_before_its_exec_is_told_from_the_process_it_becomes():
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    with open("/proc/self/cmdline", "rb") as cmdline:
+        own = cmdline.read()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only waits to be killed
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert partition_scale.forked_before_exec(child, own)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    execed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.5)
+        with open(f"/proc/{execed.pid}/cmdline", "rb") as cmdline:
+            assert not partition_scale.forked_before_exec(execed.pid, cmdline.read())
+    finally:
+        execed.kill()
+        execed.wait()
