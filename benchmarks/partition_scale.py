@@ -197,6 +197,7 @@ class ProcessPeaks:
         self.names: dict[tuple[int, bytes], tuple[str, str]] = {}  # (pid, command line) -> (name, kind)
         self.peaks: dict[tuple[int, str], tuple[int, float]] = {}  # (pid, name) -> (peak RSS, when)
         self.kinds: dict[tuple[int, str], str] = {}
+        self.timelines: dict[int, list[tuple[float, int]]] = defaultdict(list)  # run process -> (when, RSS) samples
         self.seen: dict[int, tuple[float, float]] = {}  # pid -> (first, last) sample it was in
 
     def __call__(self, root: int, tree: dict[int, tuple[int, float]]) -> None:
@@ -214,18 +215,27 @@ class ProcessPeaks:
                 kind = "fork before exec" if forked_before_exec(pid, own) else kind_of(name, own.replace(b"\0", b" ").decode(errors="replace"))
                 known = self.names[(pid, own)] = (name, kind)
             name, kind = known
+            if kind == "run process":
+                self.timelines[pid].append((now, rss))
             if name != "exited" and rss > self.peaks.get((pid, name), (0, 0.0))[0]:
                 self.peaks[(pid, name)] = (rss, now)
                 self.kinds[(pid, name)] = kind
 
-    def run_processes(self, steps: dict[str, list[tuple[float, float]]]) -> list[tuple[int, list[str], list[str]]]:
-        """(peak RSS, the steps that ran at that moment, the steps that ran in its lifetime) of each Dagster
-        run process, largest first (`steps`: step key -> its (start, end) times)."""
-        def during(first: float, last: float) -> list[str]:
-            return sorted(step for step, spans in steps.items() if any(start <= last and first <= end for start, end in spans))
+    def run_processes(self, steps: dict[str, list[tuple[float, float]]]) -> list[tuple[int, list[str], dict[str, int]]]:
+        """(peak RSS, the steps that ran at that moment, step -> its peak RSS while that step ran) of each
+        Dagster run process, largest first (`steps`: step key -> its (start, end) times)."""
+        def at(when: float) -> list[str]:
+            return sorted(step for step, spans in steps.items() if any(start <= when <= end for start, end in spans))
 
-        peaks = [(rss, during(when, when), during(*self.seen[pid])) for (pid, name), (rss, when) in self.peaks.items() if self.kinds[(pid, name)] == "run process"]
-        return sorted(peaks, reverse=True)
+        out = []
+        for (pid, name), (rss, when) in self.peaks.items():
+            if self.kinds[(pid, name)] == "run process":
+                per_step: dict[str, int] = {}
+                for sampled, sample_rss in self.timelines[pid]:
+                    for step in at(sampled):
+                        per_step[step] = max(per_step.get(step, 0), sample_rss)
+                out.append((rss, at(when), per_step))
+        return sorted(out, key=lambda row: -row[0])
 
     def processes(self) -> list[tuple[str, str, int]]:
         """(kind, name, peak RSS) of every process seen."""
@@ -275,9 +285,10 @@ def print_size(r: dict[str, Any]) -> None:
     print(f"  {'kind':16s} {'processes':>9s} {'peak RSS MiB':>12s}  the largest")
     for kind, entry in sorted(r["kinds"].items(), key=lambda item: -item[1]["peak_rss_bytes"]):
         print(f"  {kind:16s} {entry['processes']:9d} {entry['peak_rss_bytes'] / 2**20:12.0f}  {entry['largest'][-110:]}")
-    print("  each Dagster run process's peak RSS MiB (the steps running at its peak / in its lifetime):")
-    for rss, at_peak, lifetime in r["run_processes"]:
-        print(f"    {rss / 2**20:6.0f}  {', '.join(at_peak) or 'no step'} / {', '.join(lifetime) or 'no step'}")
+    print("  each Dagster run process's peak RSS MiB (the steps running at its peak; its peak while each of its steps ran):")
+    for rss, at_peak, per_step in r["run_processes"]:
+        steps = ", ".join(f"{step} {peak / 2**20:.0f}" for step, peak in sorted(per_step.items(), key=lambda item: -item[1])) or "no step"
+        print(f"    {rss / 2**20:6.0f}  {', '.join(at_peak) or 'no step'}; {steps}")
     q = r["quality"]
     print(f"  near duplicates: {q['should_remove']} cleaned documents with an earlier member of their planted group at J >= {end_to_end.THRESHOLD}; "
           f"removed {q['removed']} ({q['removed_should']} of those): recall {q['recall']:.4f}, precision {q['precision']:.4f}", flush=True)

@@ -86,3 +86,12 @@ def test_a_fork_before_its_exec_is_told_from_the_process_it_becomes():
     finally:
         execed.kill()
         execed.wait()
+
+
+def test_a_run_process_peak_is_given_per_step_it_ran():
+    peaks = partition_scale.ProcessPeaks()
+    name = "command>python -m data_assets.daemon>python -m dagster>python -B -c"
+    peaks.peaks, peaks.kinds = {(7, name): (300, 5.0)}, {(7, name): "run process"}
+    peaks.timelines[7] = [(1.0, 100), (2.0, 200), (3.0, 150), (5.0, 300), (6.0, 250)]
+    steps = {"raw_documents": [(0.5, 2.5)], "dedup_clusters": [(4.0, 7.0)], "mixed_dataset": [(8.0, 9.0)]}
+    assert peaks.run_processes(steps) == [(300, ["dedup_clusters"], {"raw_documents": 200, "dedup_clusters": 300})]
