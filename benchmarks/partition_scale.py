@@ -13,8 +13,10 @@ SLUICE_CONFIG, DAGSTER_HOME and storage root under .bench_data/partition_scale/,
 Measured (benchmarks/end_to_end.py's run_measured: /proc samples of the command's process tree every 0.2 s):
 - the peak RSS of each process, grouped by kind (KINDS: classified by the process's place in the tree and
   its command line): the command, Dagster's daemon, its code server, each Dagster run process, the pool
-  workers, the cleaning children, and under `--compute ray` the Ray processes (the local cluster is started
-  by the run process, so it is in the tree);
+  workers, the cleaning children, and under `--compute ray` Ray's workers and services. That is a local
+  one-node Ray (`ray_address: null`) which each run process starts, so it is in the tree; a cluster
+  started apart (tests/support/ray_cluster.py's two nodes) would not be, and is not measured here;
+- each run process's peak while each of its steps ran (from the steps' events in the instance);
 - the CPU seconds of the whole tree per document;
 - near-duplicate recall and precision against the planted truth (benchmarks/end_to_end.py's
   near_duplicate_quality: a cleaned document should be removed when an earlier member of its group has
@@ -24,7 +26,8 @@ Figures (for the largest size run, TOP, over the smallest, LOW; names e.g. `_1e6
 `partition_scale_peak_rss_ratio_TOP_over_LOW_<kind>` (goal <= 1.3, every kind),
 `partition_scale_cpu_per_doc_ratio_TOP_over_LOW` (goal <= 1.2), `partition_scale_largest_process_bytes_per_doc_TOP_vs_LOW`
 (the largest process's peak growth per extra document, goal <= 16), and `partition_scale_near_dup_recall_<size>` /
-`_precision_<size>` (goals >= 0.95 / >= 0.99).
+`_precision_<size>` (goals >= 0.95 / >= 0.99). A fork caught between its fork and its exec (its parent's
+command line and pages) is printed as such and left out of the figures. Not measured: S3 requests.
 """
 
 from __future__ import annotations
@@ -153,6 +156,7 @@ def write_config(crawl: Path, work: Path, count: int, compute: str) -> Path:
 # Dagster's daemon, which starts its code server, which starts each run process; a run process has its
 # pool's forkserver (workers are its `child`ren; a worker's own forkserver forks the supervised cleaning
 # children), Dagster's log-capture helpers, and under `compute: ray` a local Ray. The first rule that holds.
+# Ray's task workers name themselves `ray::<task>` (`ray::IDLE` between tasks); its services are the rest.
 RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker", "ray/", "dashboard", "log_monitor", "monitor.py", "runtime_env")
 # Tests of (path, the process's own whole command line). Multiprocessing's resource trackers (of the code
 # server and of each run process) are told apart by their command line.
@@ -162,7 +166,8 @@ KINDS = (
     ("code server", lambda path, own: len(path) == 3),
     ("resource tracker", lambda path, own: "resource_tracker" in own),
     ("run process", lambda path, own: len(path) == 4),
-    ("ray", lambda path, own: any(word in name for name in [*path[4:], own] for word in RAY_NAMES)),
+    ("ray worker", lambda path, own: "ray::" in own or "default_worker" in own),
+    ("ray service", lambda path, own: any(word in name for name in [*path[4:], own] for word in RAY_NAMES)),
     ("log helper", lambda path, own: "watch_orphans" in path[-1] or path[-1].startswith("tail")),
     ("cleaning child", lambda path, own: path.count("child") >= 2),
     ("pool worker", lambda path, own: path[-1] == "child"),

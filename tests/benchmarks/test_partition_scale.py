@@ -35,8 +35,10 @@ def test_process_kinds_follow_the_place_in_the_tree():
     assert [partition_scale.kind_of(name) for name in (
         "command", "command>python -m data_assets.daemon", "command>python -m data_assets.daemon>python -m dagster", run,
         f"{run}>forkserver", f"{run}>forkserver>child", f"{run}>forkserver>child>forkserver>child", f"{run}>tail -F -c",
-        f"{run}>raylet --raylet_socket_name", f"{run}>raylet --raylet_socket_name>python default_worker.py",
-    )] == ["command", "daemon", "code server", "run process", "forkserver", "pool worker", "cleaning child", "log helper", "ray", "ray"]
+        f"{run}>raylet --raylet_socket_name",
+    )] == ["command", "daemon", "code server", "run process", "forkserver", "pool worker", "cleaning child", "log helper", "ray service"]
+    assert partition_scale.kind_of(f"{run}>raylet raylet plasma_store>ray::run_recorded", "ray::run_recorded") == "ray worker"
+    assert partition_scale.kind_of(f"{run}>raylet raylet plasma_store>ray::IDLE", "ray::IDLE") == "ray worker"
     tracker = "python -B -c from multiprocessing.resource_tracker import main;main(11)"
     assert partition_scale.kind_of("command>python -m data_assets.daemon>python -m dagster>python -B -c", tracker) == "resource tracker"
     assert partition_scale.kind_of(f"{run}>python -B -c", tracker) == "resource tracker"
