@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,8 +172,10 @@ def proportional_set_size(pids: Any) -> int:
     return total
 
 
-def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str, float]:
+def run_measured(command: list[str], env: dict[str, str], log: Path,
+                 observe: Callable[[int, dict[int, tuple[int, float]]], None] | None = None) -> dict[str, float]:
     """Run `command`, output to `log`; wall seconds, CPU seconds of the process tree and its peak RSS.
+    `observe(root pid, tree)` is called with every sample (process_tree's pid -> (RSS, CPU s)).
 
     CPU: the reaped descendants' rusage; a process the tree never waited for is not in it, so the CPU
     seen in /proc samples (every 0.2 s, per process its last value) is taken when larger."""
@@ -187,6 +190,8 @@ def run_measured(command: list[str], env: dict[str, str], log: Path) -> dict[str
             nonlocal peak, peak_pss
             while not done.wait(0.2):
                 tree = process_tree(process.pid)
+                if observe is not None:
+                    observe(process.pid, tree)
                 peak_pss = max(peak_pss, proportional_set_size(tree))
                 rss = sum(rss for rss, _ in tree.values())
                 if rss > peak:
@@ -259,10 +264,10 @@ def stage_of(name: str) -> str:
     return "other"
 
 
-def step_seconds(dagster_home: Path) -> tuple[dict[str, list[tuple[float, float]]], float, int, int]:
-    """Per stage, the (start, end) times of its steps (STEP_START -> STEP_SUCCESS, over all runs); the runs'
-    total seconds (RUN_START -> RUN_SUCCESS); the number of runs; the number of asset partitions
-    materialized (ASSET_MATERIALIZATION events)."""
+def step_seconds(dagster_home: Path, group: Callable[[str], str] = stage_of) -> tuple[dict[str, list[tuple[float, float]]], float, int, int]:
+    """Per stage (`group` of the step key), the (start, end) times of its steps (STEP_START -> STEP_SUCCESS,
+    over all runs); the runs' total seconds (RUN_START -> RUN_SUCCESS); the number of runs; the number of
+    asset partitions materialized (ASSET_MATERIALIZATION events)."""
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     from dagster import DagsterEventType, DagsterInstance
 
@@ -289,7 +294,7 @@ def step_seconds(dagster_home: Path) -> tuple[dict[str, list[tuple[float, float]
                 elif kind == DagsterEventType.ASSET_MATERIALIZATION.value:
                     materialized += 1
                 elif kind in step_end and event.step_key in starts:
-                    stages[stage_of(event.step_key)].append((starts.pop(event.step_key), entry.timestamp))
+                    stages[group(event.step_key)].append((starts.pop(event.step_key), entry.timestamp))
     return dict(stages), runs_total, len(runs), materialized
 
 

@@ -40,6 +40,16 @@ def test_run_measured_counts_the_childrens_memory_and_cpu(tmp_path):
         run_measured([sys.executable, "-c", "import sys; print('bad'); sys.exit(3)"], dict(os.environ), tmp_path / "log")
 
 
+def test_run_measured_hands_every_sample_of_the_tree_to_its_observer(tmp_path):
+    samples = []
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; x = bytearray(64 << 20); time.sleep(1.5)'])"
+    run_measured([sys.executable, "-c", child], dict(os.environ), tmp_path / "log", observe=lambda root, tree: samples.append((root, dict(tree))))
+    assert len(samples) >= 3 and len({root for root, _ in samples}) == 1
+    root = samples[0][0]
+    assert any(len(tree) >= 2 and root in tree for _, tree in samples)  # the command and its child
+    assert max(rss for _, tree in samples for pid, (rss, _) in tree.items() if pid != root) >= 64 << 20
+
+
 @pytest.mark.slow
 def test_the_benchmark_runs_the_graph_on_a_tiny_crawl(tmp_path):
     _, figures = run_benchmark("end_to_end.py", ["--scales", "0.1", "--skip-datatrove"], tmp_path)
