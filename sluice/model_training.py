@@ -46,6 +46,13 @@ PERPLEXITY_ASSET = "perplexity_model"
 CUTOFF_CANDIDATES_PER_LANGUAGE = 4
 
 
+def _extracted(ref: PartitionRef, row: dict[str, Any], decode: DecodeText, extract: ExtractHtml) -> Document | None:
+    """A raw row as a Document with its extracted text, the way cleaning decodes and extracts it; None when
+    it does not decode or extract."""
+    doc = Document(row["doc_id"], ref.source, ref.snapshot, row["url"], None, row["content_type"], row["content"], row["charset"])
+    return doc if decode.apply(doc) is None and extract.apply(doc) is None else None
+
+
 def extracted_raw_documents(store: Store, refs: list[PartitionRef]) -> Iterator[tuple[PartitionRef, Document]]:
     """Every raw document of `refs` that decodes and extracts (default extraction settings), in order."""
     decode, extract = DecodeText(), ExtractHtml(ExtractionSettings())
@@ -58,8 +65,7 @@ def extracted_raw_documents(store: Store, refs: list[PartitionRef]) -> Iterator[
                 path = store.fetch(f"{prefix}/{entry['key']}", scratch)
                 for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
                     for row in batch.to_pylist():
-                        doc = Document(row["doc_id"], ref.source, ref.snapshot, row["url"], None, row["content_type"], row["content"], row["charset"])
-                        if decode.apply(doc) is None and extract.apply(doc) is None:
+                        if (doc := _extracted(ref, row, decode, extract)) is not None:
                             yield ref, doc
     finally:
         extract.close()
@@ -122,9 +128,7 @@ def extract_rows(store: Store, rows: list[RawRow]) -> Iterator[tuple[RawRow, Doc
             for index, in_group in itertools.groupby(chosen, key=lambda r: int(np.searchsorted(starts, r.row, side="right")) - 1):
                 table = parquet.read_row_group(index, columns=["doc_id", "url", "content_type", "content", "charset"])
                 for item in in_group:
-                    values = table.slice(item.row - int(starts[index]), 1).to_pylist()[0]
-                    doc = Document(values["doc_id"], ref.source, ref.snapshot, values["url"], None, values["content_type"], values["content"], values["charset"])
-                    if decode.apply(doc) is None and extract.apply(doc) is None:
+                    if (doc := _extracted(ref, table.slice(item.row - int(starts[index]), 1).to_pylist()[0], decode, extract)) is not None:
                         yield item, doc
     finally:
         extract.close()
