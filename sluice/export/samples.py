@@ -24,6 +24,7 @@ import pyarrow as pa
 from sluice.export.errors import ExportError
 from sluice.layout import read_parquet_file
 from sluice.loader import PACK_TOKENS, GlobalOrder, MixedTokens, pack_arrays
+from sluice.loader.packing import reads_of
 from sluice.storage import Store
 
 
@@ -128,7 +129,7 @@ def iter_blocks(
         if shards.remote:  # fetch this block's shards and start on the next block's (the loader's cache plan)
             after = begin + count
             upcoming = order.samples(after, min(per_block, total - after))[0] if after < total else np.zeros(0, np.int64)
-            shards.plan(data.reads_of(ids) + data.reads_of(upcoming))
+            shards.plan(reads_of(data, ids) + reads_of(data, upcoming))
         packed = pack_arrays(data, ids, mask_document_boundaries)
         starts, records = packed["segment_starts"], packed["segment_records"]
         row = starts // length

@@ -323,12 +323,3 @@ class MixedTokens:
         records, _ = self.index().sample_records(np.asarray(sample_ids, np.int64))
         return records["shard"].astype(np.int64).tolist()
 
-    def reads_of(self, sample_ids: Sequence[int] | np.ndarray) -> list:
-        """What the remote provider's `plan` takes for the given samples, in read order: their spans
-        (shard, first token, tokens) for the `SpanCache`, their shard ids for the `ShardCache`."""
-        if not isinstance(self.shards(), SpanCache):
-            return self.shards_of(sample_ids)
-        from sluice.loader.packing import window_spans
-
-        spans = window_spans(self, np.asarray(sample_ids, np.int64))
-        return list(zip(*(spans[name].tolist() for name in ("shard", "source", "size")), strict=True))

@@ -106,6 +106,16 @@ def window_spans(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     return {**where, "shard": records["shard"].astype(np.int64), "source": source, "size": where["seg_end"] - where["seg_begin"]}
 
 
+def reads_of(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -> list:
+    """What the remote provider's `plan` takes for the given samples, in read order: their spans (shard,
+    first token, tokens) for the `SpanCache` (those `read_windows` reads), their shard ids for the
+    `ShardCache`."""
+    if not getattr(data.shards(), "spans", False):
+        return data.shards_of(sample_ids)
+    spans = window_spans(data, np.asarray(sample_ids, np.int64))
+    return list(zip(*(spans[name].tolist() for name in ("shard", "source", "size")), strict=True))
+
+
 def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:
     """The token windows (L + 1 tokens each) of the given samples, and their segments.
 

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from sluice.loader.data import MixedTokens
 from sluice.loader.order import GlobalOrder, RankPlan
-from sluice.loader.packing import PACK_TOKENS, pack_arrays, split_packed
+from sluice.loader.packing import PACK_TOKENS, pack_arrays, reads_of, split_packed
 from sluice.loader.skip import KeptStream, SkipList, SkipPlan
 from sluice.loader.state import LoaderState, skip_plan
 
@@ -107,7 +107,7 @@ class RankBatches(IterableDataset):
         # cost of each group crossing the process boundary), then cut them into batches.
         group = max(1, min(64, PACK_TOKENS // (self.plan.batch_size * self.data.sequence_length)))
         shards = self.data.shards()
-        ahead: deque[tuple[int, list]] = deque()  # (k, shard ids or spans: `MixedTokens.reads_of`) of the batches this worker reads next
+        ahead: deque[tuple[int, list]] = deque()  # (k, shard ids or spans: `packing.reads_of`) of the batches this worker reads next
         next_planned = worker_id
         k = worker_id
         while True:
@@ -124,7 +124,7 @@ class RankBatches(IterableDataset):
                     planned = self._samples(next_planned)
                     if planned is None:
                         break
-                    ahead.append((next_planned, self.data.reads_of(planned[0])))
+                    ahead.append((next_planned, reads_of(self.data, planned[0])))
                     next_planned += workers
                 while ahead and ahead[0][0] < k:
                     ahead.popleft()
