@@ -115,7 +115,7 @@ class Planner:
         self._wide: dict[AssetKey, list[AssetKey]] = {}
         events = LatestEvents(instance, self.graph)
         self.direct = DirectCauses(events, self._skipped, self._which_settings)
-        self.wide = WideDependencies(instance, events)
+        self.wide = WideDependencies(events)
 
     def plan(self, force: bool = False) -> Plan:
         plan = Plan()

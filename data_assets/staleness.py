@@ -138,39 +138,15 @@ class WideDependencies:
     versions as of the partition's materialization. Queries grow with the partitions that may be stale, not
     with the history."""
 
-    def __init__(self, instance: Any, events: LatestEvents | None = None) -> None:
-        self.instance = instance
+    def __init__(self, events: LatestEvents) -> None:
         self.events = events
-        self.storage = instance.event_log_storage
         self._ordered: dict[AssetKey, tuple[list[tuple[str, ...]], list[str], np.ndarray, np.ndarray]] = {}
-        self._ids: dict[AssetKey, dict[str, int]] = {}
-        self._versions: dict[AssetKey, dict[str, str | None]] = {}
-
-    def latest_ids(self, key: AssetKey) -> dict[str, int]:
-        if self.events is not None:
-            return self.events.ids(key)  # type: ignore[return-value]
-        if key not in self._ids:
-            self._ids[key] = dict(self.storage.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION))
-        return self._ids[key]
-
-    def _own_id(self, key: AssetKey, partition: Partition) -> int | None:
-        """The storage id of the partition's (or the unpartitioned asset's) latest materialization."""
-        if partition is not None:
-            return self.latest_ids(key).get(str(partition))
-        records = self.instance.fetch_materializations(key, limit=1).records
-        return records[0].storage_id if records else None
-
-    def _current_versions(self, key: AssetKey) -> dict[str, str | None]:
-        if key not in self._versions:
-            tags = self.storage.get_latest_tags_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG])
-            self._versions[key] = {partition: values.get(DATA_VERSION_TAG) for partition, values in tags.items()}
-        return self._versions[key]
 
     def _in_order(self, dependency: AssetKey, parse: Callable[[str], Any]) -> tuple[list[tuple[str, ...]], list[str], np.ndarray, np.ndarray]:
         """The dependency's materialized partitions in dedup order: their orders, keys, storage ids and the
         running maximum of the ids."""
         if dependency not in self._ordered:
-            rows = sorted((dedup_order(parse(partition)), partition, storage_id) for partition, storage_id in self.latest_ids(dependency).items())
+            rows = sorted((dedup_order(parse(partition)), partition, storage_id) for partition, storage_id in self.events.ids(dependency).items())
             ids = np.array([row[2] for row in rows], dtype=np.int64)
             self._ordered[dependency] = ([row[0] for row in rows], [row[1] for row in rows], ids, np.maximum.accumulate(ids) if len(ids) else ids)
         return self._ordered[dependency]
@@ -187,17 +163,15 @@ class WideDependencies:
     def cause(self, key: AssetKey, partition: Partition, dependency: AssetKey, earlier: bool, parse: Callable[[str], Any]) -> str | None:
         """"<dependency> updated" when a dependency partition (ordered at or before `partition` for an EARLIER
         edge) has another data version now than when `partition` was last materialized; else None."""
-        own = self._own_id(key, partition)
+        own = self.events.ids(key).get(None if partition is None else str(partition))
         if own is None:
             return None  # missing: counted as such by the planner
         candidates = self.newer(dependency, own, dedup_order(partition) if earlier else None, parse)
         if not candidates:
             return None
-        then = self.storage.get_latest_tags_by_partition(
-            dependency, DagsterEventType.ASSET_MATERIALIZATION, [DATA_VERSION_TAG], asset_partitions=candidates, before_cursor=own
-        )
-        now = self._current_versions(dependency)
-        if any(q not in then or then[q].get(DATA_VERSION_TAG) != now.get(q) for q in candidates):
+        then = self.events.versions_before(dependency, candidates, own)
+        now = self.events.latest(dependency)
+        if any(q not in then or then[q] != (now[q].data_version if q in now else None) for q in candidates):
             return f"{dependency.to_user_string()} updated"
         return None
 

@@ -20,7 +20,7 @@ from dagster._core.definitions.partitions.context import partition_loading_conte
 from data_assets.definitions import defs
 from data_assets.freshness import Planner
 from data_assets.partitions import SNAPSHOTS, multi_key, source_snapshot_partitions
-from data_assets.staleness import WideDependencies, dedup_order
+from data_assets.staleness import LatestEvents, WideDependencies, dedup_order
 
 INDEX, CLUSTERS, SIGNATURES = AssetKey("dedup_index"), AssetKey("dedup_clusters"), AssetKey("dedup_signatures")
 TOKENIZED, MIX = AssetKey("tokenized_shards"), AssetKey("mixed_dataset")
@@ -53,7 +53,7 @@ def _history(instance: DagsterInstance, count: int) -> list[str]:
 
 
 def _stale(instance: DagsterInstance, partitions: list[str]) -> set[str]:
-    wide = WideDependencies(instance)
+    wide = WideDependencies(LatestEvents(instance, GRAPH))
     return {p for p in partitions if wide.cause(CLUSTERS, parse(p), INDEX, True, parse)}
 
 
@@ -104,7 +104,7 @@ def test_a_new_partition_ordered_before_clustered_ones_makes_them_stale() -> Non
 def test_a_mix_reading_every_partition_is_stale_when_one_changes() -> None:
     with DagsterInstance.ephemeral() as instance:
         partitions = _history(instance, 110)
-        wide = WideDependencies(instance)
+        wide = WideDependencies(LatestEvents(instance, GRAPH))
         assert wide.cause(MIX, "default", TOKENIZED, False, parse) is None
         _report(instance, TOKENIZED, partitions[-1], "t2")
-        assert WideDependencies(instance).cause(MIX, "default", TOKENIZED, False, parse) == "tokenized_shards updated"
+        assert WideDependencies(LatestEvents(instance, GRAPH)).cause(MIX, "default", TOKENIZED, False, parse) == "tokenized_shards updated"
