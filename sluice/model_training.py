@@ -6,9 +6,9 @@ files and a `_manifest.json` under their asset's folder (the manifest's SHA-256 
 The Dagster assets (data_assets/quality_model.py, perplexity_model.py) call these and report the results.
 
 What is extracted is bounded by the settings, not by the corpus: the quality model's negatives are the
-`max_negatives` raw documents of the other sources with the smallest `sample_key` (a seeded hash of the
-document id), chosen from the raw documents' id column before anything is extracted, and only those are
-read whole and extracted (a chosen document that does not extract is left out of the sample); its positives
+`max_negatives` raw documents of the other sources with the smallest seeded hash of the document id
+(`SeededSample`'s key), chosen from the raw documents' id column before anything is extracted, and only
+those are read whole and extracted (a chosen document that does not extract is left out of the sample); its positives
 are the positive source's first `max_positives` documents that extract, read in order until there are that
 many. The perplexity models read their reference sources whole (a document's language decides whether it
 is training text) and, of the other sources, only `CUTOFF_CANDIDATES_PER_LANGUAGE` x `cutoff_sample` per
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import heapq
 import itertools
 import json
 import shutil
@@ -29,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-import xxhash
 
 from sluice.clean.steps import Document
 from sluice.clean.steps.extract import DecodeText, ExtractHtml
@@ -72,11 +70,6 @@ def extracted_raw_documents(store: Store, refs: list[PartitionRef]) -> Iterator[
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def sample_key(seed: int, doc_id: str) -> int:
-    """A document's sampling key: xxh3-64 of `seed:doc_id` (a seeded sample takes the smallest keys)."""
-    return xxhash.xxh3_64_intdigest(f"{seed}:{doc_id}".encode())
-
-
 @dataclass(frozen=True, order=True)
 class RawRow:
     """Where one raw document is: its partition (in the global order), part file and row; and its id."""
@@ -103,16 +96,15 @@ def raw_rows(store: Store, refs: list[PartitionRef]) -> Iterator[RawRow]:
 
 
 def seeded_sample(rows: Iterable[RawRow], size: int, seed: int) -> list[RawRow]:
-    """The `size` rows with the smallest `sample_key`, in storage order: the same whatever order the rows come
-    in; memory O(size)."""
-    heap: list[tuple[int, RawRow]] = []  # (-key, row): the largest key kept on top
+    """The `size` rows with the smallest seeded hash of their document id (SeededSample's key, the one the
+    perplexity cut-offs sample by), in storage order: the same whatever order the rows come in; memory
+    O(size)."""
+    from sluice.clean.steps.perplexity import SeededSample
+
+    sample = SeededSample(size, seed)
     for row in rows:
-        item = (-sample_key(seed, row.doc_id), row)
-        if len(heap) < size:
-            heapq.heappush(heap, item)
-        elif item > heap[0]:
-            heapq.heapreplace(heap, item)
-    return sorted(row for _, row in heap)
+        sample.add("", row.doc_id, row)
+    return sorted(sample.items(""))
 
 
 def extract_rows(store: Store, rows: list[RawRow]) -> Iterator[tuple[RawRow, Document]]:
