@@ -19,12 +19,12 @@ from typing import Any
 import yaml
 
 from sluice.config import (
-    CONFIG_ENV_VAR,
     ConfigError,
     SluiceConfig,
     config_problems,
     did_you_mean,
     format_problems,
+    read_config_document,
 )
 from sluice.storage import StorageError, open_store
 
@@ -195,13 +195,7 @@ def check_config_file(path: str | os.PathLike[str]) -> SluiceConfig:
     names (`location_issues`, on the config without its failing values), one `key: problem; fix: ...` line
     each, so that a copied config is fixed in one pass."""
     config_path = Path(path).expanduser().resolve()
-    try:
-        raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {config_path} does not exist (set {CONFIG_ENV_VAR} to the path of your sluice.yaml)") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{config_path}: not valid YAML: {error}") from None
-    config, problems = config_problems(raw, config_path.parent)
+    config, problems = config_problems(read_config_document(config_path), config_path.parent)
     if config is not None:
         problems += location_issues(_quick_s3(config), str(config_path))
     if problems or config is None:

@@ -44,6 +44,7 @@ from sluice.config.file import (  # noqa: F401
     format_problems,
     load_config,
     parse_config,
+    read_config_document,
 )
 from sluice.config.storage import (  # noqa: F401
     FORMAT_OPTIONS,

@@ -405,9 +405,9 @@ def _parsed_yaml(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> SluiceConfig:
-    """Load and validate the YAML config at `path` (default: `$SLUICE_CONFIG`, else ./sluice.yaml)."""
-    config_path = Path(path).expanduser().resolve() if path else config_path_from_env()
+def read_config_document(config_path: Path) -> Any:
+    """The parsed YAML document of the config file (a copy the caller may change), or a ConfigError saying
+    that the file does not exist or is not YAML."""
     try:
         text = config_path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -415,7 +415,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> SluiceConfig:
             f"config file {config_path} does not exist (set {CONFIG_ENV_VAR} to the path of your sluice.yaml)"
         ) from None
     try:
-        raw = copy.deepcopy(_parsed_yaml(text))
+        return copy.deepcopy(_parsed_yaml(text))
     except yaml.YAMLError as error:
         raise ConfigError(f"{config_path}: not valid YAML: {error}") from None
-    return parse_config(raw, origin=str(config_path), base_dir=config_path.parent)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> SluiceConfig:
+    """Load and validate the YAML config at `path` (default: `$SLUICE_CONFIG`, else ./sluice.yaml)."""
+    config_path = Path(path).expanduser().resolve() if path else config_path_from_env()
+    return parse_config(read_config_document(config_path), origin=str(config_path), base_dir=config_path.parent)
