@@ -4,11 +4,11 @@
 
 Each log is one script's output (`make bench` writes them); every line
 `figure: name[configuration] = value (goal ...)` becomes a table row (script, figure, configuration, value,
-goal, met, measured: the log's modification time). The table replaces what stands between the marker comments
+goal, met, measured: the log's modification time and the machine). The table replaces what stands between the marker comments
 FIGURES_BEGIN and FIGURES_END of the results page (docs/benchmarks/results.md), with the machine it was
 measured on, so the published figures are the scripts' output, never typed; the page's text around the
 markers stays. `--keep-others` is for a partial re-run (some scripts, or a script with some of its
-options): the rows of figures the given logs do not print stay as they were, with their own measured time.
+options): the rows of figures the given logs do not print stay as they were, with their own time and machine.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def goal_met(value: str, goal: str) -> str:
 
 
 def machine() -> str:
+    """The machine the logs were measured on, as a row's `measured` cell names it: CPU model, cores, RAM and
+    the load average when the table is written (`make bench` writes it right after the scripts ran)."""
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -56,7 +58,7 @@ def machine() -> str:
                 break
         memory = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
         load = Path("/proc/loadavg").read_text().split()[:3]
-        extra = f", {memory / 2**20:.0f} GiB RAM, load average {' '.join(load)} when the table was written"
+        extra = f", {memory / 2**20:.0f} GiB, load {' '.join(load)}"
     except (OSError, StopIteration):
         extra = ""
     return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores{extra}"
@@ -90,16 +92,19 @@ def kept_rows(block: str, replaced: set[tuple[str, str]]) -> list[str]:
 
 
 def table(logs: list[Path], others: list[str] = ()) -> str:
+    """The marked block: a line naming the scripts, then the rows. Each new row's `measured` cell holds its
+    log's time and this machine, so rows kept by `--keep-others` keep the machine they were measured on."""
     rows = [*HEADER, *others]
+    here = machine()
     for log in logs:
-        stamp = stamp_of(log)
+        stamp = f"{stamp_of(log)} on {here}"
         for item in parse(log.read_text(encoding="utf-8", errors="replace")):
             config = (item["config"] or "").replace("|", "\\|")
             rows.append(
                 f"| `{log.stem}` | `{item['name']}` | {config} | {item['value']} | {item['goal']} | {goal_met(item['value'], item['goal'])} | {stamp} |"
             )
     scripts = sorted({ROW_SCRIPT.match(row)["script"] for row in rows[2:]})
-    return "\n".join([f"Measured on {machine()}; `make bench` (scripts: {', '.join(scripts)}).", "", *rows])
+    return "\n".join([f"Each row's `measured` cell names when and on which machine; `make bench` (scripts: {', '.join(scripts)}).", "", *rows])
 
 
 def block_of(page: str) -> str:

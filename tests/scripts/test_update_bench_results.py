@@ -64,7 +64,8 @@ def test_a_page_without_markers_or_logs_without_figures_is_an_error(tmp_path):
     assert update.main([str(log), "--results", str(results)]) == 1
 
 
-def test_keep_others_replaces_only_the_rows_of_the_scripts_given(tmp_path):
+def test_keep_others_replaces_only_the_rows_of_the_scripts_given(tmp_path, monkeypatch):
+    monkeypatch.setattr(update, "machine", lambda: "machine A, 2 cores")
     results = tmp_path / "results.md"
     old_table = (
         "Measured 2026-11-23 21:17 UTC on some machine; `make bench` (scripts: cleaning, loader).\n\n"
@@ -80,14 +81,14 @@ def test_keep_others_replaces_only_the_rows_of_the_scripts_given(tmp_path):
     assert "old config" not in text and "| 7.21 | >= 10 | **no** |" in text
     # the other script's row stays, dated by the table it came from; the new rows by their log
     assert "| `loader` | `loader_resume_ms` | 1e6 ranges \\| mapped | 5.1 | <= 50 | yes | 2026-11-23 21:17 UTC |" in text
-    assert f"| {update.stamp_of(log)} |" in text and "(scripts: cleaning, loader)" in text
+    assert f"| {update.stamp_of(log)} on machine A, 2 cores |" in text and "(scripts: cleaning, loader)" in text
     assert update.main([str(log), "--results", str(results), "--keep-others"]) == 0  # a second run keeps the same rows
     assert results.read_text().count("`loader_resume_ms`") == 1
     assert update.main([str(log), "--results", str(results)]) == 0  # without the option only the logs' rows remain
     assert "`loader_resume_ms`" not in results.read_text()
 
 
-def test_keep_others_keeps_the_figures_a_partial_run_did_not_print(tmp_path):
+def test_keep_others_keeps_the_figures_a_partial_run_did_not_print(tmp_path, monkeypatch):
     """`end_to_end.py --skip-datatrove` prints no `end_to_end_vs_datatrove`: that row stays with its own date,
     the figures the run printed are replaced."""
     results = tmp_path / "results.md"
@@ -99,10 +100,11 @@ def test_keep_others_keeps_the_figures_a_partial_run_did_not_print(tmp_path):
     results.write_text(f"{update.FIGURES_BEGIN}\n{old_table}{update.FIGURES_END}\n")
     log = tmp_path / "end_to_end.log"
     log.write_text("figure: end_to_end_graph_over_steps_16x[16x / 1x] = 1.23 (goal <= 1.3)\n")
+    monkeypatch.setattr(update, "machine", lambda: "machine A, 2 cores")
     assert update.main([str(log), "--results", str(results), "--keep-others"]) == 0
     text = results.read_text()
     assert "| `end_to_end` | `end_to_end_vs_datatrove` | 1x | 1.28 | >= 5 | **no** | 2026-11-27 20:41 UTC |" in text
-    assert "| 1.46 |" not in text and f"| 1.23 | <= 1.3 | yes | {update.stamp_of(log)} |" in text
+    assert "| 1.46 |" not in text and f"| 1.23 | <= 1.3 | yes | {update.stamp_of(log)} on machine A, 2 cores |" in text
 
 
 def test_the_docs_results_page_holds_one_marked_table():
@@ -112,3 +114,20 @@ def test_the_docs_results_page_holds_one_marked_table():
     block = update.block_of(page)
     assert update.HEADER[0] in block
     assert update.ROW_SCRIPT.match(next(line for line in block.splitlines() if line.startswith("| `")))
+
+
+def test_kept_rows_keep_the_machine_they_were_measured_on(tmp_path, monkeypatch):
+    """A partial re-run on another machine (or under another load) names that machine on its own rows only:
+    the rows it keeps still name the machine of the run that measured them."""
+    results = tmp_path / "results.md"
+    results.write_text(f"{update.FIGURES_BEGIN}\n{update.FIGURES_END}\n")
+    first, second = tmp_path / "cleaning.log", tmp_path / "loader.log"
+    first.write_text(LOG)
+    second.write_text("figure: loader_resume_ms[1e6 ranges] = 5.1 (goal <= 50)\n")
+    monkeypatch.setattr(update, "machine", lambda: "machine A, 2 cores")
+    assert update.main([str(first), "--results", str(results)]) == 0
+    monkeypatch.setattr(update, "machine", lambda: "machine B, 16 cores")
+    assert update.main([str(second), "--results", str(results), "--keep-others"]) == 0
+    rows = [line for line in results.read_text().splitlines() if line.startswith("| `")]
+    assert rows and all(line.endswith("on machine A, 2 cores |") for line in rows if line.startswith("| `cleaning`"))
+    assert [line for line in rows if line.startswith("| `loader`")][0].endswith("on machine B, 16 cores |")
