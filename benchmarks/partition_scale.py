@@ -27,7 +27,8 @@ Figures (for the largest size run, TOP, over the smallest, LOW; names e.g. `_1e6
 `partition_scale_cpu_per_doc_ratio_TOP_over_LOW` (goal <= 1.2), `partition_scale_largest_process_bytes_per_doc_TOP_vs_LOW`
 (the largest process's peak growth per extra document, goal <= 16), and `partition_scale_near_dup_recall_<size>` /
 `_precision_<size>` (goals >= 0.95 / >= 0.99). A fork caught between its fork and its exec (its parent's
-command line and pages) is printed as such and left out of the figures. Not measured: S3 requests.
+command line and pages) is printed as such and left out of the figures. With more than one size, the local
+runs rewrite the sizing table of docs/guides/at-scale.md (benchmarks/sizing.py). Not measured: S3 requests.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import end_to_end  # noqa: E402
+from benchmarks import end_to_end, sizing  # noqa: E402
 from benchmarks.orchestration import WORDS  # noqa: E402
 from benchmarks.peers import figure  # noqa: E402
 
@@ -267,8 +268,13 @@ def run_size(count: int, compute: str) -> dict[str, Any]:
     config = write_config(crawl, work, count, compute)
     env = {**os.environ, "SLUICE_CONFIG": str(config), "DAGSTER_HOME": str(work / "dagster_home"), "PYTHONUNBUFFERED": "1"}
     print(f"\n{count} documents ({compute} compute): {' '.join(end_to_end.GRAPH_COMMAND)} (log: {work / 'command.log'})", flush=True)
-    peaks = ProcessPeaks()
-    measured = end_to_end.run_measured([sys.executable, *end_to_end.GRAPH_COMMAND], env, work / "command.log", observe=peaks)
+    peaks, cpu = ProcessPeaks(), sizing.StageCpu()
+
+    def observe(root: int, tree: dict[int, tuple[int, float]]) -> None:
+        peaks(root, tree)
+        cpu(root, tree)
+
+    measured = end_to_end.run_measured([sys.executable, *end_to_end.GRAPH_COMMAND], env, work / "command.log", observe=observe)
     measured.pop("rss_timeline")
     from sluice.storage import open_store
 
@@ -276,7 +282,7 @@ def run_size(count: int, compute: str) -> dict[str, Any]:
     counts = {asset: end_to_end.manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
     steps = end_to_end.step_seconds(work / "dagster_home", group=lambda key: key)[0]
     result = {"documents": count, "compute": compute, **measured, "kinds": peaks.by_kind(), "run_processes": peaks.run_processes(steps), "counts": counts,
-              "processes": peaks.processes(),
+              "processes": peaks.processes(), "stage_cpu_s": cpu.by_step(steps), "datasets": sizing.dataset_footprint(work / "data"),
               "quality": end_to_end.near_duplicate_quality(work / "data", crawl)}
     print_size(result)
     (work / "result.json").write_text(json.dumps(result, indent=1, default=str))
@@ -343,6 +349,8 @@ def main() -> int:
             figure(f"partition_scale_cpu_ms_per_doc_{label(count)}{suffix}", 1000 * r["cpu_s"] / count, "-", config + ", CPU of the process tree")
         if len(sizes) > 1:
             scaling_figures(results[sizes[0]], results[sizes[-1]])
+            if compute == "local":
+                sizing.write_page(list(results.values()))
     return 0
 
 
