@@ -283,6 +283,7 @@ def run_size(count: int, compute: str) -> dict[str, Any]:
     steps = end_to_end.step_seconds(work / "dagster_home", group=lambda key: key)[0]
     result = {"documents": count, "compute": compute, **measured, "kinds": peaks.by_kind(), "run_processes": peaks.run_processes(steps), "counts": counts,
               "processes": peaks.processes(), "stage_cpu_s": cpu.by_step(steps), "datasets": sizing.dataset_footprint(work / "data"),
+              "docs_per_file": DOCS_PER_FILE,
               "quality": end_to_end.near_duplicate_quality(work / "data", crawl)}
     print_size(result)
     (work / "result.json").write_text(json.dumps(result, indent=1, default=str))
