@@ -98,3 +98,16 @@ def test_pooled_scores_sum_the_counts_over_pages():
     assert pooled_bootstrap(counts, counts) == (0.0, 0.0)
     low, high = pooled_bootstrap(counts, [(0, 0, 3, 3)] * 30)  # ours F1 2*90 / (180 + 15) against 0
     assert low == pytest.approx(high, abs=0.05) and 0.88 < low <= 180 / 195 <= high + 1e-9
+
+
+def test_timed_texts_scores_the_first_pass_of_a_stateful_extractor():
+    from benchmarks.real_pages import timed_texts
+
+    seen: dict[str, int] = {}
+
+    def remembering(html: str) -> str:  # like trafilatura's deduplicate: text seen before is cut
+        seen[html] = seen.get(html, 0) + 1
+        return html if seen[html] == 1 else ""
+
+    texts, pages_per_s = timed_texts(remembering, [{"html": "a"}, {"html": "b"}], repeats=3)
+    assert texts == ["a", "b"] and seen == {"a": 3, "b": 3} and pages_per_s > 0
