@@ -50,3 +50,64 @@ def test_the_non_article_pages_load_apart_and_a_reverted_departure_shows_as_a_ch
     document = [("mercurial", "https://example.org/mercurial", "text/plain", mercurial["gold"].encode(), "utf-8")]
     assert decisions(document, {}) == ["kept"]
     assert decisions(document, DEPARTURES["c4.curly_bracket_code_lines: drop_document"]) == ["curly_bracket"]
+
+
+def test_the_held_out_set_loads_apart_from_the_tuned_set():
+    from benchmarks.real_pages import load_heldout
+
+    pages = load_heldout()
+    assert len(pages) == 267 and len({page["url"] for page in pages}) == 267 and len({page["name"] for page in pages}) == 267
+    assert all(1 <= len(page["with"]) <= 6 and 1 <= len(page["without"]) <= 6 for page in pages)  # trafilatura's bounds
+    assert all("<" in page["html"][:5000] and "\ufffd" not in page["html"] for page in pages[:50])  # decoded HTML
+    tuned = {page["html"] for page in load_pages()} | {page["html"] for page in load_pages(articles=False)}
+    assert not tuned & {page["html"] for page in pages}  # no page of the tuned set is held out
+
+
+def test_snippet_counts_follow_trafilaturas_evaluation():
+    from benchmarks.real_pages import snippet_counts
+
+    page = {"with": ["Die GEMA dreht völlig am Zeiger!", "http://www.openpetition.de"], "without": ["31. Mai", "Impressum", "Steuerdarling"]}
+    # whitespace-normalized substring match: line breaks and runs of spaces inside a snippet still match
+    assert snippet_counts("Text. Die GEMA  dreht\nvöllig am Zeiger! See http://www.openpetition.de now", page) == (2, 0, 0, 3)
+    # case-sensitive, as trafilatura's count_item: "impressum" is not the must-not-contain "Impressum"
+    assert snippet_counts("impressum 31. Mai", page) == (0, 1, 2, 2)
+    assert snippet_counts("", page) == (0, 0, 2, 3)
+
+
+def test_a_real_page_whose_snippets_are_all_present_scores_recall_one():
+    from benchmarks.real_pages import heldout_articles, load_heldout, pooled_scores, snippet_counts
+
+    page = load_heldout()[0]
+    with_all = "\n".join(page["with"])
+    assert snippet_counts(with_all, page) == (len(page["with"]), 0, 0, len(page["without"]))
+    assert pooled_scores([snippet_counts(with_all, page)]) == (1.0, 1.0, 1.0)
+    only_junk = "\n".join(page["without"])
+    assert pooled_scores([snippet_counts(only_junk, page)]) == (0.0, 0.0, 0.0)  # precision 0/len(without), recall 0
+    # the filter section's articles: a vouched text over 500 characters with every snippet; one missing leaves it out
+    long_text = with_all + "\n" + "Filler sentence of the article body. " * 20
+    assert [a["gold"] for a in heldout_articles([page], [long_text])] == [long_text]
+    assert heldout_articles([page], ["\n".join(page["with"][1:]) + " x" * 300]) == []
+
+
+def test_pooled_scores_sum_the_counts_over_pages():
+    from benchmarks.real_pages import pooled_bootstrap, pooled_scores
+
+    # TP 2+1, FP 1+0, FN 1+2: precision 3/4, recall 3/6, F1 2*3 / (2*3 + 1 + 3)
+    assert pooled_scores([(2, 1, 1, 2), (1, 0, 2, 3)]) == (0.75, 0.5, pytest.approx(0.6))
+    counts = [(3, i % 2, 0, 3 - i % 2) for i in range(30)]
+    assert pooled_bootstrap(counts, counts) == (0.0, 0.0)
+    low, high = pooled_bootstrap(counts, [(0, 0, 3, 3)] * 30)  # ours F1 2*90 / (180 + 15) against 0
+    assert low == pytest.approx(high, abs=0.05) and 0.88 < low <= 180 / 195 <= high + 1e-9
+
+
+def test_timed_texts_scores_the_first_pass_of_a_stateful_extractor():
+    from benchmarks.real_pages import timed_texts
+
+    seen: dict[str, int] = {}
+
+    def remembering(html: str) -> str:  # like trafilatura's deduplicate: text seen before is cut
+        seen[html] = seen.get(html, 0) + 1
+        return html if seen[html] == 1 else ""
+
+    texts, pages_per_s = timed_texts(remembering, [{"html": "a"}, {"html": "b"}], repeats=3)
+    assert texts == ["a", "b"] and seen == {"a": 3, "b": 3} and pages_per_s > 0
