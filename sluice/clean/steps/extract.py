@@ -118,8 +118,13 @@ def extract_resiliparse(html: str, post_meta: bool = False, skip: tuple[str, ...
 
 
 def extract_trafilatura(html: str) -> str:
+    """trafilatura's main text (favor_precision, duplicate segments removed within the page). Its
+    `deduplicate` counts segments in a process-wide cache, so without emptying it first a page's text would
+    depend on the pages the same worker extracted before it (a paragraph seen on earlier pages is dropped)."""
     import trafilatura
+    from trafilatura.deduplication import LRU_TEST
 
+    LRU_TEST.clear()
     return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=True) or ""
 
 

@@ -304,3 +304,31 @@ def test_default_chain_counts_a_funnel(tmp_path):
     assert stats.documents_out == sum(1 for r in results if r is None) == sum(stats.languages.values())
     assert stats.output_chars.count == stats.documents_out and stats.input_bytes.count == len(docs)
     assert stats.input_bytes.sum() == sum(len(doc.content) for doc in docs)
+
+
+def test_trafilatura_second_opinion_does_not_depend_on_the_pages_extracted_before():
+    """trafilatura's `deduplicate` counts text segments in a process-wide cache: a paragraph shared with pages
+    the same worker extracted earlier was dropped from a later page's text (checked with trafilatura's own
+    call: the shared paragraph is gone after five extractions of the other page). sluice's call gives a page
+    the same text whatever came before it."""
+    import trafilatura
+
+    from sluice.clean.steps.extract import extract_trafilatura
+
+    def page(title: str, own: str) -> str:
+        paragraphs = [f"{own} {i} goes on at some length, with numbers, names and places, so that it counts as text." for i in range(5)]
+        body = "".join(f"<p>{p}</p>" for p in [*paragraphs, SHARED])
+        return f"<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"
+
+    first, second = page("Page A", "The weather paragraph"), page("Page B", "The old mill paragraph")
+    alone = extract_trafilatura(second)
+    assert SHARED in alone
+    for _ in range(5):
+        extract_trafilatura(first)
+    assert extract_trafilatura(second) == alone
+    for _ in range(5):  # the oracle: trafilatura's own call with its cache left as it is
+        trafilatura.extract(first, favor_precision=True, include_comments=False, deduplicate=True)
+    assert SHARED not in (trafilatura.extract(second, favor_precision=True, include_comments=False, deduplicate=True) or "")
+
+
+SHARED = "This shared paragraph about the harbour festival appears on every page of the site and talks about boats, music and food."
