@@ -92,7 +92,14 @@ def stage_asset(
     **spec: Any,
 ) -> Callable[..., Any]:
     """The decorator of a partitioned stage: one asset `name` (its `AssetSpec` fields in `spec`), its
-    partitioned checks, its batch policy."""
+    partitioned checks, its batch policy; a source x snapshot stage links each source's quality view."""
+    from data_assets.partitions import (  # partitions imports this module
+        source_snapshot_partitions,
+        source_view_links,
+    )
+
+    if partitions_def is source_snapshot_partitions:
+        spec["metadata"] = {**source_view_links(), **spec.get("metadata", {})}
     return multi_asset(
         name=name,
         specs=[AssetSpec(name, partitions_def=partitions_def, **spec)],

@@ -157,11 +157,20 @@ def test_the_global_lineage_opens_with_every_asset_shown(served_graph, page):
 
 
 def test_quality_report_picture_is_on_its_asset_page(served_graph, materialized, page, tmp_path):
-    """The asset's page in the Dagster UI shows a sketch of the report as it opens (markdown metadata short
-    enough to be shown inline), the whole picture one click away, and the paths of the files."""
+    """The asset's page in the Dagster UI shows as it opens the funnel per source (a table, with the figures
+    the stages recorded) and a sketch of the report (markdown metadata short enough to be shown inline), the
+    whole picture one click away, and the paths of the files."""
     page.goto(f"{served_graph.url}/assets/quality_report")
-    width, height = image_size(page, 'img[alt^="quality report, kept documents"]')
+    width, height = image_size(page, 'img[alt="kept documents per snapshot by source"]')
     assert width > 200 and height > 50
+    for source in ("reference", "web"):
+        snapshots = [snapshot for s, snapshot in PARTITIONS if s == source]
+        raw = sum(materialized.report["partitions"][(source, snapshot)]["raw_documents"]["documents_out"] for snapshot in snapshots)
+        row = page.locator("tr", has=page.locator("td", has_text=source)).filter(has_text=str(raw)).first
+        row.wait_for(state="visible")
+        assert row.locator("td").all_inner_texts()[:3] == [source, str(len(snapshots)), str(raw)]
+    shot = tmp_path / "quality-report-asset-inline.png"
+    page.screenshot(path=str(shot), full_page=True)
     page.get_by_text("[Show Markdown]").first.click()
     width, height = image_size(page, 'img[alt="quality report"]')
     assert width > 500 and height > 1000
@@ -190,3 +199,12 @@ def test_per_source_view_plots_one_source_over_its_snapshots(served_graph, mater
     shot = tmp_path / "quality-by-source-web.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+
+
+def test_a_stage_page_links_each_sources_view(served_graph, page):
+    """cleaned_documents' page lists `per-source plots: web` in its metadata; clicking it opens quality_of_web."""
+    page.goto(f"{served_graph.url}/assets/cleaned_documents")
+    page.get_by_text("per-source plots: web", exact=True).first.wait_for(state="visible")
+    page.get_by_role("link", name="quality_of_web").first.click()
+    page.wait_for_url("**/assets/quality_of_web**")
+    page.get_by_text("Quality figures of source 'web'").first.wait_for(state="visible")
