@@ -7,9 +7,7 @@ Slow (it materializes the whole sample graph first); `make test-all` installs Ch
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,20 +15,11 @@ from typing import Any
 
 import pytest
 
+from scripts.docs_screenshots import CHROMIUM, SHOTS, browser_page, take
 from tests.data_assets.test_webserver import CHECKS, PROJECT_ROOT, Webserver, serve_webserver
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Upstream of mixed_dataset (the sample's cleaning scores with neither model: they are beside the graph).
 ASSETS = [
     "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
@@ -68,19 +57,9 @@ def served_graph(materialized: Graph) -> Iterator[Webserver]:
 
 @pytest.fixture(scope="module")
 def page(served_graph):
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.set_default_timeout(60_000)
-        page.goto(f"{served_graph.url}/assets")
-        skip = page.get_by_role("button", name="Skip")  # the first-visit newsletter dialog
-        with contextlib.suppress(Exception):  # not shown on every version
-            skip.click(timeout=10_000)
+    with browser_page(served_graph.url, {"width": 1600, "height": 1000}) as page:
         yield page
-        browser.close()
 
 
 def test_lineage_shows_every_asset_of_the_graph(served_graph, page):
@@ -208,3 +187,16 @@ def test_a_stage_page_links_each_sources_view(served_graph, page):
     page.get_by_role("link", name="quality_of_web").first.click()
     page.wait_for_url("**/assets/quality_of_web**")
     page.get_by_text("Quality figures of source 'web'").first.wait_for(state="visible")
+
+
+def test_docs_screenshots_script_takes_every_page(served_graph, tmp_path):
+    """`make docs-screenshots` (scripts/docs_screenshots.py) against the served sample graph: every page of the
+    UI guide is found (each step waits for what the guide points at) and saved as a picture of the viewport."""
+    import matplotlib.image
+
+    written = take(served_graph.url, tmp_path)
+    assert [path.name for path in written] == list(SHOTS)
+    for path in written:
+        pixels = matplotlib.image.imread(str(path), format="png")
+        assert pixels.shape[:2] == (900, 1440) and pixels.std() > 0.05, path.name
+    assert not list(tmp_path.glob(".*.tmp.png"))
