@@ -115,17 +115,24 @@ SHOTS: dict[str, Callable[[Any, str], None]] = {
 
 
 def take(url: str, out: Path) -> list[Path]:
-    """Every screenshot of SHOTS, from the UI at `url`, written to `out` (each atomically: temp + rename)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    """Every screenshot of SHOTS, from the UI at `url`, written to `out`."""
     with browser_page(url) as page:
-        for name, show in SHOTS.items():
-            show(page, url)
-            page.wait_for_timeout(1500)  # let charts and lazy markdown settle
-            temp = out / f".{name}.tmp.png"
-            page.screenshot(path=str(temp))
-            os.replace(temp, out / name)
-            written.append(out / name)
+        return shoot(page, url, out)
+
+
+def shoot(page: Any, url: str, out: Path) -> list[Path]:
+    """Every screenshot of SHOTS with `page` (its viewport set to VIEWPORT), each written atomically (temp +
+    rename) to `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size(VIEWPORT)
+    written = []
+    for name, show in SHOTS.items():
+        show(page, url)
+        page.wait_for_timeout(1500)  # let charts and lazy markdown settle
+        temp = out / f".{name}.tmp.png"
+        page.screenshot(path=str(temp))
+        os.replace(temp, out / name)
+        written.append(out / name)
     return written
 
 

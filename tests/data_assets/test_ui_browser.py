@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from scripts.docs_screenshots import CHROMIUM, SHOTS, browser_page, take
+from scripts.docs_screenshots import CHROMIUM, SHOTS, browser_page, shoot
 from tests.data_assets.test_webserver import CHECKS, PROJECT_ROOT, Webserver, serve_webserver
 
 pytestmark = pytest.mark.slow
@@ -189,12 +189,16 @@ def test_a_stage_page_links_each_sources_view(served_graph, page):
     page.get_by_text("Quality figures of source 'web'").first.wait_for(state="visible")
 
 
-def test_docs_screenshots_script_takes_every_page(served_graph, tmp_path):
+def test_docs_screenshots_script_takes_every_page(served_graph, page, tmp_path):
     """`make docs-screenshots` (scripts/docs_screenshots.py) against the served sample graph: every page of the
     UI guide is found (each step waits for what the guide points at) and saved as a picture of the viewport."""
     import matplotlib.image
 
-    written = take(served_graph.url, tmp_path)
+    viewport = page.viewport_size
+    try:
+        written = shoot(page, served_graph.url, tmp_path)  # what take() does with its own browser
+    finally:
+        page.set_viewport_size(viewport)
     assert [path.name for path in written] == list(SHOTS)
     for path in written:
         pixels = matplotlib.image.imread(str(path), format="png")
