@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 KENLM_BUILD_DEPS := libboost-program-options-dev libboost-system-dev libboost-thread-dev libboost-test-dev
 
-.PHONY: setup demo test test-slow test-all ui lint clean bench docs
+.PHONY: setup demo test test-slow test-all ui lint clean bench docs docs-screenshots
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,6 +46,13 @@ test-all: test test-slow
 # The webserver and Dagster's daemon (with a 2 s backfill iteration: data_assets/daemon.py) on this instance.
 ui: setup
 	$(PY) -m data_assets.ui
+
+# Screenshots of the UI guide's pages (docs/assets/ui/), in headless Chromium (Debian's package) from the running UI:
+# `make demo`, `make ui`, then this (scripts/docs_screenshots.py; --url for another UI).
+docs-screenshots: setup
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
+	  echo "Chromium not installed: no screenshots"
+	$(PY) scripts/docs_screenshots.py
 
 # Every benchmark, then the results table of docs/benchmarks/results.md rewritten from their figure: lines (peers
 # install on first use).

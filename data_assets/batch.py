@@ -14,9 +14,12 @@ and decides what the run records:
   materialized (their events are yielded before the step fails), the failed ones are not, and the step
   fails with one line per failed partition naming its cause. Dagster's backfill then marks only those
   partitions, and what depends on them, failed ("a ranged run can materialize some partitions of an asset
-  and fail on others"). A failed partition's evaluations have no target: what they judged was not recorded
-  (the view shows Failed for a partition never materialized before; for one materialized before, that
-  earlier materialization is no longer vouched for: Missing).
+  and fail on others"). A failed partition's evaluations name as their target the partition's latest recorded
+  materialization, an earlier run's, whose files the failed run's output replaced (every stage publishes
+  before its checks judge), and the run whose output they judged (`judged_run`): the Checks -> Partitions
+  view shows Failed for that partition, not Missing nor the earlier Passed. A partition never materialized
+  before has no target (the view shows Failed too: Dagster counts a check as current when there is no
+  materialization to compare with).
 
 The checks of a stage are declared on the asset (`AssetCheckSpec`, partitioned) and evaluated from values
 its work measured while writing; the asset is a `multi_asset` with `can_subset=True` only so that its
@@ -41,6 +44,7 @@ from dagster import (
     AssetRecordsFilter,
     AssetSpec,
     BackfillPolicy,
+    DagsterEventType,
     Failure,
     FloatMetadataValue,
     MaterializeResult,
@@ -88,7 +92,14 @@ def stage_asset(
     **spec: Any,
 ) -> Callable[..., Any]:
     """The decorator of a partitioned stage: one asset `name` (its `AssetSpec` fields in `spec`), its
-    partitioned checks, its batch policy."""
+    partitioned checks, its batch policy; a source x snapshot stage links each source's quality view."""
+    from data_assets.partitions import (  # partitions imports this module
+        source_snapshot_partitions,
+        source_view_links,
+    )
+
+    if partitions_def is source_snapshot_partitions:
+        spec["metadata"] = {**source_view_links(), **spec.get("metadata", {})}
     return multi_asset(
         name=name,
         specs=[AssetSpec(name, partitions_def=partitions_def, **spec)],
@@ -155,10 +166,13 @@ def run_partitions(
         yield MaterializeResult(asset_key=key)
     for partition, result in ok.items() if failed else ():
         yield AssetMaterialization(asset_key=key, partition=partition, metadata=result.metadata, tags=_version_tags(context, key))
-    targets = recorded_materializations(context, key, list(ok))
+    targets = latest_materializations(context, key, list(done))
     for partition, result in done.items():
+        target = targets.get(str(partition))
+        # what a failed partition's evaluations judged is no recorded materialization: the run that wrote it
+        judged = {"judged_run": MetadataValue.dagster_run(context.run.run_id)} if partition in failed else {}
         for check in result.checks:
-            yield _evaluation(key, partition, check, check.check_name in blocking, targets.get(str(partition)))
+            yield _evaluation(key, partition, check, check.check_name in blocking, target, judged)
     if not failed:
         return
     lines = [f"{asset} {label(partition)}: {cause}" for partition, cause in sorted(failed.items(), key=lambda item: order(item[0]))]
@@ -169,26 +183,27 @@ def run_partitions(
     )
 
 
-def recorded_materializations(
+def latest_materializations(
     context: AssetExecutionContext, key: AssetKey, partitions: Sequence[Any]
 ) -> dict[str, AssetCheckEvaluationTargetMaterializationData]:
-    """By partition key, the materialization of `key` this run recorded for `partitions` (Dagster stores each
-    event as the step yields it, so those yielded above are there): what each partition's check evaluations
-    judged. The evaluations carry it as their target, which is how the UI tells a check of the latest
-    materialization (Passed / Failed per partition) from a stale one (Missing). Read from the asset's records,
-    as Dagster reads a single-partition step's target: their storage ids are the ones the UI compares (on
-    SQLite a run's own event log numbers its events apart)."""
+    """By partition key, the latest recorded materialization of `key` for each of `partitions`: what each
+    partition's check evaluations name as their target. For a partition this run recorded (Dagster stores each
+    event as the step yields it, so those yielded above are there) it is that materialization, the one they
+    judged; for a failed partition, an earlier run's, whose files the failed run replaced (absent if none).
+    The UI counts an evaluation as the partition's Passed / Failed only when its target is the partition's
+    latest materialization; read from the asset's records by storage id, the ids the UI compares (on SQLite a
+    run's own event log numbers its events apart). Two queries whatever the partitions' histories."""
     if not partitions:
         return {}
-    wanted = [str(partition) for partition in partitions]
-    records = context.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=wanted), limit=4 * len(wanted) + 16).records
-    targets: dict[str, AssetCheckEvaluationTargetMaterializationData] = {}
-    for record in records:  # newest first
-        if record.run_id == context.run.run_id and record.partition_key not in targets:
-            targets[record.partition_key] = AssetCheckEvaluationTargetMaterializationData(
-                storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp
-            )
-    return targets
+    latest = context.instance.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION, {str(p) for p in partitions})
+    if not latest:
+        return {}
+    records = context.instance.fetch_materializations(AssetRecordsFilter(asset_key=key, storage_ids=list(latest.values())), limit=len(latest)).records
+    return {
+        record.partition_key: AssetCheckEvaluationTargetMaterializationData(storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+        for record in records
+        if record.partition_key is not None
+    }
 
 
 def fill_counts(metadata: list[dict[str, Any]], known: Mapping[str, type] | None = None) -> None:
@@ -257,13 +272,18 @@ def _check_failure(check: AssetCheckResult) -> str:
 
 
 def _evaluation(
-    key: AssetKey, partition: Any, check: AssetCheckResult, blocking: bool, target: AssetCheckEvaluationTargetMaterializationData | None
+    key: AssetKey,
+    partition: Any,
+    check: AssetCheckResult,
+    blocking: bool,
+    target: AssetCheckEvaluationTargetMaterializationData | None,
+    extra: Mapping[str, Any],
 ) -> AssetCheckEvaluation:
     return AssetCheckEvaluation(
         asset_key=key,
         check_name=check.check_name,
         passed=check.passed,
-        metadata=rounded(dict(check.metadata or {})),
+        metadata={**rounded(dict(check.metadata or {})), **extra},
         severity=check.severity or AssetCheckSeverity.ERROR,
         description=check.description,
         blocking=blocking,

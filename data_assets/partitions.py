@@ -13,7 +13,9 @@ from typing import Any
 from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetKey,
     DynamicPartitionsDefinition,
+    MetadataValue,
     MultiPartitionKey,
     MultiPartitionsDefinition,
     PreviewWarning,
@@ -33,6 +35,22 @@ SNAPSHOT_DIMENSION = "time"
 snapshot_partitions = DynamicPartitionsDefinition(name=SNAPSHOTS)
 source_partitions = StaticPartitionsDefinition(CONFIG.source_names)
 source_snapshot_partitions = MultiPartitionsDefinition({"source": source_partitions, SNAPSHOT_DIMENSION: snapshot_partitions})
+
+
+# The per-source views of the quality figures (data_assets/report.py): one observable asset per source.
+SOURCE_VIEW = "quality_of"
+
+
+def source_view_key(source: str) -> AssetKey:
+    return AssetKey(f"{SOURCE_VIEW}_{source}")
+
+
+def source_view_links(sources: list[str] | None = None) -> dict[str, MetadataValue]:
+    """Definition metadata for a source x snapshot asset: a link per source to its `quality_of_<source>` view.
+    The asset's metadata plots run across every partition, so one line joins the last snapshot of one source
+    to the first of the next; a view's plots are one source's snapshots alone. The UI shows each entry in the
+    asset's Overview -> Metadata as a link to that view's page (an asset metadata value)."""
+    return {f"per-source plots: {source}": MetadataValue.asset(source_view_key(source)) for source in sources or CONFIG.source_names}
 
 
 def partition_check(name: str, asset: str, partitions_def=source_snapshot_partitions, **kwargs) -> AssetCheckSpec:

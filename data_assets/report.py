@@ -1,9 +1,11 @@
 """`quality_report`: the picture of every registered source x snapshot partition's quality (see `sluice.report`),
-written to `<root>/quality_report/` and shown on the asset's page (the PNG embedded in markdown metadata: the
-UI's markdown renderer allows `data:` images).
+written to `<root>/quality_report/`. The asset's page shows inline the funnel per source (a table), the totals
+and a sketch (markdown under 1,000 characters: Dagster's UI folds longer markdown, so the PNG, embedded as a
+`data:` image, is behind "[Show Markdown]").
 
 Per-source views: one external asset per source, `quality_of_<source>`, partitioned by snapshot (a one-part key,
-so the lineage labels it with the source's name, not just "web"). The
+so the lineage labels it with the source's name, not just "web"), linked from every source x snapshot stage's
+page (`source_view_links`). The
 report records a materialization of each (source, snapshot) partition of it whose figures changed since the
 last report (their digests are kept in the report's manifest), so the UI's metadata plots of a view are that
 source's figures over its snapshots (x axis "Partitions": the latest figures of each snapshot; "Events": their
@@ -18,17 +20,24 @@ import json
 from dagster import (
     AssetDep,
     AssetExecutionContext,
-    AssetKey,
     AssetMaterialization,
     AssetSpec,
     AutomationCondition,
     MaterializeResult,
     MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
     asset,
 )
 
 from data_assets.batch import in_group
-from data_assets.partitions import registered_partitions, snapshot_partitions
+from data_assets.partitions import (
+    registered_partitions,
+    snapshot_partitions,
+    source_view_key,
+    source_view_links,
+)
 from data_assets.settings import CONFIG
 from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
@@ -38,17 +47,14 @@ from sluice.report import (
     PNG_NAME,
     REPORT_DATASET,
     PartitionQuality,
+    SourceTotals,
     collect,
     sketch_svg,
+    source_totals,
     write_report,
 )
 
 ASSET = REPORT_DATASET
-SOURCE_VIEW = "quality_of"
-
-
-def source_view_key(source: str) -> AssetKey:
-    return AssetKey(f"{SOURCE_VIEW}_{source}")
 
 
 source_views = [
@@ -100,6 +106,24 @@ def record_source_views(context: AssetExecutionContext, rows: list[PartitionQual
     return digests
 
 
+TOTALS = {"raw_documents": "raw", "cleaned_documents": "cleaned", "deduped_documents": "deduped", "tokens": "tokens"}
+FUNNEL_COLUMNS = (
+    ("source", "string"), ("snapshots", "int"), ("raw", "int"), ("quarantined", "int"), ("cleaned", "int"),
+    ("deduped", "int"), ("tokens", "int"), ("drop_rate", "float"),
+)
+
+
+def funnel_table(totals: list[SourceTotals]) -> MetadataValue:
+    """Per source, its funnel over the snapshots drawn: a table metadata value, which the asset's page shows
+    whole (unlike long markdown, a table is never folded)."""
+    schema = TableSchema(columns=[TableColumn(name, kind) for name, kind in FUNNEL_COLUMNS])
+    records = [
+        TableRecord({**{name: getattr(total, name) for name, _ in FUNNEL_COLUMNS[:-1]}, "drop_rate": round(total.drop_rate, 4)})
+        for total in totals
+    ]
+    return MetadataValue.table(records, schema=schema)
+
+
 # Hourly, once any stage it reads has new data since it last ran (or it has never run): a report reads every
 # partition's manifests, so it is not re-drawn after each of a backfill's partitions.
 REPORT_AUTOMATION = (
@@ -117,6 +141,7 @@ REPORT_AUTOMATION = (
     kinds={"python", "html"},
     automation_condition=REPORT_AUTOMATION,
     owners=["team:data-engineering"],
+    metadata=source_view_links(),
     description=(
         "Per source and snapshot: the cleaning funnel, drop reasons, language shares, dedup removal against earlier "
         "snapshots and token counts, as a PNG (matplotlib) and an HTML page in quality_report/, drawn from the "
@@ -130,11 +155,14 @@ def quality_report(context: AssetExecutionContext, settings: SluiceSettings, sto
     digests = record_source_views(context, rows, previous.get("view_digests", {}))
     manifest = write_report(store, rows, {"view_digests": digests})
     png = store.read_bytes(f"{ASSET}/{PNG_NAME}")
+    totals = source_totals(rows)
     return MaterializeResult(
         metadata={
-            # Shown on the asset's page as it is (Dagster folds markdown of 1,000 characters or more behind a
-            # button): a sketch of the kept documents per source; the whole picture one click away.
-            "report_sketch": MetadataValue.md(sketch_svg(rows) or "(too many sources for a sketch: open report)"),
+            # Shown on the asset's page as they are: markdown under 1,000 characters (Dagster folds longer
+            # markdown behind a button, the picture included: its PNG is far longer) and tables (never folded).
+            "report_sketch": MetadataValue.md(sketch_svg(rows) or "(no sketch for more than 3 sources: see funnel and report)"),
+            "funnel": funnel_table(totals),
+            **{name: sum(getattr(total, stage) for total in totals) for name, stage in TOTALS.items()},
             "report": MetadataValue.md(f"![quality report](data:image/png;base64,{base64.b64encode(png).decode()})"),
             "html": MetadataValue.path(store.uri(f"{ASSET}/{HTML_NAME}")),
             "png": MetadataValue.path(store.uri(f"{ASSET}/{PNG_NAME}")),

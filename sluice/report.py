@@ -174,35 +174,79 @@ def render_png(rows: Sequence[PartitionQuality], title: str = "sluice quality re
     return buffer.getvalue()
 
 
+@dataclass(frozen=True)
+class SourceTotals:
+    """One source's funnel summed over its snapshots (a stage that has not run for a snapshot adds nothing)."""
+
+    source: str
+    snapshots: int
+    raw: int
+    quarantined: int
+    cleaned: int
+    deduped: int
+    tokens: int
+
+    @property
+    def drop_rate(self) -> float:
+        """The share of raw documents cleaning dropped."""
+        return 1 - self.cleaned / self.raw if self.raw else 0.0
+
+
+def source_totals(rows: Sequence[PartitionQuality]) -> list[SourceTotals]:
+    """Per source, in name order: the funnel (raw -> cleaned -> deduped documents, tokens) over its snapshots."""
+    return [
+        SourceTotals(
+            source,
+            len(mine := [row for row in rows if row.source == source]),
+            *(sum(getattr(row, stage) or 0 for row in mine) for stage in ("raw", "quarantined", "cleaned", "deduped", "tokens")),
+        )
+        for source in _sources(rows)
+    ]
+
+
 SKETCH_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
 
 
-def sketch_svg(rows: Sequence[PartitionQuality], max_chars: int = 900) -> str:
-    """A compact SVG of the report's gist, as a markdown image of at most `max_chars` characters (so
-    Dagster's UI shows it inline on the asset's page: it folds longer markdown behind a button): per source
-    a line of its documents kept after dedup over its snapshots, the latest ones when they do not all fit."""
+def sketch_svg(rows: Sequence[PartitionQuality], max_chars: int = 999) -> str:
+    """A compact SVG of the report's gist, as a markdown image of at most `max_chars` characters (Dagster's UI
+    shows markdown metadata inline only under 1,000 characters and folds longer markdown behind a button): per
+    source a line of its documents kept after dedup over the snapshots, the latest ones when they do not all
+    fit, with its axes (0 and the largest count; the first and last snapshot drawn)."""
     import base64
 
-    sources = _sources(rows)
-    series = {source: [row.deduped or 0 for row in rows if row.source == source] for source in sources}
-    for points in range(max((len(v) for v in series.values()), default=0), 1, -1):
-        svg = _sketch(sources, {source: values[-points:] for source, values in series.items()})
-        text = f"![quality report, kept documents per snapshot by source](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
+    sources, snapshots = _sources(rows), _snapshots(rows)
+    kept = {(row.source, row.snapshot): row.deduped or 0 for row in rows}
+    for points in range(len(snapshots), 1, -1):
+        svg = _sketch(sources, snapshots[-points:], kept)
+        text = f"![kept documents per snapshot by source](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
         if len(text) <= max_chars:
             return text
     return ""
 
 
-def _sketch(sources: Sequence[str], series: dict[str, list[int]]) -> str:
-    width, height, top = 320, 90, max([1, *(value for values in series.values() for value in values)])
-    shapes = []
+def _sketch(sources: Sequence[str], snapshots: Sequence[str], kept: dict[tuple[str, str], int]) -> str:
+    left, right, top_y, bottom_y = 34, 230, 6, 62
+    top = max([1, *(kept.get((source, snapshot), 0) for source in sources for snapshot in snapshots)])
+    step = (right - left) / max(1, len(snapshots) - 1)
+    first, last = (html.escape(snapshot[:12]) for snapshot in (snapshots[0], snapshots[-1]))
+    lines, legend = [], []
     for index, source in enumerate(sources[: len(SKETCH_COLORS)]):
-        values, color = series[source], SKETCH_COLORS[index]
-        step = (width - 70) / max(1, len(values) - 1)
-        points = " ".join(f"{round(i * step)},{round(height - 8 - (height - 16) * value / top)}" for i, value in enumerate(values))
-        shapes.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="2"/>')
-        shapes.append(f'<text x="{width - 66}" y="{14 + 13 * index}" font-size="11" fill="{color}">{html.escape(source[:10])}</text>')
-    return f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">{"".join(shapes)}</svg>'
+        color = SKETCH_COLORS[index]
+        points = [
+            f"{round(left + i * step)},{round(bottom_y - (bottom_y - top_y) * kept[source, snapshot] / top)}"
+            for i, snapshot in enumerate(snapshots)
+            if (source, snapshot) in kept
+        ]
+        points = " ".join(points * 2 if len(points) == 1 else points)  # a lone point: a dot (round caps)
+        lines.append(f'<polyline points="{points}" stroke="{color}"/>')
+        legend.append(f'<text x="{right + 6}" y="{top_y + 8 + 12 * index}" fill="{color}">{html.escape(source[:10])}</text>')
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="300" height="78" font-size="10">'
+        f'<path d="M{left} {top_y}V{bottom_y}H{right}" stroke="#888" fill="none"/>'
+        f'<g text-anchor="end"><text x="{left - 3}" y="{top_y + 8}">{top}</text><text x="{left - 3}" y="{bottom_y}">0</text>'
+        f'<text x="{right}" y="{bottom_y + 12}">{last}</text></g><text x="{left}" y="{bottom_y + 12}">{first}</text>'
+        f'<g fill="none" stroke-width="2" stroke-linecap="round">{"".join(lines)}</g>{"".join(legend)}</svg>'
+    )
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

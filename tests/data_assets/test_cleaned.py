@@ -122,10 +122,11 @@ def test_drop_rate_bounds_per_source_warn(make_config, dagster_instance, tmp_pat
         assert latest_check_target(dagster_instance, "cleaned_documents", name, key) == (status, materialization.storage_id, materialization.storage_id)
 
 
-def test_a_blocking_failure_after_a_passing_materialization_is_not_shown_as_passed(make_config, dagster_instance, tmp_path):
+def test_a_blocking_failure_after_a_passing_materialization_shows_failed(make_config, dagster_instance, tmp_path):
     """The partition passed no_pii_left once; redaction then switched off, the re-run fails the blocking check
-    and records no materialization: the earlier materialization stays the partition's latest, the failed
-    evaluation does not claim it as its target, so the Checks -> Partitions view no longer shows Passed."""
+    and records no materialization (its output replaced the partition's files): the earlier materialization
+    stays the partition's latest, the failed evaluation names it as its target and the failed run as what it
+    judged, so the Checks -> Partitions view shows Failed (not Missing, not the earlier Passed)."""
     config = setup(make_config, dagster_instance, tmp_path, {"min_chars": 100})
     assert run(dagster_instance, config).success
     key = str(multi_key("reference", SNAPSHOT))
@@ -140,6 +141,14 @@ def test_a_blocking_failure_after_a_passing_materialization_is_not_shown_as_pass
         cleaning={"min_chars": 100, "per_source": {"reference": {"pii": {"enabled": False}}}},
         compute={"backend": "local", "max_workers": 1},
     )
-    assert not run(dagster_instance, config).success
-    assert latest_check_target(dagster_instance, "cleaned_documents", NO_PII_CHECK, key) == ("FAILED", None, first.storage_id)
-    assert check_partition_statuses(dagster_instance, "cleaned_documents", NO_PII_CHECK, source_snapshot_partitions) == {}
+    failed = run(dagster_instance, config)
+    assert not failed.success
+    [latest] = dagster_instance.fetch_materializations(AssetKey("cleaned_documents"), limit=10).records
+    assert latest.storage_id == first.storage_id  # the failed run recorded no materialization
+    assert latest_check_target(dagster_instance, "cleaned_documents", NO_PII_CHECK, key) == ("FAILED", first.storage_id, first.storage_id)
+    assert check_partition_statuses(dagster_instance, "cleaned_documents", NO_PII_CHECK, source_snapshot_partitions) == {key: "FAILED"}
+    # the other check of the same partition passed on the failed run's output: Passed, same target
+    assert check_partition_statuses(dagster_instance, "cleaned_documents", DROP_RATE_CHECK, source_snapshot_partitions) == {key: "SUCCEEDED"}
+    evaluation = checks(failed)[NO_PII_CHECK]
+    assert evaluation.metadata["judged_run"].value == failed.run_id
+    assert first.run_id != failed.run_id

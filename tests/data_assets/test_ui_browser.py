@@ -7,9 +7,7 @@ Slow (it materializes the whole sample graph first); `make test-all` installs Ch
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,20 +15,11 @@ from typing import Any
 
 import pytest
 
+from scripts.docs_screenshots import CHROMIUM, SHOTS, browser_page, shoot
 from tests.data_assets.test_webserver import CHECKS, PROJECT_ROOT, Webserver, serve_webserver
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Upstream of mixed_dataset (the sample's cleaning scores with neither model: they are beside the graph).
 ASSETS = [
     "raw_documents", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents", "decontamination",
@@ -68,19 +57,9 @@ def served_graph(materialized: Graph) -> Iterator[Webserver]:
 
 @pytest.fixture(scope="module")
 def page(served_graph):
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        page.set_default_timeout(60_000)
-        page.goto(f"{served_graph.url}/assets")
-        skip = page.get_by_role("button", name="Skip")  # the first-visit newsletter dialog
-        with contextlib.suppress(Exception):  # not shown on every version
-            skip.click(timeout=10_000)
+    with browser_page(served_graph.url, {"width": 1600, "height": 1000}) as page:
         yield page
-        browser.close()
 
 
 def test_lineage_shows_every_asset_of_the_graph(served_graph, page):
@@ -157,11 +136,20 @@ def test_the_global_lineage_opens_with_every_asset_shown(served_graph, page):
 
 
 def test_quality_report_picture_is_on_its_asset_page(served_graph, materialized, page, tmp_path):
-    """The asset's page in the Dagster UI shows a sketch of the report as it opens (markdown metadata short
-    enough to be shown inline), the whole picture one click away, and the paths of the files."""
+    """The asset's page in the Dagster UI shows as it opens the funnel per source (a table, with the figures
+    the stages recorded) and a sketch of the report (markdown metadata short enough to be shown inline), the
+    whole picture one click away, and the paths of the files."""
     page.goto(f"{served_graph.url}/assets/quality_report")
-    width, height = image_size(page, 'img[alt^="quality report, kept documents"]')
+    width, height = image_size(page, 'img[alt="kept documents per snapshot by source"]')
     assert width > 200 and height > 50
+    for source in ("reference", "web"):
+        snapshots = [snapshot for s, snapshot in PARTITIONS if s == source]
+        raw = sum(materialized.report["partitions"][(source, snapshot)]["raw_documents"]["documents_out"] for snapshot in snapshots)
+        row = page.locator(f'tr:has(> td:first-child:text-is("{source}"))').first  # the funnel's row, not the row holding the table
+        row.wait_for(state="visible")
+        assert row.locator("td").all_inner_texts()[:3] == [source, str(len(snapshots)), str(raw)]
+    shot = tmp_path / "quality-report-asset-inline.png"
+    page.screenshot(path=str(shot), full_page=True)
     page.get_by_text("[Show Markdown]").first.click()
     width, height = image_size(page, 'img[alt="quality report"]')
     assert width > 500 and height > 1000
@@ -190,3 +178,29 @@ def test_per_source_view_plots_one_source_over_its_snapshots(served_graph, mater
     shot = tmp_path / "quality-by-source-web.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+
+
+def test_a_stage_page_links_each_sources_view(served_graph, page):
+    """cleaned_documents' page lists `per-source plots: web` in its metadata; clicking it opens quality_of_web."""
+    page.goto(f"{served_graph.url}/assets/cleaned_documents")
+    page.get_by_text("per-source plots: web", exact=True).first.wait_for(state="visible")
+    page.get_by_role("link", name="quality_of_web").first.click()
+    page.wait_for_url("**/assets/quality_of_web**")
+    page.get_by_text("Quality figures of source 'web'").first.wait_for(state="visible")
+
+
+def test_docs_screenshots_script_takes_every_page(served_graph, page, tmp_path):
+    """`make docs-screenshots` (scripts/docs_screenshots.py) against the served sample graph: every page of the
+    UI guide is found (each step waits for what the guide points at) and saved as a picture of the viewport."""
+    import matplotlib.image
+
+    viewport = page.viewport_size
+    try:
+        written = shoot(page, served_graph.url, tmp_path)  # what take() does with its own browser
+    finally:
+        page.set_viewport_size(viewport)
+    assert [path.name for path in written] == list(SHOTS)
+    for path in written:
+        pixels = matplotlib.image.imread(str(path), format="png")
+        assert pixels.shape[:2] == (900, 1440) and pixels.std() > 0.05, path.name
+    assert not list(tmp_path.glob(".*.tmp.png"))

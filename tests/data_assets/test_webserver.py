@@ -375,3 +375,107 @@ def test_ui_shows_a_config_error_as_its_message_without_a_traceback(tmp_path):
 
     debug = load_error({**env, "SLUICE_DEBUG": "1"})
     assert any("settings.py" in frame for link in debug["errorChain"] for frame in link["error"]["stack"])
+
+
+PAGE_QUERY = """
+query {
+  assetNodes {
+    assetKey { path }
+    dependencyKeys { path }
+    metadataEntries { label __typename ... on AssetMetadataEntry { assetKey { path } } }
+    assetMaterializations(limit: 1) {
+      metadataEntries {
+        label __typename
+        ... on MarkdownMetadataEntry { mdStr }
+        ... on IntMetadataEntry { intValue }
+        ... on TableMetadataEntry { table { records schema { columns { name } } } }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def scored_webserver(tmp_path_factory) -> Iterator[Webserver]:
+    """The webserver over a config whose cleaning scores with both models (a quality threshold, perplexity on),
+    on an instance where quality_report has drawn three partitions' manifests."""
+    from dagster import DagsterInstance, materialize
+
+    from data_assets.definitions import build_resources
+    from data_assets.partitions import SNAPSHOTS
+    from data_assets.report import quality_report, source_views
+    from sluice.layout import PartitionRef
+    from sluice.storage import open_store
+    from tests.conftest import base_config, write_config
+    from tests.sluice.test_report import publish
+
+    root = tmp_path_factory.mktemp("scored")
+    store = open_store(str(root / "data"))
+    publish(store, PartitionRef("web", "2026-01"), 10, 7, 6, 600, 1, {})
+    publish(store, PartitionRef("web", "2026-02"), 12, 9, 5, 500, 0, {"web/2026-01": 3})
+    publish(store, PartitionRef("reference", "2026-01"), 5, 5, 5, 900, 0, {})
+    raw = base_config(str(root / "data"))
+    raw["cleaning"]["quality_threshold"] = 0.5
+    raw["cleaning"]["perplexity"] = {"enabled": True}
+    config = write_config(root / "sluice.yaml", raw)
+    home = root / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    with DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions(SNAPSHOTS, ["2026-01", "2026-02"])
+        result = materialize([quality_report, *source_views], selection=[quality_report.key], resources=build_resources(config), instance=instance)
+        assert result.success
+    env = {**os.environ, "DAGSTER_HOME": str(home), "SLUICE_CONFIG": config}
+    with serve_webserver(root, env) as server:
+        yield server
+
+
+def _page_nodes(server: Webserver) -> dict[str, dict[str, Any]]:
+    return {"/".join(node["assetKey"]["path"]): node for node in server.graphql(PAGE_QUERY)["assetNodes"]}
+
+
+def test_models_have_an_edge_to_the_cleaning_that_scores_with_them(scored_webserver: Webserver):
+    """The lineage the UI draws (each node's dependencyKeys): with a quality threshold and perplexity scoring on,
+    cleaned_documents depends on both models; with neither (the project's sluice.yaml, the other tests) on none."""
+    nodes = _page_nodes(scored_webserver)
+    deps = {"/".join(dep["path"]) for dep in nodes["cleaned_documents"]["dependencyKeys"]}
+    assert deps == {"raw_documents", "cleaning_settings", "quality_model", "perplexity_model"}
+
+
+def test_each_source_x_snapshot_page_links_every_sources_view(scored_webserver: Webserver):
+    """Overview -> Metadata of every source x snapshot stage and of quality_report: one asset link per source
+    (an AssetMetadataEntry, which the UI renders as a link to that asset's page) to its quality_of_<source>
+    view, an asset of the graph."""
+    nodes = _page_nodes(scored_webserver)
+    for key in [*SOURCE_SNAPSHOT_ASSETS, "quality_report"]:
+        links = {entry["label"]: "/".join(entry["assetKey"]["path"]) for entry in nodes[key]["metadataEntries"] if entry["__typename"] == "AssetMetadataEntry"}
+        assert links == {"per-source plots: web": "quality_of_web", "per-source plots: reference": "quality_of_reference"}, key
+        assert set(links.values()) <= set(nodes)
+    assert not any(entry["__typename"] == "AssetMetadataEntry" for entry in nodes["mixed_dataset"]["metadataEntries"])
+
+
+def test_the_report_page_shows_the_funnel_and_the_sketch_without_a_click(scored_webserver: Webserver):
+    """The report's latest materialization as the UI receives it: the funnel per source is a table (the UI shows
+    tables whole), the sketch is markdown under 1,000 characters (the UI shows those inline, longer ones behind
+    "[Show Markdown]": MetadataEntry.tsx), the totals are numbers; the whole picture is the one folded entry."""
+    [materialization] = _page_nodes(scored_webserver)["quality_report"]["assetMaterializations"]
+    entries = {entry["label"]: entry for entry in materialization["metadataEntries"]}
+    funnel = entries["funnel"]
+    assert funnel["__typename"] == "TableMetadataEntry"
+    assert [column["name"] for column in funnel["table"]["schema"]["columns"]] == [
+        "source", "snapshots", "raw", "quarantined", "cleaned", "deduped", "tokens", "drop_rate",
+    ]
+    import json
+
+    records = [json.loads(record) for record in funnel["table"]["records"]]
+    assert records == [
+        {"source": "reference", "snapshots": 1, "raw": 5, "quarantined": 1, "cleaned": 5, "deduped": 5, "tokens": 900, "drop_rate": 0.0},
+        {"source": "web", "snapshots": 2, "raw": 22, "quarantined": 2, "cleaned": 16, "deduped": 11, "tokens": 1100, "drop_rate": 0.2727},
+    ]
+    totals = {name: entries[name]["intValue"] for name in ("raw_documents", "cleaned_documents", "deduped_documents", "tokens")}
+    assert totals == {"raw_documents": 27, "cleaned_documents": 21, "deduped_documents": 16, "tokens": 2000}
+    sketch = entries["report_sketch"]
+    assert sketch["__typename"] == "MarkdownMetadataEntry" and sketch["mdStr"].startswith("![") and len(sketch["mdStr"]) < 1000
+    report = entries["report"]
+    assert report["__typename"] == "MarkdownMetadataEntry" and len(report["mdStr"]) >= 1000  # folded: Dagster allows no larger inline markdown

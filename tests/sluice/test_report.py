@@ -7,7 +7,7 @@ import io
 import pytest
 
 from sluice.layout import PartitionRef, partition_prefix, read_manifest, write_manifest
-from sluice.report import collect, render_html, render_png, write_report
+from sluice.report import collect, render_html, render_png, sketch_svg, source_totals, write_report
 from sluice.storage import open_store
 
 pytest.importorskip("matplotlib")
@@ -89,3 +89,38 @@ def test_write_report_publishes_png_html_and_manifest(store):
     assert store.read_bytes("quality_report/report.png").startswith(b"\x89PNG")
     assert b"web/2026-01" in store.read_bytes("quality_report/index.html")
     assert sorted(store.list_files("quality_report")) == ["quality_report/_manifest.json", "quality_report/index.html", "quality_report/report.png"]
+
+
+def test_source_totals_sum_each_sources_funnel_over_its_snapshots(store):
+    rows = collect(store, [PartitionRef("web", "2026-01"), PartitionRef("web", "2026-02"), PartitionRef("reference", "2026-01")])
+    totals = {total.source: total for total in source_totals(rows)}
+    assert list(totals) == ["reference", "web"]
+    # the fixture's figures: web 10 + 12 raw, 7 + 9 cleaned, 6 + 5 deduped, 600 + 500 tokens, one quarantined file each
+    web = totals["web"]
+    assert (web.snapshots, web.raw, web.quarantined, web.cleaned, web.deduped, web.tokens) == (2, 22, 2, 16, 11, 1100)
+    assert web.drop_rate == 1 - 16 / 22
+    reference = totals["reference"]
+    assert (reference.snapshots, reference.raw, reference.cleaned, reference.deduped, reference.tokens) == (1, 5, 5, 5, 900)
+    assert reference.drop_rate == 0.0
+
+
+def test_sketch_fits_dagsters_inline_markdown_with_its_axes(store):
+    """Dagster's UI shows markdown metadata inline only under 1,000 characters (MetadataEntry.tsx): the sketch
+    fits, and draws one line per source over the snapshots, the largest kept count and 0 on its axis, the first
+    and last snapshot under it."""
+    import base64
+    import re
+
+    rows = collect(store, [PartitionRef("web", "2026-01"), PartitionRef("web", "2026-02"), PartitionRef("reference", "2026-01")])
+    text = sketch_svg(rows)
+    assert 0 < len(text) < 1000
+    svg = base64.b64decode(re.fullmatch(r"!\[[^\]]*\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", text).group(1)).decode()
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert labels == ["6", "0", "2026-02", "2026-01", "reference", "web"]  # the largest kept count is web/2026-01's 6
+    lines = re.findall(r'<polyline points="([^"]*)"', svg)
+    # reference has one snapshot (a dot: the point twice, round caps), web two
+    assert [points.split() for points in lines] == [["34,15", "34,15"], ["34,6", "230,15"]]  # y = 62 - 56 * kept / 6
+    many = [row for row in rows] + [
+        type(rows[0])(f"s{i}", "2026-01", raw=1, cleaned=1, deduped=1) for i in range(4)
+    ]
+    assert sketch_svg(many) == ""  # past three sources nothing legible fits: the funnel table carries them
