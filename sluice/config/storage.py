@@ -24,6 +24,9 @@ class S3Settings(_Model):
     addressing_style: Literal["path", "virtual", "auto"] = "path"
     connect_timeout_s: float = Field(10.0, gt=0, le=600)  # per attempt; a timeout counts as a retryable error
     read_timeout_s: float = Field(60.0, gt=0, le=3600)
+    # Ranged reads (the training loader's spans, Parquet pages): "presigned" sends them through presigned URLs
+    # on a urllib3 pool (a fifth of botocore's CPU per GET; not behind a proxy), "botocore" through boto3.
+    ranged_reads: Literal["presigned", "botocore"] = "presigned"
 
     @field_validator("endpoint_url")
     @classmethod

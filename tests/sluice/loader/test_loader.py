@@ -426,6 +426,13 @@ def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, 
         print(f"S3 bytes per token byte served: tokens {store.token_bytes_fetched() / served:.3f}, index {index_bytes / served:.3f}")
         assert 0 < index_bytes <= served
         assert remote.shards().stats.peak_bytes <= limit
+        # The same batches, byte for byte, from whole shards on the same server, and from spans read by botocore.
+        settings = S3Settings(endpoint_url=server.endpoint_url)
+        whole = MixedTokens(open_store(f"s3://{bucket}/data", settings), "test", cache_dir=str(tmp_path / "s3w"), cache_bytes=1 << 30, remote_reads="shards")
+        assert same_batches(take(TrainingLoader(whole, 8, seed=6, mask_document_boundaries=True), steps), got)
+        botocore = MixedTokens(open_store(f"s3://{bucket}/data", settings.model_copy(update={"ranged_reads": "botocore"})), "test",
+                               cache_dir=str(tmp_path / "s3b"), cache_bytes=limit)
+        assert same_batches(take(TrainingLoader(botocore, 8, seed=6, mask_document_boundaries=True), steps), got)
     finally:
         sluice.storage._CLIENTS.clear()
 
