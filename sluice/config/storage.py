@@ -37,11 +37,11 @@ class S3Settings(_Model):
 
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"endpoint_url {value!r} must be an http:// or https:// URL with a host")
+            raise ValueError(f"endpoint_url {value!r} must be an http:// or https:// URL with a host; fix: e.g. http://127.0.0.1:8333")
         if parts.username or parts.password:
             # Never echo the value: it holds a credential.
             raise ValueError(
-                "endpoint_url must not carry credentials (user:password@); set AWS_ACCESS_KEY_ID / "
+                "endpoint_url must not carry credentials (user:password@); fix: remove them and set AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY in the environment instead"
             )
         return value
