@@ -329,12 +329,18 @@ class LocalStore(Store):
 
 
 _CLIENTS: dict[S3Settings, object] = {}
+_CLIENTS_PID = [os.getpid()]  # the process the cached clients and pools belong to
 
 
 def s3_client(settings: S3Settings):  # -> botocore client
     """One boto3 client per settings and process. Faults are handled by botocore alone: its retry mode
     (standard: throttling such as 503 SlowDown, 5xx, connection resets and timeouts, with exponential
-    backoff and jitter) and attempt count come from the config's `s3` section; sluice has no retry loop."""
+    backoff and jitter) and attempt count come from the config's `s3` section; sluice has no retry loop.
+    A forked process (a DataLoader worker) makes its own: pooled connections are not shared across a fork."""
+    if _CLIENTS_PID[0] != os.getpid():
+        _CLIENTS.clear()
+        _RANGES.clear()
+        _CLIENTS_PID[0] = os.getpid()
     key = settings
     client = _CLIENTS.get(key)
     if client is None:

@@ -520,3 +520,23 @@ def test_presigned_ranged_reads_step_aside_behind_a_proxy(monkeypatch):
     assert sluice.storage.presigned_ranges(settings) is None  # botocore honours the proxy; this path would not
     monkeypatch.setenv("NO_PROXY", "s3.internal")
     assert sluice.storage._behind_proxy(settings.endpoint_url) is False
+
+
+def _client_is_inherited(settings, queue) -> None:
+    old_client, old_ranges = sluice.storage._CLIENTS[settings], sluice.storage._RANGES[settings]  # inherited; kept alive here
+    queue.put(sluice.storage.s3_client(settings) is old_client or sluice.storage.presigned_ranges(settings) is old_ranges)
+
+
+def test_a_forked_process_makes_its_own_s3_client_and_pool(s3_credentials, s3_settings):
+    """boto3 clients and urllib3 pools hold sockets: a fork (DataLoader workers) must not share them."""
+    import multiprocessing
+
+    client, ranges = sluice.storage.s3_client(s3_settings), sluice.storage.presigned_ranges(s3_settings)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_client_is_inherited, args=(s3_settings, queue))
+    child.start()
+    inherited = queue.get(timeout=60)
+    child.join(60)
+    assert inherited is False
+    assert sluice.storage.s3_client(s3_settings) is client and sluice.storage.presigned_ranges(s3_settings) is ranges

@@ -437,6 +437,28 @@ def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, 
         sluice.storage._CLIENTS.clear()
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_s3_span_reads_through_forked_dataloader_workers_match(s3_mix, mix_root, tmp_path, monkeypatch):
+    """DataLoader workers forked after the parent has read through S3 open their own connections (a pooled
+    socket shared across a fork would mix up responses): the same batches as the local mix."""
+    import sluice.storage
+    from benchmarks.s3_server import use_credentials
+    from sluice.config import S3Settings
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
+        remote = MixedTokens(open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"))
+        remote.tokens(0, 10)  # the parent's pools hold live connections when the workers fork
+        steps = len(local) // 8
+        expected = take(TrainingLoader(local, 4, seed=2, rank=1, world_size=2), steps)
+        assert same_batches(take(TrainingLoader(remote, 4, seed=2, rank=1, world_size=2, num_workers=2), steps), expected)
+        assert remote.tokens(0, 10).tolist() == local.tokens(0, 10).tolist()
+    finally:
+        sluice.storage._CLIENTS.clear()
+
+
 def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
     import sluice.storage
     from benchmarks.s3_server import use_credentials
