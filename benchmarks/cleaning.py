@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.minhash_corpus import load_pages  # noqa: E402
 from benchmarks.peers import SHARED, datatrove_python, ensure_peer_package, figure  # noqa: E402
 
 if TYPE_CHECKING:
@@ -67,30 +68,6 @@ def cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def load_pages(snapshot: str, per_file: int) -> list[dict]:
-    from warcio.archiveiterator import ArchiveIterator
-
-    pages = []
-    for path in sorted((SHARED / "corpus" / snapshot).glob("*.warc.gz")):
-        taken = 0
-        with open(path, "rb") as stream:
-            for record in ArchiveIterator(stream):
-                if record.rec_type != "response" or taken >= per_file:
-                    continue
-                header = record.http_headers.get_header("Content-Type") if record.http_headers else ""
-                charset = header.split("charset=")[-1].strip() if "charset=" in (header or "") else None
-                pages.append(
-                    {
-                        "id": f"{path.name}:{taken}",
-                        "url": record.rec_headers.get_header("WARC-Target-URI"),
-                        "content": record.content_stream().read(),
-                        "charset": charset,
-                    }
-                )
-                taken += 1
-    return pages
 
 
 def chain_settings(new_steps: bool) -> CleaningSettings:

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.cleaning import load_pages  # noqa: E402
+from benchmarks.minhash_corpus import load_pages  # noqa: E402
 from benchmarks.peers import figure  # noqa: E402
 
 NEW_STEPS = ("code_share", "toxicity", "perplexity")

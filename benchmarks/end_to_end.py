@@ -331,14 +331,15 @@ def removed_documents(store: Any) -> dict[str, str]:
     return removed
 
 
-def near_duplicate_quality(storage: Path, crawl_folder: Path) -> dict[str, Any]:
-    """Recall and precision of dedup's removals against the planted truth (see the module docstring)."""
+def near_duplicate_quality(storage: Path | Any, crawl_folder: Path) -> dict[str, Any]:
+    """Recall and precision of dedup's removals against the planted truth (see the module docstring);
+    `storage` is the storage root's folder or an open store."""
     import pyarrow.parquet as pq
 
     from sluice.layout import list_partitions, partition_prefix, read_manifest, read_parquet_file
-    from sluice.storage import open_store
+    from sluice.storage import Store, open_store
 
-    store = open_store(str(storage))
+    store = storage if isinstance(storage, Store) else open_store(str(storage))
     truth = pq.read_table(crawl_folder / "truth.parquet", columns=["record_id", "group", "kind"]).to_pylist()
     group_of = {row["record_id"]: row["group"] for row in truth}
     record_of: dict[str, str] = {}

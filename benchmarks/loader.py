@@ -297,6 +297,20 @@ def cuda_stall_share(data: MixedTokens, steps: int = 200) -> float | None:
     return loader.stats.wait_seconds / (time.perf_counter() - started)
 
 
+def s3_figures(args: argparse.Namespace, traffic: dict[str, dict[str, float]]) -> None:
+    """The S3 part's lines: bytes per token served, and tokens/s of span reads against the whole-shard cache."""
+    shard_bytes = traffic["spans"]["cache_bytes"] * 100
+    for mode, row in traffic.items():
+        kinds = ", ".join(f".{kind} {share:.3f}" for kind, share in row["by_kind"].items())
+        print(f"S3, remote_reads={mode!r}: {row['per_token']:.3f} bytes fetched per token byte served ({kinds}), cache {row['cache_bytes'] / 1e6:.1f} MB "
+              f"({row['cache_bytes'] / shard_bytes:.0%} of the shards), {row['tokens_per_s'] / 1e6:.2f} M tokens/s")
+    config = f"SeaweedFS S3, {args.tokens / 1e6:.0f} M tokens, {args.s3_batches} batches of {BATCH}x{SEQ}, cache 1% of the shards, all bytes read"
+    figure("loader_bytes_fetched_per_token_served", traffic["spans"]["per_token"], "<= 2", config)
+    figure("loader_span_reads_tokens_per_s", traffic["spans"]["tokens_per_s"], "-", config)
+    figure("loader_span_over_whole_shard_tokens_per_s", traffic["spans"]["tokens_per_s"] / traffic["shards"]["tokens_per_s"], ">= 0.5",
+           f"{config}; whole shards through a cache of 25% of the shards")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=float, default=40e6, help="tokens in the synthetic mix")
@@ -304,7 +318,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="measurements per loader; the best is reported")
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--s3-batches", type=int, default=200, help="batches read through S3 for the traffic figure")
+    parser.add_argument("--s3-only", action="store_true", help="only the S3 part (traffic and span-read throughput)")
     args = parser.parse_args()
+    if args.s3_only:
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-loader-") as work:
+            data, _ = prepare(work, int(args.tokens))
+            s3_figures(args, s3_traffic(data, work, args.s3_batches))
+        return
     with tempfile.TemporaryDirectory(prefix="sluice-bench-loader-") as work:
         started = time.perf_counter()
         data, stream_path = prepare(work, int(args.tokens))
@@ -327,11 +347,6 @@ def main() -> None:
         if stall is None:
             print("CUDA stall share: skipped (no CUDA device)")
         traffic = s3_traffic(data, work, args.s3_batches)
-        shard_bytes = traffic["spans"]["cache_bytes"] * 100
-        for mode, row in traffic.items():
-            kinds = ", ".join(f".{kind} {share:.3f}" for kind, share in row["by_kind"].items())
-            print(f"S3, remote_reads={mode!r}: {row['per_token']:.3f} bytes fetched per token byte served ({kinds}), cache {row['cache_bytes'] / 1e6:.1f} MB "
-                  f"({row['cache_bytes'] / shard_bytes:.0%} of the shards), {row['tokens_per_s'] / 1e6:.2f} M tokens/s")
 
     config = f"{args.tokens / 1e6:.0f} M synthetic tokens, L={SEQ}, B={BATCH}, one rank, no workers, best of {args.rounds}"
     figure("loader_tokens_per_s_per_rank", ours, ">= 5e6 on CPU", config)
@@ -339,8 +354,7 @@ def main() -> None:
         figure("loader_vs_mosaic_streaming", ours / peers["mosaic"], ">= 2", config)
         figure("loader_vs_litdata_tokensloader", ours / peers["litdata"], ">= 2", config)
     figure("cuda_data_stall_share", "skipped (no CUDA)" if stall is None else stall, "< 0.01", "CUDA device, train loop")
-    figure("loader_bytes_fetched_per_token_served", traffic["spans"]["per_token"], "<= 2",
-           f"SeaweedFS S3, {args.s3_batches} batches of {BATCH}x{SEQ}, cache 1% of the shards, all bytes read")
+    s3_figures(args, traffic)
 
 
 if __name__ == "__main__":

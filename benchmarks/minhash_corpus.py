@@ -1,4 +1,5 @@
-"""Real documents for the dedup benchmarks: main text of ../shared/corpus pages, and controlled edits of them."""
+"""Real documents from ../shared/corpus: its WARC pages as they are (`load_pages`: the cleaning, curation,
+perplexity and real-page benchmarks), their main text, and controlled edits of them (the dedup benchmarks)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,32 @@ DEFAULT_FILES = (
     "web/2026-01/handbook-zh-CN.warc.gz",
     "web/2026-01/handbook-ru-RU.warc.gz",
 )
+
+
+def load_pages(snapshot: str, per_file: int) -> list[dict]:
+    """The first `per_file` response records of each WARC file of the corpus snapshot (e.g. `web/2026-01`),
+    in file order: id (`file:n`), URL, raw content and the charset its Content-Type names."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    pages = []
+    for path in sorted((CORPUS / snapshot).glob("*.warc.gz")):
+        taken = 0
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type != "response" or taken >= per_file:
+                    continue
+                header = record.http_headers.get_header("Content-Type") if record.http_headers else ""
+                charset = header.split("charset=")[-1].strip() if "charset=" in (header or "") else None
+                pages.append(
+                    {
+                        "id": f"{path.name}:{taken}",
+                        "url": record.rec_headers.get_header("WARC-Target-URI"),
+                        "content": record.content_stream().read(),
+                        "charset": charset,
+                    }
+                )
+                taken += 1
+    return pages
 
 
 def corpus_texts(files: tuple[str, ...] | None = None, min_chars: int = 200) -> list[str]:

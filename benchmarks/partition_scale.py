@@ -28,7 +28,14 @@ Figures (for the largest size run, TOP, over the smallest, LOW; names e.g. `_1e6
 (the largest process's peak growth per extra document, goal <= 16), and `partition_scale_near_dup_recall_<size>` /
 `_precision_<size>` (goals >= 0.95 / >= 0.99). A fork caught between its fork and its exec (its parent's
 command line and pages) is printed as such and left out of the figures. With more than one size, the local
-runs rewrite the sizing table of docs/guides/at-scale.md (benchmarks/sizing.py). Not measured: S3 requests.
+runs on the local store rewrite the sizing table of docs/guides/at-scale.md (benchmarks/sizing.py).
+
+`--store s3` puts the crawl and the storage root in a bucket of the SeaweedFS server the tests use
+(benchmarks/s3_server.py) and adds `partition_scale_s3_requests_per_1000_docs_<size>` (every process's S3
+requests during the command, as the server's own Prometheus counter has them, by type),
+`partition_scale_s3_requests_per_doc_ratio_TOP_over_LOW` (goal <= 1.2) and
+`partition_scale_s3_requests_per_1000_extra_docs_TOP_vs_LOW` (goal: flat; small sizes are dominated by a
+run's fixed requests). Cheap sizes: `--store s3 --sizes 1000 10000`.
 """
 
 from __future__ import annotations
@@ -128,14 +135,17 @@ def snapshot(count: int, seed: int = 0) -> Path:
     return out
 
 
-def write_config(crawl: Path, work: Path, count: int, compute: str) -> Path:
+def write_config(crawl: Path, work: Path, count: int, compute: str, s3: dict[str, str] | None = None) -> Path:
     """The project's sluice.yaml on this one-source crawl: every cleaning step at its setting there, the
-    curated-source models off (one source), a 1,024-token BPE, a mix of TOKENS_PER_DOC x count tokens."""
+    curated-source models off (one source), a 1,024-token BPE, a mix of TOKENS_PER_DOC x count tokens.
+    `s3` (endpoint, root, crawl): the storage root and the source on that S3 store instead of local folders."""
     import yaml
 
     raw = yaml.safe_load((ROOT / "sluice.yaml").read_text())
-    raw["storage"] = {"root": str(work / "data")}
-    raw["sources"] = [{"name": SOURCE, "location": str(crawl / SOURCE), "format": "jsonl"}]
+    raw["storage"] = {"root": s3["root"] if s3 else str(work / "data")}
+    raw["sources"] = [{"name": SOURCE, "location": f"{s3['crawl']}/{SOURCE}" if s3 else str(crawl / SOURCE), "format": "jsonl"}]
+    if s3:
+        raw["s3"] = {**raw.get("s3", {}), "endpoint_url": s3["endpoint"]}
     cleaning = raw.setdefault("cleaning", {})
     cleaning.pop("per_source", None)
     if cleaning.get("url_blocklist"):
@@ -259,15 +269,38 @@ class ProcessPeaks:
         return kinds
 
 
-def run_size(count: int, compute: str) -> dict[str, Any]:
-    """`sluice materialize` on a fresh instance and storage root over the snapshot of `count` documents."""
+def upload_crawl(server: Any, bucket: str, crawl: Path) -> str:
+    """The snapshot's JSONL files copied to `s3://bucket/crawl/...`; returns that folder's URL."""
+    client = server.client()
+    for path in sorted((crawl / SOURCE).rglob("*.jsonl")):
+        client.upload_file(str(path), bucket, f"crawl/{path.relative_to(crawl).as_posix()}")
+    return f"s3://{bucket}/crawl"
+
+
+def run_size(count: int, compute: str, server: Any = None) -> dict[str, Any]:
+    """`sluice materialize` on a fresh instance and storage root over the snapshot of `count` documents; with
+    `server` (a SeaweedS3), crawl and storage root in a fresh bucket of it, and the S3 requests the run sent
+    (every process, as the server counts them) in `s3_requests`."""
+    from sluice.config import S3Settings
+    from sluice.storage import open_store
+
     crawl = snapshot(count)
-    work = DATA / f"run-{count}-{compute}"
+    store_kind = "s3" if server else "local"
+    work = DATA / f"run-{count}-{compute}-{store_kind}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    config = write_config(crawl, work, count, compute)
-    env = {**os.environ, "SLUICE_CONFIG": str(config), "DAGSTER_HOME": str(work / "dagster_home"), "PYTHONUNBUFFERED": "1"}
-    print(f"\n{count} documents ({compute} compute): {' '.join(end_to_end.GRAPH_COMMAND)} (log: {work / 'command.log'})", flush=True)
+    env = {**os.environ, "DAGSTER_HOME": str(work / "dagster_home"), "PYTHONUNBUFFERED": "1"}
+    s3, store = None, None
+    if server:
+        bucket = server.create_bucket("partition-scale")
+        s3 = {"endpoint": server.endpoint_url, "root": f"s3://{bucket}/data", "crawl": upload_crawl(server, bucket, crawl)}
+        env.update(server.env())
+        os.environ.update(server.env())  # this process reads the outputs too
+        store = open_store(s3["root"], S3Settings(endpoint_url=server.endpoint_url))
+        before = server.request_counts(bucket)
+    config = write_config(crawl, work, count, compute, s3)
+    env["SLUICE_CONFIG"] = str(config)
+    print(f"\n{count} documents ({compute} compute, {store_kind} store): {' '.join(end_to_end.GRAPH_COMMAND)} (log: {work / 'command.log'})", flush=True)
     peaks, cpu = ProcessPeaks(), sizing.StageCpu()
 
     def observe(root: int, tree: dict[int, tuple[int, float]]) -> None:
@@ -276,15 +309,18 @@ def run_size(count: int, compute: str) -> dict[str, Any]:
 
     measured = end_to_end.run_measured([sys.executable, *end_to_end.GRAPH_COMMAND], env, work / "command.log", observe=observe)
     measured.pop("rss_timeline")
-    from sluice.storage import open_store
-
-    store = open_store(str(work / "data"))
+    requests = None
+    if server:
+        after = server.request_counts(bucket)
+        requests = {kind: after[kind] - before.get(kind, 0) for kind in sorted(after) if after[kind] > before.get(kind, 0)}
+    store = store or open_store(str(work / "data"))
     counts = {asset: end_to_end.manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
     steps = end_to_end.step_seconds(work / "dagster_home", group=lambda key: key)[0]
-    result = {"documents": count, "compute": compute, **measured, "kinds": peaks.by_kind(), "run_processes": peaks.run_processes(steps), "counts": counts,
-              "processes": peaks.processes(), "stage_cpu_s": cpu.by_step(steps), "datasets": sizing.dataset_footprint(work / "data"),
-              "docs_per_file": DOCS_PER_FILE,
-              "quality": end_to_end.near_duplicate_quality(work / "data", crawl)}
+    result = {"documents": count, "compute": compute, "store": store_kind, **measured, "kinds": peaks.by_kind(),
+              "run_processes": peaks.run_processes(steps), "counts": counts, "processes": peaks.processes(), "s3_requests": requests,
+              "stage_cpu_s": cpu.by_step(steps), "docs_per_file": DOCS_PER_FILE,
+              "datasets": sizing.dataset_footprint(work / "data") if server is None else {},
+              "quality": end_to_end.near_duplicate_quality(store, crawl)}
     print_size(result)
     (work / "result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
@@ -301,6 +337,10 @@ def print_size(r: dict[str, Any]) -> None:
     for rss, at_peak, per_step in r["run_processes"]:
         steps = ", ".join(f"{step} {peak / 2**20:.0f}" for step, peak in sorted(per_step.items(), key=lambda item: -item[1])) or "no step"
         print(f"    {rss / 2**20:6.0f}  {', '.join(at_peak) or 'no step'}; {steps}")
+    if r.get("s3_requests"):
+        total = sum(r["s3_requests"].values())
+        kinds = ", ".join(f"{kind} {n}" for kind, n in r["s3_requests"].items())
+        print(f"  S3 requests: {total} ({kinds}): {1000 * total / r['documents']:.1f} per 1,000 documents")
     q = r["quality"]
     print(f"  near duplicates: {q['should_remove']} cleaned documents with an earlier member of their planted group at J >= {end_to_end.THRESHOLD}; "
           f"removed {q['removed']} ({q['removed_should']} of those): recall {q['recall']:.4f}, precision {q['precision']:.4f}", flush=True)
@@ -325,6 +365,13 @@ def scaling_figures(low: dict[str, Any], high: dict[str, Any]) -> None:
     def largest_of(r: dict[str, Any]) -> int:
         return max(entry["peak_rss_bytes"] for kind, entry in r["kinds"].items() if kind != "fork before exec")
 
+    if high.get("s3_requests") and low.get("s3_requests"):
+        # A run's fixed requests (listings, manifests, models) dominate small sizes: the growth per extra document is what scales.
+        requests = [sum(r["s3_requests"].values()) for r in (high, low)]
+        figure(f"partition_scale_s3_requests_per_doc_ratio_{top}_over_{base}", (requests[0] / high["documents"]) / (requests[1] / low["documents"]),
+               "<= 1.2", config + ", S3 requests of every process per document, counted by the SeaweedFS server")
+        figure(f"partition_scale_s3_requests_per_1000_extra_docs_{top}_vs_{base}", 1000 * (requests[0] - requests[1]) / (high["documents"] - low["documents"]),
+               "flat", config + ", (S3 requests at the top size - at the base size) per 1,000 extra documents")
     largest = largest_of(high) - largest_of(low)
     figure(f"partition_scale_largest_process_bytes_per_doc_{top}_vs_{base}", largest / (high["documents"] - low["documents"]), f"<= {GOAL_BYTES}",
            config + ", (largest process's peak RSS at the top size - at the base size) / the extra documents")
@@ -335,12 +382,24 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="documents in the snapshot, one run each")
     parser.add_argument("--compute", nargs="+", default=["local"], choices=["local", "ray"],
                         help="compute backends: local (the process pool); ray (a local Ray the run process starts)")
+    parser.add_argument("--store", choices=["local", "s3"], default="local",
+                        help="where crawl and storage root live: local folders, or a bucket of the SeaweedFS S3 server the tests use")
     args = parser.parse_args()
+    if args.store == "s3":
+        from benchmarks.s3_server import shared_server
+
+        with shared_server() as server:
+            return measure(args, server)
+    return measure(args, None)
+
+
+def measure(args: argparse.Namespace, server: Any) -> int:
+    """Every size on every compute backend, then the figures."""
     sizes = sorted(set(args.sizes))
     print(f"partition_scale: one snapshot of {', '.join(map(str, sizes))} short documents through sluice materialize "
           f"({NEAR_SHARE:.0%} planted near copies, {DOCS_PER_FILE} documents a file)")
     for compute in args.compute:
-        results = {count: run_size(count, compute) for count in sizes}
+        results = {count: run_size(count, compute, server) for count in sizes}
         print()
         for count, r in results.items():
             config = f"1 source x 1 snapshot, {count} short JSONL documents, {NEAR_SHARE:.0%} planted near copies, sluice materialize, {compute} compute"
@@ -348,9 +407,12 @@ def main() -> int:
             figure(f"partition_scale_near_dup_recall_{label(count)}{suffix}", r["quality"]["recall"], ">= 0.95", config + ", vs planted truth, exact Jaccard >= 0.8")
             figure(f"partition_scale_near_dup_precision_{label(count)}{suffix}", r["quality"]["precision"], ">= 0.99", config + ", vs planted truth, exact Jaccard >= 0.8")
             figure(f"partition_scale_cpu_ms_per_doc_{label(count)}{suffix}", 1000 * r["cpu_s"] / count, "-", config + ", CPU of the process tree")
+            if r["s3_requests"]:
+                figure(f"partition_scale_s3_requests_per_1000_docs_{label(count)}{suffix}", 1000 * sum(r["s3_requests"].values()) / count, "flat",
+                       config + ", crawl and storage on SeaweedFS S3, requests of every process counted by the server")
         if len(sizes) > 1:
             scaling_figures(results[sizes[0]], results[sizes[-1]])
-            if compute == "local":
+            if compute == "local" and server is None:
                 sizing.write_page(list(results.values()))
     return 0
 

@@ -37,7 +37,7 @@ import zstandard
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.cleaning import load_pages  # noqa: E402
+from benchmarks.minhash_corpus import load_pages  # noqa: E402
 from benchmarks.peers import SHARED, figure  # noqa: E402
 
 FOLDS = 5

@@ -264,7 +264,7 @@ DEPARTURES = {"extraction.post_meta: true": {"extraction": {"post_meta": True}},
 
 def departures_elsewhere(snapshot: str) -> None:
     """Section 3: decisions on the corpus snapshot and the non-article pages with each departure reverted."""
-    from benchmarks.cleaning import load_pages as corpus_pages
+    from benchmarks.minhash_corpus import load_pages as corpus_pages
 
     corpus = [(p["id"], p["url"], "text/html", p["content"], p["charset"]) for p in corpus_pages(snapshot, 10**9)]
     junk = page_documents(load_pages(articles=False), "html")

@@ -47,6 +47,7 @@ PORT_FLAGS = (
     "filer.port.grpc",
     "admin.port",
     "admin.port.grpc",
+    "metricsPort",  # Prometheus metrics (`request_counts`)
 )
 # gRPC servers also listen on /tmp/seaweedfs-<role>-grpc-<port>.sock; removed at exit, and by us if not.
 GRPC_SOCKETS = {
@@ -140,6 +141,25 @@ class SeaweedS3:
                 read_timeout=timeout,
             ),
         )
+
+    def request_counts(self, bucket: str) -> dict[str, int]:
+        """The S3 requests this server has answered for `bucket` so far, by type (GET, PUT, LIST, HEAD,
+        DELETE, ...; every status), from its Prometheus counter `SeaweedFS_s3_request_total`: what every
+        process sent, counted by the server itself."""
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['metricsPort']}/metrics", timeout=30) as response:
+            text = response.read().decode()
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if not line.startswith("SeaweedFS_s3_request_total{"):
+                continue
+            labels, _, value = line[len("SeaweedFS_s3_request_total{") :].rpartition("} ")
+            fields = dict(item.split("=", 1) for item in labels.split(","))
+            if fields.get("bucket", "").strip('"') == bucket:
+                kind = fields.get("type", "").strip('"')
+                counts[kind] = counts.get(kind, 0) + int(float(value))
+        return counts
 
     def create_bucket(self, prefix: str = "sluice-test") -> str:
         """A new, empty bucket with a unique name (tests sharing the server do not see each other's)."""

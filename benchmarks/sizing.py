@@ -1,11 +1,11 @@
 """The sizing table of docs/guides/at-scale.md, written from benchmarks/partition_scale.py's measurements.
 
-    python benchmarks/sizing.py [RESULT.json ...]   # default: the latest local-pool runs under .bench_data/partition_scale/
+    python benchmarks/sizing.py [RESULT.json ...]   # default: the latest local-pool, local-store runs under .bench_data/partition_scale/
 
 partition_scale.py measures one source x one snapshot at growing sizes and records, per run (`result.json`):
 the CPU seconds each stage's steps took (`stage_cpu_s`: the process tree's CPU between two samples goes to
 the steps running then), each process kind's peak RSS, the files and bytes each dataset wrote
-(`datasets`) and, where counted, the object-store requests. From the two largest sizes this fits, per
+(`datasets`) and, from its `--store s3` runs of the same sizes, the object-store requests. From the two largest sizes this fits, per
 quantity, a fixed part plus a part per document (`a + b * N`) and evaluates it at 10^6, 10^9 and 3 x 10^9
 documents in a partition, and the dedup index over 100 such partitions of history. A process kind whose
 peak grew more than BOUNDED_RATIO between the sizes is marked as growing and extrapolated the same way:
@@ -133,9 +133,9 @@ def rows(results: Sequence[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     index = [(r["documents"], r["datasets"].get("dedup_index", {}).get("bytes", 0)) for r in runs]
     if any(value for _, value in index):
         out.append((f"dedup index over {HISTORY} partitions of history", [human(HISTORY * at(index, n), "bytes") for n in TARGETS]))
-    if all("s3_requests" in r for r in runs):
-        points = [(r["documents"], r["s3_requests"]) for r in runs]
-        out.append(("object-store requests", [human(at(points, n), "") for n in TARGETS]))
+    if all(r.get("s3_requests") for r in runs):
+        points = [(r["documents"], sum(r["s3_requests"].values())) for r in runs]
+        out.append(("object-store requests (every process, as the S3 server counts them)", [human(at(points, n), "") for n in TARGETS]))
     return out
 
 
@@ -170,8 +170,12 @@ def write_page(results: Sequence[dict[str, Any]], page: Path = PAGE) -> None:
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.partition_scale import DATA
 
-    paths = [Path(p) for p in (argv if argv is not None else sys.argv[1:])] or sorted(DATA.glob("run-*-local/result.json"))
+    paths = [Path(p) for p in (argv if argv is not None else sys.argv[1:])] or sorted(DATA.glob("run-*-local-local/result.json"))
     results = [json.loads(path.read_text()) for path in paths if path.exists()]
+    for result in results:  # the S3 runs of the same sizes (`--store s3`) count the requests
+        s3_run = DATA / f"run-{result['documents']}-{result['compute']}-s3" / "result.json"
+        if not result.get("s3_requests") and s3_run.exists():
+            result["s3_requests"] = json.loads(s3_run.read_text()).get("s3_requests")
     if not results:
         print("no partition_scale results: run benchmarks/partition_scale.py first", file=sys.stderr)
         return 1

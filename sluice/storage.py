@@ -329,12 +329,18 @@ class LocalStore(Store):
 
 
 _CLIENTS: dict[S3Settings, object] = {}
+_CLIENTS_PID = [os.getpid()]  # the process the cached clients and pools belong to
 
 
 def s3_client(settings: S3Settings):  # -> botocore client
     """One boto3 client per settings and process. Faults are handled by botocore alone: its retry mode
     (standard: throttling such as 503 SlowDown, 5xx, connection resets and timeouts, with exponential
-    backoff and jitter) and attempt count come from the config's `s3` section; sluice has no retry loop."""
+    backoff and jitter) and attempt count come from the config's `s3` section; sluice has no retry loop.
+    A forked process (a DataLoader worker) makes its own: pooled connections are not shared across a fork."""
+    if _CLIENTS_PID[0] != os.getpid():
+        _CLIENTS.clear()
+        _RANGES.clear()
+        _CLIENTS_PID[0] = os.getpid()
     key = settings
     client = _CLIENTS.get(key)
     if client is None:
@@ -354,6 +360,109 @@ def s3_client(settings: S3Settings):  # -> botocore client
         )
         _CLIENTS[key] = client
     return client
+
+
+URL_LIFETIME_S = 900  # presigned URLs of the ranged reads are valid this long ...
+URL_RENEW_S = 300  # ... and renewed after this (rotating temporary credentials, a skewed clock)
+POOL_CONNECTIONS = 64  # per host: the loader's span and index threads together
+URL_CACHE = 4096  # presigned URLs kept per process (one per object read by ranges)
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})  # throttling (503 SlowDown) and server errors
+_XML_FIELD = {name: re.compile(rf"<{name}>([^<]*)</{name}>") for name in ("Code", "Message")}
+
+
+class PresignedRanges:
+    """Ranged GETs of S3 objects through presigned URLs on a urllib3 pool, not botocore's request pipeline:
+    the training loader's span reads are many small GETs, and botocore spends ~2 ms of CPU on each (events,
+    validation, signing, parsing), where this path spends ~0.4 ms (measured on SeaweedFS, 8 threads), so a
+    process serves about five times the GETs per second.
+
+    A presigned URL signs the method, bucket, key and expiry but not the Range header, so one URL per object
+    serves all its ranges; it is renewed after URL_RENEW_S, and once more when S3 answers 403 (expired
+    credentials). Retries are urllib3's, as botocore's standard mode has them: connection errors, timeouts,
+    429 and 5xx with exponential backoff and jitter, `max_attempts` tries in all (the client-side rate limiter
+    of `retry_mode: adaptive` is not reproduced). Errors are `StorageError`s naming the URL and S3's code.
+    """
+
+    def __init__(self, client, settings: S3Settings) -> None:
+        import threading
+        from collections import OrderedDict
+
+        import urllib3
+        from botocore.httpsession import get_cert_path
+
+        self.client = client
+        retries = urllib3.Retry(
+            total=settings.max_attempts - 1, status_forcelist=RETRY_STATUS, allowed_methods=frozenset({"GET"}), backoff_factor=0.5,
+            backoff_max=20.0, backoff_jitter=0.5, raise_on_status=False, respect_retry_after_header=True,
+        )
+        timeout = urllib3.Timeout(connect=settings.connect_timeout_s, read=settings.read_timeout_s)
+        self._pool = urllib3.PoolManager(maxsize=POOL_CONNECTIONS, retries=retries, timeout=timeout, ca_certs=os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True))
+        self._urls: OrderedDict[tuple[str, str], tuple[float, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _url(self, bucket: str, key: str, renew: bool) -> str:
+        import time
+
+        now = time.monotonic()
+        with self._lock:
+            cached = self._urls.get((bucket, key))
+            if cached is not None and not renew and now - cached[0] < URL_RENEW_S:
+                self._urls.move_to_end((bucket, key))
+                return cached[1]
+        url = self.client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=URL_LIFETIME_S)
+        with self._lock:
+            self._urls[(bucket, key)] = (now, url)
+            while len(self._urls) > URL_CACHE:
+                self._urls.popitem(last=False)
+        return url
+
+    def get(self, bucket: str, key: str, start: int, length: int, uri: str) -> bytes | None:
+        """Bytes [start, start + length) of the object (fewer where it ends first); None when the range
+        starts at or past its end (S3's InvalidRange)."""
+        import urllib3
+
+        headers = {"Range": f"bytes={start}-{start + length - 1}"}
+        try:
+            response = self._pool.request("GET", self._url(bucket, key, renew=False), headers=headers)
+            if response.status == 403:  # an expired URL or rotated credentials: sign once more
+                response = self._pool.request("GET", self._url(bucket, key, renew=True), headers=headers)
+        except urllib3.exceptions.HTTPError as error:
+            raise StorageError(f"cannot read {uri}: {type(error).__name__}: {error}") from error
+        if response.status == 206:
+            return response.data
+        if response.status == 200:  # a server that ignores Range answers with the whole object
+            return response.data[start : start + length]
+        text = response.data[:4096].decode("utf-8", "replace")
+        code, message = (match.group(1) if (match := _XML_FIELD[name].search(text)) else None for name in ("Code", "Message"))
+        if response.status == 416 or code == "InvalidRange":
+            return None
+        raise StorageError(f"cannot read {uri}: {code or response.status}: {message or response.reason}")
+
+
+_RANGES: dict[S3Settings, PresignedRanges] = {}
+
+
+def _behind_proxy(endpoint: str | None) -> bool:
+    """Whether the environment sends requests to `endpoint` through a proxy (botocore honours HTTP(S)_PROXY
+    and NO_PROXY; the presigned path does not, so it steps aside)."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(endpoint or "https://s3.amazonaws.com")
+    return parts.scheme in proxies and not urllib.request.proxy_bypass_environment(parts.hostname or "")
+
+
+def presigned_ranges(settings: S3Settings) -> PresignedRanges | None:
+    """The process's `PresignedRanges` for these settings (renewed with the boto3 client, whose credentials
+    sign its URLs); None when `ranged_reads` is botocore or a proxy is configured for the endpoint."""
+    if settings.ranged_reads != "presigned" or _behind_proxy(settings.endpoint_url):
+        return None
+    client = s3_client(settings)
+    ranges = _RANGES.get(settings)
+    if ranges is None or ranges.client is not client:
+        ranges = _RANGES[settings] = PresignedRanges(client, settings)
+    return ranges
 
 
 def _describe_client_error(error: Exception) -> str:
@@ -465,6 +574,13 @@ class S3Store(Store):
         if not length:  # an empty Range header is not a valid request; a missing key still fails
             self.size(key)
             return b""
+        ranges = presigned_ranges(self.spec.s3)
+        if ranges is not None:
+            body = ranges.get(self.bucket, self._key(key), start, length, self.uri(key))
+            if body is None:  # the range starts at or past the end: empty, but a missing key still fails
+                self.size(key)
+                return b""
+            return body
         try:
             response = self._call("read", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}")
         except StorageError as error:

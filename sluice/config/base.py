@@ -21,8 +21,10 @@ class ConfigError(ValueError):
 
 def check_name(value: str, what: str) -> str:
     if not NAME_PATTERN.match(value):
+        suggestion = re.sub(r"[^a-z0-9_-]+", "-", value.lower()).strip("-_")[:63] or "name"
         raise ValueError(
-            f"{what} {value!r} must match {NAME_PATTERN.pattern} (lowercase letters, digits, '_' or '-')"
+            f"{what} {value!r} must match {NAME_PATTERN.pattern} (lowercase letters, digits, '_' or '-'); "
+            f"fix: rename it, e.g. to {suggestion!r}"
         )
     return value
 
@@ -32,8 +34,8 @@ def check_snapshot_name(value: str) -> str:
     if not SNAPSHOT_PATTERN.match(value) or ".." in value:
         suggestion = re.sub(r"[^A-Za-z0-9._-]+", "-", value.replace("..", "-")).strip("-._")[:128] or "2026-01"
         raise ValueError(
-            f"snapshot folder {value!r} cannot be a partition key (it must match {SNAPSHOT_PATTERN.pattern}, no '..'): "
-            f"rename it, e.g. to {suggestion!r}; its files are not read until then"
+            f"snapshot folder {value!r} cannot be a partition key (it must match {SNAPSHOT_PATTERN.pattern}, no '..'); "
+            f"fix: rename it, e.g. to {suggestion!r}; its files are not read until then"
         )
     return value
 
@@ -47,24 +49,24 @@ def check_location(value: str, what: str) -> str:
     """A local path or s3://bucket/prefix whose parts are safe: no `..`/`.`/empty segments, no control
     characters, and in S3 only characters that need no quoting in keys (`A-Za-z0-9._=+-`)."""
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise ValueError(f"{what} {value!r} contains control characters")
+        raise ValueError(f"{what} {value!r} contains control characters; fix: remove them")
     if value.startswith("s3://"):
         bucket, _, prefix = value[len("s3://") :].partition("/")
         if not S3_BUCKET_PATTERN.match(bucket) or ".." in bucket:
             raise ValueError(
                 f"{what} {value!r}: bucket {bucket!r} is not a valid S3 bucket name "
-                "(3-63 characters: lowercase letters, digits, '.', '-')"
+                "(3-63 characters: lowercase letters, digits, '.', '-'); fix: use the bucket's real name"
             )
         parts = prefix.rstrip("/").split("/") if prefix.rstrip("/") else []
         for part in parts:
             if part in ("", ".", "..") or not S3_KEY_PART_PATTERN.match(part):
                 raise ValueError(
                     f"{what} {value!r}: key part {part!r} is not allowed "
-                    "(no empty, '.' or '..' parts; characters A-Z a-z 0-9 . _ = + - only)"
+                    "(no empty, '.' or '..' parts; characters A-Z a-z 0-9 . _ = + - only); fix: use a prefix of such parts"
                 )
         return value
     if "://" in value:
-        raise ValueError(f"{what} {value!r}: unsupported URL scheme; use a local path or s3://bucket/prefix")
+        raise ValueError(f"{what} {value!r}: unsupported URL scheme; fix: use a local path or s3://bucket/prefix")
     return value  # local paths are resolved against the config file's folder (`..` is fine there)
 
 
@@ -76,5 +78,5 @@ def check_language(value: str, what: str) -> str:
     from sluice.langid import LID176_LANGUAGES
 
     if value not in LID176_LANGUAGES:
-        raise ValueError(f"{what} {value!r} is not a lid.176 language code (such as en, de, zh, pt; see sluice/langid.py)")
+        raise ValueError(f"{what} {value!r} is not a lid.176 language code; fix: use one such as en, de, zh, pt (see sluice/langid.py)")
     return value

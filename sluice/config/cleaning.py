@@ -70,11 +70,11 @@ class ExtractionSettings(_Model):
 
         for selector in value:
             if "/*" in selector:
-                raise ValueError(f"skip_elements: a CSS comment hides the selectors after it: {selector!r}")
+                raise ValueError(f"skip_elements: a CSS comment hides the selectors after it: {selector!r}; fix: remove the comment")
             try:
                 extract_plain_text(HTMLTree.parse("<p>x</p>"), main_content=True, skip_elements=[selector])
             except Exception as error:  # resiliparse's CSSParserException
-                raise ValueError(f"skip_elements: not a CSS selector resiliparse can use: {selector!r} ({error})") from None
+                raise ValueError(f"skip_elements: not a CSS selector resiliparse can use: {selector!r} ({error}); fix: correct or remove the selector") from None
         return value
 
 
@@ -175,7 +175,7 @@ class PIISettings(_Model):
         """`ip_address`, the earlier name of `ip`, is still read, with one warning."""
         if isinstance(values, dict) and "ip_address" in values:
             if "ip" in values:
-                raise ValueError("pii: give `ip` only (`ip_address` is its deprecated earlier name)")
+                raise ValueError("pii: `ip` and `ip_address` (its deprecated earlier name) are both set; fix: remove ip_address")
             warnings.warn("pii.ip_address is deprecated: name it pii.ip (public | all | none)", FutureWarning, stacklevel=2)
             values = {("ip" if key == "ip_address" else key): value for key, value in values.items()}
         return values
@@ -219,7 +219,7 @@ class ToxicitySettings(_Model):
 
         for code in value:
             if code not in LIST_LANGUAGES:
-                raise ValueError(f"toxicity.extra_languages: no word list for {code!r}; lists: {sorted(LIST_LANGUAGES)}")
+                raise ValueError(f"toxicity.extra_languages: no word list for {code!r}; fix: use languages that have one: {sorted(LIST_LANGUAGES)}")
         return value
 
 
@@ -264,7 +264,7 @@ class PerplexityModelSettings(_Model):
     @classmethod
     def _languages(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for code in value:
-            check_language(code, "perplexity_model.languages:")
+            check_language(code, "language")
         return value
 
     @field_validator("sources")
@@ -278,7 +278,7 @@ class PerplexityModelSettings(_Model):
     @classmethod
     def _quantiles(cls, value: tuple[float, float]) -> tuple[float, float]:
         if not 0 < value[0] < value[1] < 1:
-            raise ValueError(f"quantiles must be [low, high] with 0 < low < high < 1, got {list(value)}")
+            raise ValueError(f"quantiles must be [low, high] with 0 < low < high < 1, got {list(value)}; fix: e.g. [0.33, 0.67]")
         return value
 
 
@@ -319,6 +319,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "c4": {"curly_bracket_code_lines": "drop_document"}, "fineweb_quality": {"variant": "datatrove"},
     },
 }
+
+
+def _inner_problems(error: ValidationError) -> str:
+    """The problems of an override's settings as `key: problem` parts of one line, the last one's fix kept
+    (or, where the rule gave none, the fix to give the key a value its cleaning setting accepts)."""
+    parts = [f"{'.'.join(str(p) for p in item['loc'])}: {item['msg'].removeprefix('Value error, ')}".removeprefix(": ") for item in error.errors()]
+    text = "; ".join(parts)
+    return text if "fix:" in text else f"{text}; fix: give each named key a value its cleaning.<key> accepts"
 
 
 class CleaningSettings(_Model):
@@ -387,40 +395,41 @@ class CleaningSettings(_Model):
     def _keep_list(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("languages"), list | tuple):
             if data.get("keep_languages"):
-                raise ValueError("languages is a list (the languages to keep) and keep_languages is set too; use keep_languages")
+                raise ValueError("languages is a list (the languages to keep) and keep_languages is set too; fix: list them in keep_languages only")
             data = {**data, "keep_languages": data["languages"]}
             del data["languages"]
         return data
 
     @model_validator(mode="after")
     def _per_source(self) -> CleaningSettings:
+        """Every per-language and per-source override makes valid settings (their problems in one line each,
+        the inner keys named)."""
         for code, override in self.languages.items():
             check_language(code, "cleaning.languages key")
             unknown = sorted(set(override) - set(LANGUAGE_KEYS))
             if unknown:
                 raise ValueError(
                     f"cleaning.languages.{code}: {', '.join(unknown)} cannot be set per language; "
-                    f"allowed: {', '.join(LANGUAGE_KEYS)} (the settings of steps after language ID)"
+                    f"allowed: {', '.join(LANGUAGE_KEYS)} (the settings of steps after language ID); fix: set the others in cleaning or per_source"
                 )
             try:
                 self.for_language(code)
             except ValidationError as error:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors()
-                )
-                raise ValueError(f"cleaning.languages.{code}: {problems}") from None
+                raise ValueError(f"cleaning.languages.{code}: {_inner_problems(error)}") from None
         for name in self.per_source:
             check_name(name, "cleaning.per_source key (a source name)")
             try:
                 self.for_source(name)
             except ValidationError as error:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors()
-                )
-                raise ValueError(f"cleaning.per_source.{name}: {problems}") from None
-        if self.drop_rate_bounds and not 0 <= self.drop_rate_bounds[0] <= self.drop_rate_bounds[1] <= 1:
-            raise ValueError(f"drop_rate_bounds must be [low, high] with 0 <= low <= high <= 1, got {self.drop_rate_bounds}")
+                raise ValueError(f"cleaning.per_source.{name}: {_inner_problems(error)}") from None
         return self
+
+    @field_validator("drop_rate_bounds")
+    @classmethod
+    def _drop_rate_bounds(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value and not 0 <= value[0] <= value[1] <= 1:
+            raise ValueError(f"must be [low, high] with 0 <= low <= high <= 1, got {list(value)}; fix: e.g. [0.0, 0.9]")
+        return value
 
     def for_source(self, source: str) -> CleaningSettings:
         """These settings with the source's overrides merged in (and no per_source table); the source's
@@ -429,7 +438,7 @@ class CleaningSettings(_Model):
         base = self.model_dump(exclude={"per_source"})
         if override:
             if "per_source" in override:
-                raise ValueError("per_source cannot be nested")
+                raise ValueError("per_source cannot be nested; fix: move the inner entries up to cleaning.per_source")
             if isinstance(override.get("languages"), list | tuple):
                 override = {**override, "keep_languages": override["languages"]}
                 del override["languages"]

@@ -47,7 +47,9 @@ DEFER_REFERENCES = "defer_references"  # validation context: leave the cross-ref
 
 
 def _unknown_source(key: str, name: str, names: list[str]) -> str:
-    return f"{key}: names unknown source {name!r}; fix: use one of the sources {names}{did_you_mean(name, names)}"
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    fix = f"rename it to {close[0]!r} (the sources: {names})" if close else f"use one of the sources {names}"
+    return f"{key}: names unknown source {name!r}{did_you_mean(name, names)}; fix: {fix}"
 
 
 class SluiceConfig(_Model):
@@ -92,7 +94,7 @@ class SluiceConfig(_Model):
             try:
                 check_name(mix_name, "mix name")
             except ValueError as error:
-                problems.append(f"mixes.{mix_name}: {error}; fix: rename the mix")
+                problems.append(f"mixes.{mix_name}: {error}")
             problems += [_unknown_source(f"mixes.{mix_name}.weights", s, names) for s in mix.sources if s not in names]
         problems += [_unknown_source("cleaning.per_source", s, names) for s in self.cleaning.per_source if s not in names]
         positive = self.quality_model.positive_source
@@ -293,7 +295,10 @@ def _error_line(item: dict[str, Any]) -> list[str]:
     elif item["type"] not in ("value_error", "assertion_error"):  # a type or bound of the schema: the fix is the rule
         return [f"{where}: invalid value{shown}; fix: {message[0].lower()}{message[1:]}"]
     prefix = f"{where}: " if item["loc"] else ""
-    return [f"{prefix}{part}{shown}" for part in message.split("\n")]
+    if got is not None and repr(got) in message:
+        shown = ""  # the validator's message shows the value already
+    # The config's validators end their messages with `; fix: ...`; one without it still gets a line that says what to do.
+    return [f"{prefix}{part}{shown}" + ("" if "fix:" in part else "; fix: change the value as the message says") for part in message.split("\n")]
 
 
 def _data_path(loc: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -24,6 +24,9 @@ class S3Settings(_Model):
     addressing_style: Literal["path", "virtual", "auto"] = "path"
     connect_timeout_s: float = Field(10.0, gt=0, le=600)  # per attempt; a timeout counts as a retryable error
     read_timeout_s: float = Field(60.0, gt=0, le=3600)
+    # Ranged reads (the training loader's spans, Parquet pages): "presigned" sends them through presigned URLs
+    # on a urllib3 pool (a fifth of botocore's CPU per GET; not behind a proxy), "botocore" through boto3.
+    ranged_reads: Literal["presigned", "botocore"] = "presigned"
 
     @field_validator("endpoint_url")
     @classmethod
@@ -34,11 +37,11 @@ class S3Settings(_Model):
 
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"endpoint_url {value!r} must be an http:// or https:// URL with a host")
+            raise ValueError(f"endpoint_url {value!r} must be an http:// or https:// URL with a host; fix: e.g. http://127.0.0.1:8333")
         if parts.username or parts.password:
             # Never echo the value: it holds a credential.
             raise ValueError(
-                "endpoint_url must not carry credentials (user:password@); set AWS_ACCESS_KEY_ID / "
+                "endpoint_url must not carry credentials (user:password@); fix: remove them and set AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY in the environment instead"
             )
         return value

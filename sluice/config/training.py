@@ -77,7 +77,9 @@ class DedupSettings(_Model):
     @classmethod
     def _power_of_two(cls, value: int) -> int:
         if value & (value - 1):
-            raise ValueError(f"must be a power of two (1, 2, 4, ... 4096), got {value}")
+            lower = 1 << (max(value, 1).bit_length() - 1)
+            nearest = min(4096, lower if value - lower <= 2 * lower - value else 2 * lower)
+            raise ValueError(f"must be a power of two (1, 2, 4, ... 4096), got {value}; fix: use {nearest} (or another power of two)")
         return value
     # Share of a partition's documents removed (exact + fuzzy) outside these bounds makes the
     # `removed_share_within_bounds` check warn.
@@ -143,23 +145,23 @@ class MixSettings(_Model):
     @classmethod
     def _weights(cls, value: dict[str, float]) -> dict[str, float]:
         if not value:
-            raise ValueError("a mix needs at least one source weight")
+            raise ValueError("a mix needs at least one source weight; fix: add one, e.g. weights: {web: 1.0}")
         whole, by_language = set(), set()
         for key, weight in value.items():
             source, language = split_weight_key(key)
             check_name(source, "source name")
             if language is not None:
                 if not LANGUAGE_PATTERN.match(language):
-                    raise ValueError(f"{key!r}: language {language!r} must be a lid.176 code such as 'en' or 'zh'")
+                    raise ValueError(f"{key!r}: language {language!r} must be a lid.176 code; fix: use one such as 'en' or 'zh'")
                 by_language.add(source)
             else:
                 whole.add(source)
             if weight < 0:
-                raise ValueError(f"weight of {key!r} must be >= 0, got {weight}")
+                raise ValueError(f"weight of {key!r} must be >= 0, got {weight}; fix: use a weight >= 0 (0 leaves it out)")
         if whole & by_language:
-            raise ValueError(f"source(s) {sorted(whole & by_language)} are weighted both whole and by language; use one")
+            raise ValueError(f"source(s) {sorted(whole & by_language)} are weighted both whole and by language; fix: keep either the whole-source weight or the per-language ones")
         if sum(value.values()) <= 0:
-            raise ValueError("the weights must not all be zero")
+            raise ValueError("the weights must not all be zero; fix: give at least one source a weight > 0")
         return value
 
     @property

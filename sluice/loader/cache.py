@@ -341,7 +341,7 @@ class ShardCache:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-SPAN_THREADS = 8  # ranged GETs in flight per process (botocore's connection pool holds 10)
+SPAN_THREADS = 32  # ranged GETs in flight per process (and as many index GETs: the presigned path's pool holds 64)
 Span = tuple[int, int, int]  # (shard id, first token in the shard, tokens)
 
 

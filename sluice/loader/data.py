@@ -317,9 +317,3 @@ class MixedTokens:
     def check_urls(self) -> None:
         """Fail early, naming the shard, when the shards carry no URLs (skip lists by URL or domain need them)."""
         self._url_file(0)
-
-    def shards_of(self, sample_ids: Sequence[int] | np.ndarray) -> list[int]:
-        """Shard ids the given samples read, in read order (repeats kept; for the cache's plan)."""
-        records, _ = self.index().sample_records(np.asarray(sample_ids, np.int64))
-        return records["shard"].astype(np.int64).tolist()
-

@@ -110,10 +110,23 @@ def reads_of(data: MixedTokens, sample_ids: Sequence[int] | np.ndarray) -> list:
     """What the remote provider's `plan` takes for the given samples, in read order: their spans (shard,
     first token, tokens) for the `SpanCache` (those `read_windows` reads), their shard ids for the
     `ShardCache`."""
-    if not getattr(data.shards(), "spans", False):
-        return data.shards_of(sample_ids)
-    spans = window_spans(data, np.asarray(sample_ids, np.int64))
-    return list(zip(*(spans[name].tolist() for name in ("shard", "source", "size")), strict=True))
+    return reads_by_batch(data, [np.asarray(sample_ids, np.int64)])[0]
+
+
+def reads_by_batch(data: MixedTokens, batches: Sequence[np.ndarray]) -> list[list]:
+    """`reads_of` of several batches from one index lookup (on S3 the index's GETs of all their samples go
+    out together instead of a batch's at a time), split back per batch."""
+    if not batches:
+        return []
+    ids = np.concatenate([np.asarray(batch, np.int64) for batch in batches])
+    if getattr(data.shards(), "spans", False):
+        spans = window_spans(data, ids)
+        reads, counts = list(zip(*(spans[name].tolist() for name in ("shard", "source", "size")), strict=True)), spans["counts"]
+    else:
+        records, counts = data.index().sample_records(ids)
+        reads = records["shard"].astype(np.int64).tolist()
+    ends = np.concatenate([[0], np.cumsum(counts)])[np.cumsum([len(batch) for batch in batches])].tolist()
+    return [reads[begin:end] for begin, end in zip([0, *ends[:-1]], ends, strict=True)]
 
 
 def read_windows(data: MixedTokens, ids: np.ndarray) -> dict[str, np.ndarray]:

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from sluice.loader.data import MixedTokens
 from sluice.loader.order import GlobalOrder, RankPlan
-from sluice.loader.packing import PACK_TOKENS, pack_arrays, reads_of, split_packed
+from sluice.loader.packing import PACK_TOKENS, pack_arrays, reads_by_batch, split_packed
 from sluice.loader.skip import KeptStream, SkipList, SkipPlan
 from sluice.loader.state import LoaderState, skip_plan
 
@@ -107,7 +107,7 @@ class RankBatches(IterableDataset):
         # cost of each group crossing the process boundary), then cut them into batches.
         group = max(1, min(64, PACK_TOKENS // (self.plan.batch_size * self.data.sequence_length)))
         shards = self.data.shards()
-        ahead: deque[tuple[int, list]] = deque()  # (k, shard ids or spans: `packing.reads_of`) of the batches this worker reads next
+        ahead: deque[tuple[int, list]] = deque()  # (k, shard ids or spans: `packing.reads_by_batch`) of the batches this worker reads next
         next_planned = worker_id
         k = worker_id
         while True:
@@ -120,12 +120,14 @@ class RankBatches(IterableDataset):
             if not batches:
                 return
             if shards.remote:
-                while len(ahead) < self.lookahead_batches + group:
-                    planned = self._samples(next_planned)
-                    if planned is None:
+                planned = []  # the batches newly in the lookahead, their reads found by one index lookup
+                while len(ahead) + len(planned) < self.lookahead_batches + group:
+                    samples = self._samples(next_planned)
+                    if samples is None:
                         break
-                    ahead.append((next_planned, reads_of(self.data, planned[0])))
+                    planned.append((next_planned, samples[0]))
                     next_planned += workers
+                ahead.extend(zip([j for j, _ in planned], reads_by_batch(self.data, [ids for _, ids in planned]), strict=True))
                 while ahead and ahead[0][0] < k:
                     ahead.popleft()
                 shards.plan([read for _, batch_reads in ahead for read in batch_reads])

@@ -97,3 +97,27 @@ def test_a_run_process_peak_is_given_per_step_it_ran():
     peaks.timelines[7] = [(1.0, 100), (2.0, 200), (3.0, 150), (5.0, 300), (6.0, 250)]
     steps = {"raw_documents": [(0.5, 2.5)], "dedup_clusters": [(4.0, 7.0)], "mixed_dataset": [(8.0, 9.0)]}
     assert peaks.run_processes(steps) == [(300, ["dedup_clusters"], {"raw_documents": 200, "dedup_clusters": 300})]
+
+
+def test_the_s3_request_counter_counts_what_every_client_sent(monkeypatch):
+    """`SeaweedS3.request_counts` (partition_scale's `--store s3` figures) is the server's own counter: the
+    bucket's creation, 3 PUTs, 2 ranged GETs (one through sluice's presigned path) and a listing, exactly."""
+    import sluice.storage
+    from benchmarks.s3_server import shared_server, use_credentials
+    from sluice.config import S3Settings
+    from sluice.storage import open_store
+
+    with shared_server() as server:
+        bucket = server.create_bucket("counted")
+        client = server.client()
+        for index in range(3):
+            client.put_object(Bucket=bucket, Key=f"k{index}", Body=b"0123456789")
+        client.get_object(Bucket=bucket, Key="k0", Range="bytes=2-4")
+        use_credentials(monkeypatch, server.access_key, server.secret_key)
+        try:
+            assert open_store(f"s3://{bucket}", S3Settings(endpoint_url=server.endpoint_url)).read_range("k1", 3, 2) == b"34"
+        finally:
+            sluice.storage._CLIENTS.clear()
+        client.list_objects_v2(Bucket=bucket)
+        assert server.request_counts(bucket) == {"PUT": 4, "GET": 2, "LIST": 1}
+        assert server.request_counts("no-such-bucket") == {}

@@ -53,3 +53,11 @@ def test_the_page_holds_one_marked_block_and_a_page_without_one_is_an_error():
     assert rewritten.split(sizing.SIZING_END)[1] == page.split(sizing.SIZING_END)[1]
     with pytest.raises(ValueError):
         sizing.rewrite("no markers", "table")
+
+
+def test_requests_counted_by_the_server_become_a_row_only_when_every_size_has_them():
+    runs = [result(10_000, 300, 270), result(100_000, 310, 275)]
+    assert not any(name.startswith("object-store requests") for name, _ in sizing.rows(runs))
+    runs[0]["s3_requests"], runs[1]["s3_requests"] = {"GET": 100, "PUT": 60}, {"GET": 1000, "PUT": 600}
+    table = dict(sizing.rows(runs))
+    assert table["object-store requests (every process, as the S3 server counts them)"][0] == sizing.human(16 * 10**6 / 1000, "")

@@ -462,3 +462,81 @@ def test_a_killed_writer_not_yet_reaped_counts_as_dead():
         assert _pid_alive(os.getpid())
     finally:
         child.wait()
+
+
+# -- ranged reads through presigned URLs (sluice.storage.PresignedRanges) -------------------------
+
+
+def test_s3_presigned_ranged_reads_return_botocores_bytes(s3_credentials, s3_settings):
+    """The presigned path (default) and botocore's get_object (`ranged_reads: botocore`, the oracle) give the
+    same bytes for the same ranges, past-the-end ones included."""
+    import random
+
+    bucket = s3_credentials.create_bucket()
+    data = os.urandom(300_000)
+    s3_credentials.client().put_object(Bucket=bucket, Key="p/blob.bin", Body=data)
+    fast = open_store(f"s3://{bucket}/p", s3_settings)
+    botocore = open_store(f"s3://{bucket}/p", s3_settings.model_copy(update={"ranged_reads": "botocore"}))
+    assert sluice.storage.presigned_ranges(fast.spec.s3) is not None and sluice.storage.presigned_ranges(botocore.spec.s3) is None
+    rng = random.Random(4)
+    ranges = [(rng.randrange(len(data)), rng.randrange(1, 20_000)) for _ in range(40)] + [(len(data) - 3, 10), (len(data), 4), (len(data) + 9, 1)]
+    for start, length in ranges:
+        assert fast.read_range("blob.bin", start, length) == botocore.read_range("blob.bin", start, length) == data[start : start + length]
+
+
+def test_s3_presigned_url_is_signed_again_when_it_expired(s3_credentials, s3_settings, monkeypatch):
+    import time
+
+    bucket = s3_credentials.create_bucket()
+    store = open_store(f"s3://{bucket}", s3_settings)
+    store.write_bytes("k.bin", b"0123456789")
+    monkeypatch.setattr(sluice.storage, "URL_LIFETIME_S", 1)
+    assert store.read_range("k.bin", 2, 3) == b"234"
+    urls = sluice.storage.presigned_ranges(s3_settings)._urls
+    first = urls[(bucket, "k.bin")][1]
+    time.sleep(2.5)  # the cached URL has expired (and is not yet due for renewal): S3 answers 403, sluice signs again
+    assert store.read_range("k.bin", 5, 2) == b"56"
+    assert urls[(bucket, "k.bin")][1] != first
+
+
+def test_s3_presigned_ranged_reads_retry_throttling_and_resets(s3_credentials):
+    """Through a proxy answering 40% of requests with 503 SlowDown or a TCP reset, every ranged read still
+    returns the right bytes (urllib3's retries, max_attempts in all)."""
+    from tests.support.fault_proxy import FaultProxy
+
+    bucket = s3_credentials.create_bucket()
+    data = os.urandom(50_000)
+    s3_credentials.client().put_object(Bucket=bucket, Key="blob.bin", Body=data)
+    with FaultProxy(s3_credentials.endpoint_url, fault_rate=0.4, seed=3, faults=("slowdown", "reset")) as proxy:
+        store = open_store(f"s3://{bucket}", S3Settings(endpoint_url=proxy.endpoint_url, max_attempts=10))
+        for start in range(0, 50_000, 2_500):
+            assert store.read_range("blob.bin", start, 1_000) == data[start : start + 1_000]
+    assert proxy.counts["slowdown"] > 0 and proxy.counts["reset"] > 0
+
+
+def test_presigned_ranged_reads_step_aside_behind_a_proxy(monkeypatch):
+    settings = S3Settings(endpoint_url="http://s3.internal:9000")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    assert sluice.storage.presigned_ranges(settings) is None  # botocore honours the proxy; this path would not
+    monkeypatch.setenv("NO_PROXY", "s3.internal")
+    assert sluice.storage._behind_proxy(settings.endpoint_url) is False
+
+
+def _client_is_inherited(settings, queue) -> None:
+    old_client, old_ranges = sluice.storage._CLIENTS[settings], sluice.storage._RANGES[settings]  # inherited; kept alive here
+    queue.put(sluice.storage.s3_client(settings) is old_client or sluice.storage.presigned_ranges(settings) is old_ranges)
+
+
+def test_a_forked_process_makes_its_own_s3_client_and_pool(s3_credentials, s3_settings):
+    """boto3 clients and urllib3 pools hold sockets: a fork (DataLoader workers) must not share them."""
+    import multiprocessing
+
+    client, ranges = sluice.storage.s3_client(s3_settings), sluice.storage.presigned_ranges(s3_settings)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_client_is_inherited, args=(s3_settings, queue))
+    child.start()
+    inherited = queue.get(timeout=60)
+    child.join(60)
+    assert inherited is False
+    assert sluice.storage.s3_client(s3_settings) is client and sluice.storage.presigned_ranges(s3_settings) is ranges

@@ -70,3 +70,37 @@ def test_a_bad_required_value_still_lets_the_rest_be_checked(tmp_path):
     ]
     assert "must be >= 0" in message and "hunter2" not in message
     assert "Field required" not in message and "at least one mix" not in message
+
+
+def test_the_validators_own_lines_carry_their_key_and_a_fix(tmp_path):
+    """Problems the config's validators find (not pydantic's type rules) come in the same list, each line
+    `key: problem; fix: ...` with a fix of its own (not the generic one), next to a did-you-mean typo, an
+    unknown train source close to a real one, a mix weight naming an unknown source and a missing file."""
+    raw = copied_config(tmp_path)
+    raw["tokenizer"]["train_sources"] = ["refrence"]  # close to 'reference'
+    raw["s3"] = {"endpoint_url": "ftp://127.0.0.1:8333"}
+    raw["sources"].append({"name": "Web Forum!", "location": str(tmp_path), "format": "jsonl"})
+    raw["dedup"] = {"index_shards": 15}
+    raw["cleaning"]["drop_rate_bounds"] = [0.5, 0.1]
+    raw["perplexity_model"] = {**raw.get("perplexity_model", {}), "languages": ["english"]}
+    path = write_config(tmp_path / "sluice.yaml", raw)
+    with pytest.raises(ConfigError) as error:
+        check_config_file(path)
+    lines = [line.strip() for line in str(error.value).splitlines()[1:]]
+    by_key = {line.split(": ")[0]: line for line in lines}
+    assert len(by_key) == len(lines), lines  # one line per problem
+    expected = {
+        "cleaning.min_char": "rename it to 'min_chars'",
+        "s3.endpoint_url": "fix: e.g. http://127.0.0.1:8333",
+        "sources[2].name": "fix: rename it, e.g. to 'web-forum'",
+        "dedup.index_shards": "fix: use 16",
+        "cleaning.drop_rate_bounds": "fix: e.g. [0.0, 0.9]",
+        "perplexity_model.languages": "language 'english' is not a lid.176 language code; fix: use one such as en",
+        "tokenizer.train_sources": "(did you mean 'reference'?); fix: rename it to 'reference'",
+        "mixes.default.weights": "names unknown source 'forum'; fix: use one of the sources",
+        "cleaning.url_blocklist": "does not exist; fix:",
+        "sources[1].location (source 'reference')": "does not exist; fix:",
+    }
+    for key, fix in expected.items():
+        assert key in by_key and fix in by_key[key], (key, lines)
+    assert all("; fix: " in line and "as the message says" not in line for line in lines), lines

@@ -69,7 +69,7 @@ def test_project_config_blocklist_path_is_resolved():
         ({"per_source": {"web": {"gopher_quality": {"min_doc_wordz": 3}}}}, "cleaning.per_source.web: gopher_quality.min_doc_wordz: Extra inputs"),
         ({"per_source": {"web": {"extraction": {"extractor": "lynx"}}}}, "extraction.extractor: Input should be 'resiliparse' or 'trafilatura'"),
         ({"word_splitting": "klingon"}, "cleaning.word_splitting"),
-        ({"drop_rate_bounds": [0.9, 0.1]}, "drop_rate_bounds must be [low, high]"),
+        ({"drop_rate_bounds": [0.9, 0.1]}, "cleaning.drop_rate_bounds: must be [low, high]"),
     ],
 )
 def test_bad_cleaning_settings_name_the_key(tmp_path, cleaning, expected):

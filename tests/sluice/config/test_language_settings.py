@@ -23,7 +23,7 @@ from tests.sluice.config.conftest import load
         ({"languages": {"de": {"toxicity": {"max_score": 2}}}}, "cleaning.languages.de: toxicity.max_score"),
         ({"per_source": {"web": {"languages": {"qq": {}}}}}, "'qq' is not a lid.176 language code"),
         ({"toxicity": {"extra_languages": ["vi"]}}, "no word list for 'vi'"),
-        ({"languages": ["en"], "keep_languages": ["de"]}, "use keep_languages"),
+        ({"languages": ["en"], "keep_languages": ["de"]}, "list them in keep_languages only"),
     ],
 )
 def test_bad_language_settings_fail_at_load_naming_the_key(tmp_path, cleaning, expected):

@@ -426,6 +426,35 @@ def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, 
         print(f"S3 bytes per token byte served: tokens {store.token_bytes_fetched() / served:.3f}, index {index_bytes / served:.3f}")
         assert 0 < index_bytes <= served
         assert remote.shards().stats.peak_bytes <= limit
+        # The same batches, byte for byte, from whole shards on the same server, and from spans read by botocore.
+        settings = S3Settings(endpoint_url=server.endpoint_url)
+        whole = MixedTokens(open_store(f"s3://{bucket}/data", settings), "test", cache_dir=str(tmp_path / "s3w"), cache_bytes=1 << 30, remote_reads="shards")
+        assert same_batches(take(TrainingLoader(whole, 8, seed=6, mask_document_boundaries=True), steps), got)
+        botocore = MixedTokens(open_store(f"s3://{bucket}/data", settings.model_copy(update={"ranged_reads": "botocore"})), "test",
+                               cache_dir=str(tmp_path / "s3b"), cache_bytes=limit)
+        assert same_batches(take(TrainingLoader(botocore, 8, seed=6, mask_document_boundaries=True), steps), got)
+    finally:
+        sluice.storage._CLIENTS.clear()
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_s3_span_reads_through_forked_dataloader_workers_match(s3_mix, mix_root, tmp_path, monkeypatch):
+    """DataLoader workers forked after the parent has read through S3 open their own connections (a pooled
+    socket shared across a fork would mix up responses): the same batches as the local mix."""
+    import sluice.storage
+    from benchmarks.s3_server import use_credentials
+    from sluice.config import S3Settings
+
+    server, bucket = s3_mix
+    use_credentials(monkeypatch, server.access_key, server.secret_key)
+    try:
+        local = MixedTokens(open_store(mix_root), "test", cache_dir=str(tmp_path / "local"))
+        remote = MixedTokens(open_store(f"s3://{bucket}/data", S3Settings(endpoint_url=server.endpoint_url)), "test", cache_dir=str(tmp_path / "s3"))
+        remote.tokens(0, 10)  # the parent's pools hold live connections when the workers fork
+        steps = len(local) // 8
+        expected = take(TrainingLoader(local, 4, seed=2, rank=1, world_size=2), steps)
+        assert same_batches(take(TrainingLoader(remote, 4, seed=2, rank=1, world_size=2, num_workers=2), steps), expected)
+        assert remote.tokens(0, 10).tolist() == local.tokens(0, 10).tolist()
     finally:
         sluice.storage._CLIENTS.clear()
 

@@ -173,7 +173,7 @@ def test_pii_ip_is_read_from_yaml_and_the_old_ip_address_key_still_works_with_a_
     assert cleaning.pii.ip == "all" and warned == ["pii.ip_address is deprecated: name it pii.ip (public | all | none)"]
     cleaning, warned = load({"ip": "none"}, per_source={"ip_address": "all"})
     assert (cleaning.pii.ip, cleaning.for_source("web").pii.ip) == ("none", "all") and warned
-    with pytest.raises(ConfigError, match="give `ip` only"):
+    with pytest.raises(ConfigError, match="remove ip_address"):
         load({"ip": "none", "ip_address": "all"})
 
 
