@@ -55,7 +55,9 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
+from data_assets.partitions import ref_of, source_snapshot_partitions, source_view_links
 from data_assets.settings import CONFIG
+from sluice.layout import PartitionRef
 
 GROUP = "sluice"
 
@@ -93,11 +95,6 @@ def stage_asset(
 ) -> Callable[..., Any]:
     """The decorator of a partitioned stage: one asset `name` (its `AssetSpec` fields in `spec`), its
     partitioned checks, its batch policy; a source x snapshot stage links each source's quality view."""
-    from data_assets.partitions import (  # partitions imports this module
-        source_snapshot_partitions,
-        source_view_links,
-    )
-
     if partitions_def is source_snapshot_partitions:
         spec["metadata"] = {**source_view_links(), **spec.get("metadata", {})}
     return multi_asset(
@@ -180,6 +177,13 @@ def run_partitions(
         description=f"{len(failed)} of {len(failed) + len(ok)} partitions failed: " + " | ".join(lines),
         metadata={"failed_partitions": [label(partition) for partition in failed]},
         allow_retries=False,
+    )
+
+
+def run_source_partitions(context: AssetExecutionContext, asset: str, work: Callable[[PartitionRef], PartitionResult]) -> Iterator[Any]:
+    """`run_partitions` over the source x snapshot partitions of this run, in dedup order."""
+    return run_partitions(
+        context, asset, lambda key: work(ref_of(key)), order=lambda key: ref_of(key).sort_key(), label=lambda key: ref_of(key).key
     )
 
 

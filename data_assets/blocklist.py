@@ -21,9 +21,9 @@ from dagster import (
 )
 
 from data_assets.automation import stage_automation
-from data_assets.batch import PartitionResult, in_group, stage_asset
+from data_assets.batch import PartitionResult, in_group, run_source_partitions, stage_asset
 from data_assets.metadata import counts_table, prefixed_counts
-from data_assets.partitions import run_source_partitions, source_snapshot_partitions
+from data_assets.partitions import source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.blocklist import (

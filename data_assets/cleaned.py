@@ -17,9 +17,9 @@ from dagster import (
 )
 
 from data_assets.automation import stage_automation
-from data_assets.batch import PartitionResult, in_group, stage_asset
+from data_assets.batch import PartitionResult, in_group, run_source_partitions, stage_asset
 from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_check, run_source_partitions, source_snapshot_partitions
+from data_assets.partitions import partition_check, source_snapshot_partitions
 from data_assets.settings import CONFIG
 from data_assets.versions import CLEANING_SETTINGS, CODE_VERSIONS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource

@@ -13,8 +13,8 @@ from typing import Any
 from dagster import AssetDep, AssetExecutionContext, MetadataValue
 
 from data_assets.automation import stage_automation
-from data_assets.batch import PartitionResult, in_group, stage_asset
-from data_assets.partitions import run_source_partitions, source_snapshot_partitions
+from data_assets.batch import PartitionResult, in_group, run_source_partitions, stage_asset
+from data_assets.partitions import source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.decontaminate import (

@@ -34,12 +34,11 @@ from dagster import (
 )
 
 from data_assets.automation import stage_automation
-from data_assets.batch import PartitionResult, batch_policy, in_group, stage_asset
+from data_assets.batch import PartitionResult, batch_policy, in_group, run_source_partitions, stage_asset
 from data_assets.metadata import counts_table, markdown_table
 from data_assets.partitions import (
     partition_check,
     registered_partitions,
-    run_source_partitions,
     source_snapshot_partitions,
 )
 from data_assets.versions import CODE_VERSIONS

@@ -7,7 +7,6 @@ Sources and mixes are static (from the config); snapshots are dynamic: the senso
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from dagster import (
@@ -22,7 +21,6 @@ from dagster import (
     StaticPartitionsDefinition,
 )
 
-from data_assets.batch import PartitionResult, run_partitions
 from data_assets.settings import CONFIG
 from sluice.layout import PartitionRef
 
@@ -76,13 +74,6 @@ def ref_of(key: Any) -> PartitionRef:
             raise ValueError(f"expected a source|snapshot partition key, got {key!r}") from error
     dims = key.keys_by_dimension
     return PartitionRef(source=dims["source"], snapshot=dims[SNAPSHOT_DIMENSION])
-
-
-def run_source_partitions(context: AssetExecutionContext, asset: str, work: Callable[[PartitionRef], PartitionResult]) -> Iterator[Any]:
-    """`run_partitions` over the source x snapshot partitions of this run, in dedup order."""
-    return run_partitions(
-        context, asset, lambda key: work(ref_of(key)), order=lambda key: ref_of(key).sort_key(), label=lambda key: ref_of(key).key
-    )
 
 
 def multi_key(source: str, snapshot: str) -> MultiPartitionKey:

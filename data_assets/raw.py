@@ -15,9 +15,9 @@ from dagster import (
 )
 
 from data_assets.automation import stage_automation
-from data_assets.batch import PartitionResult, in_group, stage_asset
+from data_assets.batch import PartitionResult, in_group, run_source_partitions, stage_asset
 from data_assets.metadata import counts_table, known_keys, markdown_table, prefixed_counts, stage_progress
-from data_assets.partitions import partition_check, run_source_partitions, source_snapshot_partitions
+from data_assets.partitions import partition_check, source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS, CRAWL, SOURCE_SETTINGS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.config import SluiceConfig

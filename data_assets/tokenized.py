@@ -7,9 +7,9 @@ import numpy as np
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetDep, AssetExecutionContext, MetadataValue
 
 from data_assets.automation import stage_automation
-from data_assets.batch import PartitionResult, in_group, stage_asset
+from data_assets.batch import PartitionResult, in_group, run_source_partitions, stage_asset
 from data_assets.metadata import markdown_table, stage_progress
-from data_assets.partitions import partition_check, run_source_partitions, source_snapshot_partitions
+from data_assets.partitions import partition_check, source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
 from sluice.config import SluiceConfig
