@@ -168,8 +168,9 @@ def write_page(results: Sequence[dict[str, Any]], page: Path = PAGE) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.partition_scale import DATA
+    from benchmarks.end_to_end import DATA as BENCH_DATA
 
+    DATA = BENCH_DATA / "partition_scale"  # benchmarks/partition_scale.py's runs
     paths = [Path(p) for p in (argv if argv is not None else sys.argv[1:])] or sorted(DATA.glob("run-*-local-local/result.json"))
     results = [json.loads(path.read_text()) for path in paths if path.exists()]
     for result in results:  # the S3 runs of the same sizes (`--store s3`) count the requests

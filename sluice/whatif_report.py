@@ -2,9 +2,9 @@
 
 Input is what `sluice whatif` computes from the attributes (no Dagster run, no cleaning): the flips (one row
 per document whose decision changes: `doc_id`, `source`, `snapshot`, `language`, `before`, `after`, `rule`:
-the first failing rule after the change, null when kept; optionally `rule_before`, the first failing rule
+the first failing rule after the change, null when kept; optionally `before_rule`, the first failing rule
 before it, and `tokens`) and, per flip class, a few sample documents with the statistic that moved. A flip
-class is (before, after, class rule): the class rule is `rule`, or `rule_before` for a document the change
+class is (before, after, class rule): the class rule is `rule`, or `before_rule` for a document the change
 keeps, so that each class names the threshold that moved. The picture and the page are deterministic bytes for the same input, like the quality report's.
 """
 
@@ -45,10 +45,10 @@ class FlipSample:
 
 
 def with_class_rule(flips: pl.DataFrame) -> pl.DataFrame:
-    """The flips with `rule` replaced by the class rule (`rule`, else `rule_before` where the flips carry it)."""
-    if "rule_before" not in flips.columns:
+    """The flips with `rule` replaced by the class rule (`rule`, else `before_rule` where the flips carry it)."""
+    if "before_rule" not in flips.columns:
         return flips
-    return flips.with_columns(pl.coalesce("rule", "rule_before").alias("rule"))
+    return flips.with_columns(pl.coalesce("rule", "before_rule").alias("rule"))
 
 
 def flip_counts(flips: pl.DataFrame) -> pl.DataFrame:

@@ -22,16 +22,16 @@ def flips(n: int = 60, seed: int = 1) -> pl.DataFrame:
         rows.append({
             "doc_id": f"d{i:03d}", "source": rng.choice(["web", "news"]), "snapshot": rng.choice(["2026-01", "2026-02"]),
             "language": rng.choice(["en", "de"]), "before": "dropped" if kept_now else "kept", "after": "kept" if kept_now else "dropped",
-            "rule": rule, "rule_before": rng.choice(["min_chars", "language_score"]) if kept_now else None, "tokens": rng.randrange(10, 500),
+            "rule": rule, "before_rule": rng.choice(["min_chars", "language_score"]) if kept_now else None, "tokens": rng.randrange(10, 500),
         })
     return pl.DataFrame(rows)
 
 
-def test_counts_equal_a_count_by_hand_with_the_rule_before_for_documents_newly_kept():
+def test_counts_equal_a_count_by_hand_with_the_before_rule_for_documents_newly_kept():
     frame = flips()
     expected_docs, expected_tokens = Counter(), Counter()
     for row in frame.iter_rows(named=True):
-        key = (row["source"], row["snapshot"], row["language"], row["before"], row["after"], row["rule"] or row["rule_before"])
+        key = (row["source"], row["snapshot"], row["language"], row["before"], row["after"], row["rule"] or row["before_rule"])
         expected_docs[key] += 1
         expected_tokens[key] += row["tokens"]
     counts = flip_counts(frame)
@@ -44,7 +44,7 @@ def test_samples_are_chosen_by_id_hash_whatever_the_order_and_stay_in_their_clas
     frame = flips(200)
     chosen = sample_ids(frame, 3)
     assert chosen == sample_ids(frame.reverse(), 3)
-    classes = {row["doc_id"]: (row["before"], row["after"], row["rule"] or row["rule_before"]) for row in frame.iter_rows(named=True)}
+    classes = {row["doc_id"]: (row["before"], row["after"], row["rule"] or row["before_rule"]) for row in frame.iter_rows(named=True)}
     for key, ids in chosen.items():
         assert 0 < len(ids) <= 3 and all(classes[doc_id] == key for doc_id in ids)
     assert set(chosen) == set(classes.values())
