@@ -175,7 +175,8 @@ def main() -> None:
     config = "five thresholds changed, one polars thread, synthetic default-chain attributes"
     for size, r in results.items():
         label = f"{size:.0e}".replace("+0", "").replace("+", "")
-        figure(f"whatif_s_{label}", r["seconds"], "<= 10" if size == 1_000_000 else "-", config)
+        figure(f"whatif_s_{label}", r["seconds"], "<= 10" if size == 1_000_000 else "-", config + ", wall")
+        figure(f"whatif_cpu_s_{label}", r["cpu_seconds"], "<= 10" if size == 1_000_000 else "-", config + ", CPU time of the process")
         figure(f"whatif_peak_rss_mib_{label}", r["peak_rss_mib"], "flat in documents", config)
     largest = max(results)
     figure(

@@ -113,8 +113,11 @@ def unanswerable(current: CleaningSettings, other: CleaningSettings, languages: 
             problems.append(f"{key} changed (only the list cleaning used was applied)")
     if other.code_share.enabled and other.code_share != current.code_share:
         problems.append("code_share changed (its outcome is recorded for the settings cleaning used)")
-    for language in sorted(set(languages)):
-        problems += [f"languages.{language}: {p}" if language else p for p in _language_changes(current.for_language(language), other.for_language(language))]
+    default = _language_changes(current.for_language(""), other.for_language(""))
+    problems += default
+    for language in sorted(set(languages) - {""}):  # a language's own changes (those of every language named once)
+        own = _language_changes(current.for_language(language), other.for_language(language))
+        problems += [f"languages.{language}: {problem}" for problem in own if problem not in default]
     return sorted(set(problems))
 
 

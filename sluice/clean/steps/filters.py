@@ -344,23 +344,26 @@ class GopherRepetitionFilter(RuleFilter):
         # Python's string hash as the token id (C-speed; 64-bit, so two different tokens share one with
         # negligible probability; decisions never depend on the hash values' order).
         ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
+        grams = _NgramKeys(ids)
         for n in sorted(s.top_n_grams):
             span = n * scale
             if len(words) < span:
                 continue
-            top, at = _top_ngram(_ngram_keys(ids, span))
+            top, at = _top_ngram(grams.of(span))
             # Words joined by spaces (datatrove); characters of a spaceless script are joined by nothing.
             share = (_span_chars(words, at, span) + (span - 1 if scale == 1 else 0)) * top / length
             yield self.rule(f"top_{n}_gram", share, "{:.3f} of characters in the top n-gram", (share,))
         # Characters inside the repeated n-grams of the smallest n: at least the repeated characters of any
         # n, so every size whose threshold it does not pass is skipped (the decision cannot change).
         bound = None
+        last: tuple[int, np.ndarray] | None = None  # (span, repeated positions) of the last size scanned
         for n, threshold in sorted(s.dup_n_grams.items()):
             span = n * scale
             if len(words) < span or (not exact and bound is not None and bound / length <= threshold):
                 continue
-            keys = _ngram_keys(ids, span)
-            repeated = _repeated_positions(keys)
+            keys = grams.of(span)
+            repeated = _repeated_positions(keys) if last is None else _repeated_longer(keys, *last, span)
+            last = span, repeated
             if bound is None and not exact:
                 bound = _covered_chars(repeated, words, span)
                 if bound / length <= threshold:
@@ -372,6 +375,34 @@ class GopherRepetitionFilter(RuleFilter):
     def _repeated_ngram_chars(keys: np.ndarray, words: list[str], n: int) -> int:
         """Characters of the n-grams (`keys`) of `words` that repeat an earlier one (see _scan_repeats)."""
         return _scan_repeats(keys, _repeated_positions(keys), words, n)
+
+
+class _NgramKeys:
+    """The n-gram keys of one document's token ids for growing n, each size's from the last one's (one
+    multiply-add per position: the same keys as _ngram_keys, whose loop is Horner's rule)."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+        self.n, self.keys = 1, ids.copy()
+
+    def of(self, n: int) -> np.ndarray:
+        if n < self.n:
+            return _ngram_keys(self.ids, n)
+        with np.errstate(over="ignore"):
+            while self.n < n:
+                self.n += 1
+                count = len(self.ids) - self.n + 1
+                self.keys = self.keys[:count] * _MIX + self.ids[self.n - 1 : self.n - 1 + count]
+        return self.keys
+
+
+def _repeated_longer(keys: np.ndarray, shorter: int, repeated: np.ndarray, span: int) -> np.ndarray:
+    """The repeated positions of the `span`-grams (`keys`) from those of the `shorter`-grams: a span-gram
+    repeated at p has its shorter-grams at p .. p + span - shorter repeated too (and so has its other
+    occurrence), so only such positions are sorted, not every position."""
+    gap = span - shorter
+    candidates = repeated[:-gap][repeated[gap:] == repeated[:-gap] + gap] if len(repeated) > gap else repeated[:0]
+    return candidates[_repeated_positions(keys[candidates])]
 
 
 def _span_chars(words: list[str], at: int, n: int) -> int:
