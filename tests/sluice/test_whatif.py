@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -61,11 +62,8 @@ def _clean(config: SluiceConfig, root: Path, attributes: bool) -> dict[str, set[
     return kept
 
 
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    """(raw config dict, root, kept ids per source) of the sample ingested and cleaned with attributes."""
-    root = tmp_path_factory.mktemp("whatif") / "data"
-    raw = base_config(str(root))
+def _ingested_and_cleaned(raw: dict, root: Path) -> tuple[dict, Path, dict[str, set[str]]]:
+    """(raw config dict, root, kept ids per source) of the config's sources ingested and cleaned with attributes."""
     raw["cleaning"]["step_cpu_budget_s"] = None  # in-process (the budget's worker is not what is tested here)
     config = _config(raw)
     store = open_store(str(root), config.s3)
@@ -74,8 +72,30 @@ def sample(tmp_path_factory):
             ref = PartitionRef(source.name, snapshot)
             for task in plan_ingest(source.location, ref, source.format, source.options, store.uri(partition_prefix("raw_documents", ref)), config.s3):
                 ingest_file(task)
-    kept = _clean(config, root, attributes=True)
-    return raw, root, kept
+    return raw, root, _clean(config, root, attributes=True)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """The bundled sample, ingested and cleaned with attributes."""
+    root = tmp_path_factory.mktemp("whatif") / "data"
+    return _ingested_and_cleaned(base_config(str(root)), root)
+
+
+# ../shared/corpus (real crawl pages of 13 languages and a reference manual), where present; $SLUICE_SHARED names
+# another folder holding it.
+SHARED = Path(os.environ.get("SLUICE_SHARED") or PROJECT_ROOT.parent / "shared")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The crawl of ../shared/corpus (its web and reference sources, WARC), ingested and cleaned with attributes."""
+    if not (SHARED / "corpus").is_dir():
+        pytest.skip(f"{SHARED / 'corpus'} is not here")
+    root = tmp_path_factory.mktemp("whatif_corpus") / "data"
+    raw = base_config(str(root))
+    raw["sources"] = [{"name": name, "location": str(SHARED / "corpus" / name), "format": "warc"} for name in ("web", "reference")]
+    return _ingested_and_cleaned(raw, root)
 
 
 def _predicted(raw: dict, other_raw: dict, tmp_path: Path) -> tuple[dict[str, set[str]], object]:
@@ -182,6 +202,22 @@ def _check_exact(sample, tmp_path: Path, change: dict) -> None:
     recleaned = _reclean(root, _config(other))
     assert _kept_after(root, flips) == recleaned
     assert flips.height > 0, "the change should flip some document of the sample"
+
+
+CORPUS_CHANGES = {
+    "tighter": CHANGES["tighter"],
+    "looser_with_overrides": {
+        **CHANGES["looser"],
+        "languages": {"de": {"gopher_quality": {"min_doc_words": 400}}, "zh": {"min_language_score": 0.9}, "ar": {"fineweb_quality": {"line_punct_thr": 0.3}}},
+        "per_source": {"reference": {"gopher_repetition": {"dup_line_frac": 0.1}, "c4": {"filter_curly_bracket": False}}},
+    },
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", sorted(CORPUS_CHANGES))
+def test_whatif_is_exact_on_the_shared_corpus(corpus, tmp_path, change):
+    _check_exact(corpus, tmp_path, CORPUS_CHANGES[change])
 
 
 def _reclean(root: Path, config: SluiceConfig) -> dict[str, set[str]]:
