@@ -242,6 +242,7 @@ class WhatIf:
     totals: list[dict[str, Any]]
     unanswered: list[dict[str, Any]]
     inconsistent: int
+    budgets: list[dict[str, Any]] = field(default_factory=list)  # mix components before / after (mix_budgets)
 
     def table(self, samples: int = 0) -> str:
         """Flips per source x snapshot x language x rule (documents and tokens), then the totals."""
@@ -269,6 +270,12 @@ class WhatIf:
                 f"{total['tokens_before']} -> {total['tokens_after']} tokens (share {total['share_before']:.3f} -> {total['share_after']:.3f})"
                 + (f"; {total['unknown']} unknown (newly reach a model scorer: re-run)" if total["unknown"] else "")
             )
+        for budget in self.budgets:
+            if budget["met_before"] and not budget["met_after"]:
+                lines.append(
+                    f"mix {budget['mix']}: {budget['component']} would no longer meet its {budget['target_tokens']} tokens "
+                    f"(about {budget['available_after']} kept training tokens left, max_epochs {budget['max_epochs']:g}; estimated before dedup)"
+                )
         for item in self.unanswered:
             lines.append(f"not answered for {item['source']} (re-run {len(item['partitions'])} partitions: {', '.join(item['partitions'])}): " + "; ".join(item["changes"]))
         if self.inconsistent:
@@ -296,14 +303,16 @@ def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str) -> WhatIf:
         judged = frame.with_columns(
             before_rule=pl.col("reason"), computed=_decision(decision_rule(current, languages)), rule=decision_rule(changed, languages),
         ).with_columns(before=pl.col("decision"), after=_decision(pl.col("rule")))
-        summary = judged.select(
+        by_language = judged.group_by("language").agg(
             documents=pl.len(),
             kept_before=(pl.col("before") == KEPT).sum(), kept_after=(pl.col("after") == KEPT).sum(),
             tokens_before=pl.col("tokens").filter(pl.col("before") == KEPT).sum(), tokens_after=pl.col("tokens").filter(pl.col("after") == KEPT).sum(),
             unknown=(pl.col("after") == UNKNOWN).sum(), inconsistent=(pl.col("computed") != pl.col("before")).sum(),
-        ).collect(engine="streaming").row(0, named=True)
+        ).sort("language").collect(engine="streaming")
+        summary = {name: int(by_language[name].sum()) for name in by_language.columns if name != "language"}
         inconsistent += summary.pop("inconsistent")
-        totals.append({"source": source, **summary})
+        languages_tokens = {row["language"]: [row["tokens_before"] or 0, row["tokens_after"] or 0] for row in by_language.iter_rows(named=True)}
+        totals.append({"source": source, **summary, "tokens_by_language": languages_tokens})
         flips.append(
             judged.filter((pl.col("before") != pl.col("after")) & (pl.col("after") != UNKNOWN))
             .with_columns(rule=pl.when(pl.col("after") == KEPT).then(None).otherwise(pl.col("rule")))
@@ -312,7 +321,34 @@ def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str) -> WhatIf:
     for total in totals:  # each source's share of the kept tokens, before and after
         total["share_before"] = total["tokens_before"] / max(sum(t["tokens_before"] for t in totals), 1)
         total["share_after"] = total["tokens_after"] / max(sum(t["tokens_after"] for t in totals), 1)
-    return WhatIf(pl.concat(flips) if flips else None, totals, unanswered, inconsistent)
+    return WhatIf(pl.concat(flips) if flips else None, totals, unanswered, inconsistent, mix_budgets(other, totals, unanswered))
+
+
+def mix_budgets(other: SluiceConfig, totals: list[dict[str, Any]], unanswered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each mix component of `other`'s mixes (sluice.mix.plan: its target from the weights, met when it needs
+    at most max_epochs of the available training tokens) before and after, from the kept token estimates.
+    An estimate and an upper bound of what the mix will have: dedup and decontamination remove more, and the
+    tokenizer's count differs from the bytes / 4 estimate; a component of an unanswered source is not judged."""
+    from sluice.config.training import split_weight_key
+    from sluice.mix.plan import targets
+
+    tokens = {t["source"]: t["tokens_by_language"] for t in totals}
+    skipped = {item["source"] for item in unanswered}
+    rows = []
+    for name, mix in sorted(other.mixes.items()):
+        for key, target in targets(mix.weights, mix.token_budget).items():
+            source, language = split_weight_key(key)
+            if source in skipped or source not in tokens or target == 0:
+                continue
+            pairs = [value for code, value in tokens[source].items() if language is None or code == language]
+            available = [sum(pair[i] for pair in pairs) * (1 - mix.validation_share) for i in (0, 1)]
+            epochs = [target / tokens_ if tokens_ else None for tokens_ in available]  # (None: no token left)
+            rows.append({
+                "mix": name, "component": key, "target_tokens": target, "available_before": round(available[0]), "available_after": round(available[1]),
+                "epochs_before": epochs[0], "epochs_after": epochs[1], "max_epochs": mix.max_epochs,
+                "met_before": epochs[0] is not None and epochs[0] <= mix.max_epochs, "met_after": epochs[1] is not None and epochs[1] <= mix.max_epochs,
+            })
+    return rows
 
 
 def write(result: WhatIf, out: str) -> dict[str, str]:
@@ -329,6 +365,7 @@ def write(result: WhatIf, out: str) -> dict[str, str]:
     ).sort("source", "snapshot", "language", "before", "after", "rule").collect()
     summary = {
         "flips": counts.to_dicts(), "totals": result.totals, "unanswered": result.unanswered, "inconsistent": result.inconsistent,
+        "mix_budgets": result.budgets,
         "flipped_documents": int(counts["documents"].sum()) if counts.height else 0,
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

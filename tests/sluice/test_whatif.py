@@ -268,3 +268,20 @@ def test_the_command_prints_the_flips_and_writes_summary_and_flips(sample, tmp_p
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["flipped_documents"] == flips.height
     assert "kept->dropped" in printed and "too_few_sentences" in printed and flips["doc_id"].sort()[0] in printed
+
+
+def test_a_mix_component_the_change_leaves_too_few_tokens_for_is_named(sample, tmp_path):
+    """The sample's mix takes 70 % of 200,000 tokens from web, at most 4 epochs: with web's documents kept only
+    from 30,000 characters it has too few left (the estimate: kept documents' tokens less the validation share)."""
+    raw, root, _ = sample
+    other = _changed(raw, per_source={"reference": raw["cleaning"]["per_source"]["reference"], "web": {"min_chars": 30000}})
+    result = what_if(_config(raw), _config(other), str(tmp_path))
+    web = next(row for row in result.budgets if row["component"] == "web")
+    assert web["met_before"] and not web["met_after"] and web["target_tokens"] == 140_000
+    kept_after = pl.read_parquet(sorted(root.glob(f"{ATTRIBUTES_DATASET}/source=web/snapshot=*/*.parquet")))
+    kept_after = kept_after.filter(pl.col("decision") == KEPT, ~pl.col("doc_id").is_in(result.flips.collect()["doc_id"].to_list()))
+    assert web["available_after"] == round(kept_after["tokens"].sum() * 0.95)
+    assert web["available_after"] * 4 < 140_000
+    assert "web would no longer meet its 140000 tokens" in result.table()
+    reference = next(row for row in result.budgets if row["component"] == "reference")
+    assert reference["met_before"] and reference["met_after"] and reference["available_before"] == reference["available_after"]
