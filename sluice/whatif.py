@@ -243,6 +243,7 @@ class WhatIf:
     unanswered: list[dict[str, Any]]
     inconsistent: int
     budgets: list[dict[str, Any]] = field(default_factory=list)  # mix components before / after (mix_budgets)
+    configs: tuple[SluiceConfig, SluiceConfig] | None = None  # (current, other): the report's thresholds and texts
 
     def table(self, samples: int = 0) -> str:
         """Flips per source x snapshot x language x rule (documents and tokens), then the totals."""
@@ -321,7 +322,7 @@ def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str) -> WhatIf:
     for total in totals:  # each source's share of the kept tokens, before and after
         total["share_before"] = total["tokens_before"] / max(sum(t["tokens_before"] for t in totals), 1)
         total["share_after"] = total["tokens_after"] / max(sum(t["tokens_after"] for t in totals), 1)
-    return WhatIf(pl.concat(flips) if flips else None, totals, unanswered, inconsistent, mix_budgets(other, totals, unanswered))
+    return WhatIf(pl.concat(flips) if flips else None, totals, unanswered, inconsistent, mix_budgets(other, totals, unanswered), (config, other))
 
 
 def mix_budgets(other: SluiceConfig, totals: list[dict[str, Any]], unanswered: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -351,8 +352,15 @@ def mix_budgets(other: SluiceConfig, totals: list[dict[str, Any]], unanswered: l
     return rows
 
 
-def write(result: WhatIf, out: str) -> dict[str, str]:
-    """DIR/flips.parquet (streamed) and DIR/summary.json."""
+def write(result: WhatIf, out: str, samples: int = 3) -> dict[str, str]:
+    """DIR/flips.parquet (streamed), DIR/summary.json (its `flips`: documents and tokens per source x snapshot x
+    language x direction x rule, the rule that drops after the change, or for dropped->kept the one that
+    dropped before) and the report, DIR/index.html and DIR/report.png (sluice.whatif_report), with `samples`
+    documents per flip class."""
+    import tempfile
+
+    from sluice.whatif_report import PNG_NAME, render_html, render_png, sample_rows
+
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     flips_path = folder / "flips.parquet"
@@ -360,13 +368,19 @@ def write(result: WhatIf, out: str) -> dict[str, str]:
               "after": pl.String, "rule": pl.String, "before_rule": pl.String, "tokens": pl.Int64}
     frame = result.flips if result.flips is not None else pl.LazyFrame(schema=schema)
     frame.sink_parquet(flips_path)  # (in partition and file order, streamed: no sort holding every flip)
-    counts = pl.scan_parquet(flips_path).group_by("source", "snapshot", "language", "before", "after", "rule").agg(
-        documents=pl.len(), tokens=pl.col("tokens").sum()
-    ).sort("source", "snapshot", "language", "before", "after", "rule").collect()
+    counts = pl.scan_parquet(flips_path).with_columns(rule=pl.coalesce("rule", "before_rule")).group_by(
+        "source", "snapshot", "language", "before", "after", "rule"
+    ).agg(documents=pl.len(), tokens=pl.col("tokens").sum()).sort("source", "snapshot", "language", "before", "after", "rule").collect()
     summary = {
         "flips": counts.to_dicts(), "totals": result.totals, "unanswered": result.unanswered, "inconsistent": result.inconsistent,
         "mix_budgets": result.budgets,
         "flipped_documents": int(counts["documents"].sum()) if counts.height else 0,
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return {"flips": str(flips_path), "summary": str(folder / "summary.json")}
+    rows = []
+    if result.configs is not None:
+        with tempfile.TemporaryDirectory() as scratch:
+            rows = sample_rows(str(flips_path), samples, *result.configs, scratch)
+    (folder / PNG_NAME).write_bytes(render_png(counts))
+    (folder / "index.html").write_text(render_html(summary, rows), encoding="utf-8")
+    return {"flips": str(flips_path), "summary": str(folder / "summary.json"), "report": str(folder / "index.html")}

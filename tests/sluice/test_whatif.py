@@ -11,6 +11,7 @@ estimated)."""
 from __future__ import annotations
 
 import copy
+import html
 import json
 import os
 from pathlib import Path
@@ -268,6 +269,15 @@ def test_the_command_prints_the_flips_and_writes_summary_and_flips(sample, tmp_p
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["flipped_documents"] == flips.height
     assert "kept->dropped" in printed and "too_few_sentences" in printed and flips["doc_id"].sort()[0] in printed
+    # The report: the deciding statistic beside both thresholds, and the start of the text cleaning wrote.
+    assert (tmp_path / "out" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (tmp_path / "out" / "index.html").read_text()
+    first = flips.sort("doc_id").row(0, named=True)
+    sentences = pl.read_parquet(sorted(root.glob(f"{ATTRIBUTES_DATASET}/source={first['source']}/snapshot=*/*.parquet")))
+    value = sentences.filter(pl.col("doc_id") == first["doc_id"])["c4.sentences"][0]
+    assert f"<mark>c4.sentences = {value:.4g}</mark> (threshold &gt;= 5 → &gt;= 12)" in page
+    text = pl.read_parquet(sorted(root.glob(f"cleaned_documents/source={first['source']}/snapshot=*/part-*.parquet"))).filter(pl.col("doc_id") == first["doc_id"])["text"][0]
+    assert html.escape(text[:80]) in page
 
 
 def test_a_mix_component_the_change_leaves_too_few_tokens_for_is_named(sample, tmp_path):
