@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     from sluice.config import ConfigError, load_config
     from sluice.whatif import what_if, write
 
+    if not Path(args.config).expanduser().is_file():
+        print(f"sluice whatif: --config {args.config} does not exist", file=sys.stderr)
+        return 2
     try:
-        current, other = load_config(config_path()), load_config(args.config)
+        current, other = load_config(config_path()), load_config(str(Path(args.config).expanduser()))
         with tempfile.TemporaryDirectory() as scratch:
             result = what_if(current, other, scratch)
             print(result.table(args.samples))

@@ -196,6 +196,7 @@ class Partition:
     source: str
     snapshot: str
     files: list[str] = field(default_factory=list)  # local paths of its attributes files (with rows)
+    listed: bool = False  # its manifest lists attributes files (False: cleaned before they were written)
 
 
 def attribute_partitions(config: SluiceConfig, scratch: str) -> list[Partition]:
@@ -211,9 +212,11 @@ def attribute_partitions(config: SluiceConfig, scratch: str) -> list[Partition]:
         manifest = read_manifest(store, prefix) or {}
         partition = Partition(ref.source, ref.snapshot)
         for entry in manifest.get("side_files", []):
-            if entry.get("prefix", "").startswith(f"{ATTRIBUTES_DATASET}/") and entry["rows"]:
-                key = entry_key(prefix, entry)
-                partition.files.append(store.local_path(key) or store.fetch(key, scratch))
+            if entry.get("prefix", "").startswith(f"{ATTRIBUTES_DATASET}/"):
+                partition.listed = True
+                if entry["rows"]:
+                    key = entry_key(prefix, entry)
+                    partition.files.append(store.local_path(key) or store.fetch(key, scratch))
         partitions.append(partition)
     return partitions
 
@@ -286,11 +289,15 @@ class WhatIf:
 
 def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str) -> WhatIf:
     """Compare `other`'s cleaning settings with `config`'s over the attributes of `config`'s storage."""
-    partitions = [p for p in attribute_partitions(config, scratch) if p.files]
+    every = attribute_partitions(config, scratch)
+    partitions = [p for p in every if p.files]
     by_source: dict[str, list[Partition]] = {}
     for partition in partitions:
         by_source.setdefault(partition.source, []).append(partition)
     flips, totals, unanswered, inconsistent = [], [], [], 0
+    missing = [f"{p.source}/{p.snapshot}" for p in every if not p.listed]
+    if missing:  # cleaned before cleaned_attributes were written
+        unanswered.append({"source": "*", "partitions": missing, "changes": ["no cleaned_attributes: re-materialize cleaned_documents there"]})
     for source, parts in sorted(by_source.items()):
         current, changed = config.cleaning.for_source(source), other.cleaning.for_source(source)
         frame = _scan(parts).with_columns(language=pl.col("language").fill_null(""))

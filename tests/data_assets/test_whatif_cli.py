@@ -65,3 +65,32 @@ def test_the_whatif_report_job_publishes_the_report_as_a_materialization(sample,
     assert materialization.metadata["flipped_documents"].value == flips.height > 0
     assert materialization.metadata["kept_before"].value - materialization.metadata["kept_after"].value == flips.height
     assert (tmp_path / "report" / "index.html").is_file()
+
+
+def test_partitions_cleaned_before_the_attributes_existed_are_named_and_a_missing_config_is_an_error(sample, tmp_path, monkeypatch, capsys):  # noqa: F811 - the imported fixture
+    import shutil
+
+    import yaml
+
+    from data_assets.cli import main
+    from sluice.config import CONFIG_ENV_VAR, SluiceConfig
+    from sluice.layout import read_manifest, write_manifest
+    from sluice.storage import open_store
+    from sluice.whatif import what_if
+
+    raw, root, _ = sample
+    copy = tmp_path / "data"
+    shutil.copytree(root / "cleaned_documents", copy / "cleaned_documents")
+    shutil.copytree(root / ATTRIBUTES_DATASET, copy / ATTRIBUTES_DATASET)
+    store = open_store(str(copy), SluiceConfig.model_validate(raw).s3)
+    prefix = "cleaned_documents/source=web/snapshot=2026-01"
+    manifest = read_manifest(store, prefix)
+    write_manifest(store, prefix, {**manifest, "side_files": [e for e in manifest["side_files"] if not e["prefix"].startswith(ATTRIBUTES_DATASET)]})
+    config = SluiceConfig.model_validate({**raw, "storage": {"root": str(copy)}})
+    result = what_if(config, config, str(tmp_path / "scratch"))
+    assert {"source": "*", "partitions": ["web/2026-01"], "changes": ["no cleaned_attributes: re-materialize cleaned_documents there"]} in result.unanswered
+    current = tmp_path / "current.yaml"
+    current.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv(CONFIG_ENV_VAR, str(current))
+    assert main(["whatif", "--config", str(tmp_path / "absent.yaml")]) == 2
+    assert "--config" in capsys.readouterr().err
