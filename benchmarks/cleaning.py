@@ -34,6 +34,11 @@ process each.
    and the share of same keep/drop decisions (fidelity). `english` runs `preset: datatrove`; `multilingual`
    runs sluice's own rules (`preset: sluice`, e.g. the Gopher alpha rule over whitespace words).
 3. Per-language kept counts of both chains, where non-English handling differs.
+4. The cost of cleaned_attributes (issue 41): sluice's default chain (`CleaningSettings()`) on the same
+   pages with and without every rule's statistic recorded (`CleaningPipeline(attributes=True)`: every rule
+   of every table, and the steps after a drop run on the dropped page), interleaved passes in one process,
+   best of `--passes` each: `cleaning_attributes_cpu_overhead` (goal <= 0.10). `--attributes-only` runs only
+   this part (no peer needed).
 
 datatrove runs in its own virtual environment (benchmarks/peers.py; pins in ../shared/ENVIRONMENT.md).
 """
@@ -116,6 +121,62 @@ def sluice_chain(pages: list[dict], repeats: int, models: dict[str, dict] | None
         pipeline.close()  # the extraction helper's CPU time is counted once it has exited
         passes.append((time.perf_counter() - started, cpu_seconds() - cpu_start))
     return kept, min(spent for spent, _ in passes), min(spent for _, spent in passes)
+
+
+def attributes_overhead(pages: list[dict], passes: int) -> tuple[float, float, int, int]:
+    """(CPU seconds without, with attributes, best of `passes` each, interleaved; kept pages; Parquet bytes of
+    the attributes rows) of the default chain over `pages`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sluice.clean import CleaningPipeline, clear_text_caches
+    from sluice.clean.attributes import attributes_row, attributes_schema
+    from sluice.clean.steps import Document
+    from sluice.config import CleaningSettings
+    from sluice.layout import PARQUET_OPTIONS
+
+    settings = CleaningSettings()
+    best = {False: float("inf"), True: float("inf")}
+    kept = {False: 0, True: 0}
+    rows: list[dict] = []
+    for _ in range(passes):
+        for attributes in (False, True):
+            pipeline = CleaningPipeline.from_settings(settings, attributes=attributes)
+            pipeline.run(Document("warm", "b", "b", None, None, "text/html", b"<p>warm up the helper and the model</p>", "utf-8"))
+            clear_text_caches()
+            names = pipeline.attribute_names()
+            rows = []
+            kept[attributes] = 0
+            cpu_start = cpu_seconds()
+            for page in pages:
+                doc = Document(page["id"], "b", "b", page["url"], None, "text/html", page["content"], page["charset"])
+                outcome = pipeline.run(doc)
+                kept[attributes] += outcome is None
+                if attributes:
+                    step, drop = outcome or (None, None)
+                    text = doc.text if outcome is None else None
+                    rows.append(attributes_row(doc, names, "kept" if outcome is None else "dropped", step and step.name, drop, text))
+            pipeline.close()
+            best[attributes] = min(best[attributes], cpu_seconds() - cpu_start)
+    assert kept[False] == kept[True], "recording the attributes changed a decision"
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch, "attributes.parquet")
+        pq.write_table(pa.Table.from_pylist(rows, schema=attributes_schema(names)), path, **PARQUET_OPTIONS)
+        size = path.stat().st_size
+    return best[False], best[True], kept[True], size
+
+
+def report_attributes(pages: list[dict], passes: int) -> None:
+    without, with_attributes, kept, size = attributes_overhead(pages, passes)
+    n = len(pages)
+    overhead = with_attributes / without - 1
+    print(
+        f"\n4. cleaned_attributes: default chain {n / without:.1f} docs/s per core without, {n / with_attributes:.1f} with "
+        f"(+{overhead:.1%} CPU); kept {kept}; {size / n:.0f} bytes a row in Parquet = {size / n * 1e6 / 2**20:.0f} MiB per 10^6 documents"
+    )
+    config = f"{n} pages, default chain (CleaningSettings()), best of {passes} interleaved passes"
+    figure("cleaning_attributes_cpu_overhead", overhead, "<= 0.10", config)
+    figure("cleaning_attributes_mib_per_1e6_docs", size / n * 1e6 / 2**20, "-", config + ", zstd Parquet")
 
 
 def chain_rounds(
@@ -231,7 +292,11 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=2, help="timed passes of each side per round (best of)")
     parser.add_argument("--repeats", type=int, default=3, help="filters only: timed passes per side (best of); untimed warm-up first")
     parser.add_argument("--trafilatura-peer", action="store_true", help="also time datatrove's default chain (Trafilatura)")
+    parser.add_argument("--attributes-only", action="store_true", help="only part 4: the CPU cost of cleaned_attributes")
     args = parser.parse_args()
+    if args.attributes_only:
+        report_attributes(load_pages(args.snapshot, args.pages_per_file), max(args.passes, 3))
+        return
 
     from benchmarks.curation_steps import train_models
     from sluice.clean.steps import Document
@@ -337,6 +402,7 @@ def main() -> None:
     figure("cleaning_filters_docs_per_s_ratio_multilingual", filter_rate["multilingual"] / peer_filter_rate, "-", filter_config + ", sluice multilingual, CPU time")
     figure("filter_decision_agreement", agreement["english"], ">= 0.97", filter_config + ", english word splitting both sides")
     figure("filter_decision_agreement_multilingual", agreement["multilingual"], "- (differs by design)", filter_config + ", sluice multilingual")
+    report_attributes(pages, max(args.passes, 3))
     if args.trafilatura_peer:
         figure("cleaning_docs_per_s_ratio_vs_trafilatura", per_core_sluice / per_core_trafilatura, "- (not the same extractor)",
                f"sluice resiliparse vs datatrove Trafilatura, {n} pages, {files} langs, CPU time")

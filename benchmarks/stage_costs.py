@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from sluice import workers  # noqa: E402
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part  # noqa: E402
+from sluice.clean.attributes import ATTRIBUTES_DATASET  # noqa: E402
 from sluice.clean.steps.codeshare import CODE_DATASET  # noqa: E402
 from sluice.compute import Executor  # noqa: E402
 from sluice.config import SluiceConfig  # noqa: E402
@@ -54,7 +55,7 @@ from sluice.tokenize import TokenizeTask, tokenize_part  # noqa: E402
 OUTPUTS = {
     "imports": (),
     "raw": ("raw_documents", QUARANTINE_DATASET),
-    "cleaned": ("cleaned_documents", DROPPED_DATASET, CODE_DATASET),
+    "cleaned": ("cleaned_documents", DROPPED_DATASET, CODE_DATASET, ATTRIBUTES_DATASET),
     "signatures": ("dedup_signatures", "dedup_shingles"),
     "index_clusters": ("dedup_index", "dedup_clusters", "deduped_documents", "deduped_removed"),
     "tokenized": ("tokenized_shards", BINARY_DATASET),
@@ -106,6 +107,7 @@ def run_cleaned(config: SluiceConfig, store: Store, refs: list[PartitionRef]) ->
             clean_part(CleanTask(
                 store.uri(partition_prefix("raw_documents", ref)), entry["key"], store.uri(partition_prefix("cleaned_documents", ref)), index,
                 cleaning, config.s3, source=ref.source, snapshot=ref.snapshot, dropped_url=store.uri(side_prefix(DROPPED_DATASET, ref)),
+                attributes_url=store.uri(side_prefix(ATTRIBUTES_DATASET, ref)),
             ))
 
 

@@ -24,6 +24,7 @@ from data_assets.settings import CONFIG
 from data_assets.versions import CLEANING_SETTINGS, CODE_VERSIONS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleaningStats, CleanTask, clean_part
+from sluice.clean.attributes import ATTRIBUTES_DATASET
 from sluice.clean.steps.codeshare import CODE_DATASET
 from sluice.config import CleaningSettings, SluiceConfig
 from sluice.layout import (
@@ -197,6 +198,7 @@ def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig, cleaning: Clean
             source=ref.source,
             snapshot=ref.snapshot,
             dropped_url=store.uri(side_prefix(DROPPED_DATASET, ref)),
+            attributes_url=store.uri(side_prefix(ATTRIBUTES_DATASET, ref)),
         )
         for index, entry in enumerate(raw_manifest["files"])
     ]
@@ -205,7 +207,10 @@ def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig, cleaning: Clean
         RecordedTask(
             clean_part, task, f"{ref.key}/{entry['key']}", task_digest(ASSET, task, [entry["sha256"], models.quality_sha or ""]),
             records_url, record_key(task.part),
-            (("part", task.output_url), ("dropped", task.dropped_url or task.output_url), ("code", task.code_url or "")),
+            (
+                ("part", task.output_url), ("dropped", task.dropped_url or task.output_url), ("code", task.code_url or ""),
+                ("attributes", task.attributes_url or ""),
+            ),
             config.s3, volatile=("worker_cpu_s",),
         )
         for task, entry in zip(tasks, raw_manifest["files"], strict=True)
@@ -216,7 +221,12 @@ def _write_manifest(store: Store, ref: PartitionRef, stats: CleaningStats, resul
     """Publish the partition: its parts, the dropped and routed side files, and what the quality report
     draws (sluice.report), as measured while writing."""
     dropped_prefix, code_prefix = side_prefix(DROPPED_DATASET, ref), side_prefix(CODE_DATASET, ref)
-    side_files = [{**r["dropped"], "prefix": dropped_prefix} for r in results] + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
+    attributes_prefix = side_prefix(ATTRIBUTES_DATASET, ref)
+    side_files = (
+        [{**r["dropped"], "prefix": dropped_prefix} for r in results]
+        + [{**r["code"], "prefix": code_prefix} for r in results if r["code"]]
+        + [{**r["attributes"], "prefix": attributes_prefix} for r in results if r.get("attributes")]
+    )
     write_manifest(
         store,
         partition_prefix(ASSET, ref),

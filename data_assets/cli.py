@@ -20,6 +20,8 @@
                         multipart uploads); never anything a reader can see
     sluice trace        which documents a training batch held, where they came from, why they were kept
                         (data_assets/trace_cli.py; `sluice trace --help`)
+    sluice whatif       what another config's cleaning settings (--config OTHER.yaml) would keep and drop,
+                        from the stored statistics, without a run (data_assets/whatif_cli.py)
 
 Runs go through the Dagster instance at $DAGSTER_HOME (default: .dagster_home/ in the project root,
 SQLite storage): the UI (`make ui`) shows the backfill, its runs and their events.
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup", "trace"], help="what to do (see above; `sluice trace --help` for trace's options)")
+    parser.add_argument("command", choices=["register", "materialize", "demo", "export", "cleanup", "trace", "whatif"], help="what to do (see above; `sluice trace --help`, `sluice whatif --help` for their options)")
     parser.add_argument("--force", action="store_true", help="materialize/demo: submit every asset partition (of the selection), not only the missing or stale ones")
     parser.add_argument(
         "--select", default=None, metavar="ASSET[,ASSET...]",
@@ -294,12 +296,16 @@ def _main(argv: list[str] | None = None) -> int:
         from data_assets.trace_cli import main as trace
 
         return trace(argv[1:])
+    if argv[:1] == ["whatif"]:  # its own options (data_assets/whatif_cli.py)
+        from data_assets.whatif_cli import main as whatif
+
+        return whatif(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if (args.select is not None or args.partition is not None) and args.command != "materialize":
         parser.error("--select and --partition go with materialize")
-    if args.command == "trace":  # reached only with an option before it
-        parser.error("trace takes its own options: put it first (`sluice trace --help`)")
+    if args.command in ("trace", "whatif"):  # reached only with an option before it
+        parser.error(f"{args.command} takes its own options: put it first (`sluice {args.command} --help`)")
     if args.command == "export":
         return export_mix(args.mix, args.split, args.out, args.format, args.seed)
     if args.command in ("register", "materialize", "demo") and (code := check_before_work()) is not None:

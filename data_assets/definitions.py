@@ -1,5 +1,5 @@
 """The sluice code location: the assets and their checks, the settings they are built from, the purpose jobs
-(export, batch trace), the snapshot sensor, declarative automation and the daily mix schedule.
+(export, batch trace, whatif report), the snapshot sensor, declarative automation and the daily mix schedule.
 
 Every materialization is a run of Dagster's asset job, whatever starts it (`sluice materialize`, a UI
 backfill, the sensor, automation, the schedule): Dagster batches each stage's partitions into runs by the
@@ -36,6 +36,7 @@ from data_assets.tokenized import tokenized_shards
 from data_assets.tokenizer import tokenizer
 from data_assets.trace import trace_batch_job
 from data_assets.versions import SETTINGS_ASSETS
+from data_assets.whatif import whatif_report
 from resources import (
     ComputeResource,
     SluiceSettings,
@@ -91,7 +92,7 @@ def build_resources(config_path: str = "", **compute_overrides) -> dict[str, obj
 
 defs = Definitions(
     assets=[*ASSETS, *SETTINGS_ASSETS, *source_views],  # the per-source views: external assets the quality report records
-    jobs=[export_job, trace_batch_job],
+    jobs=[export_job, trace_batch_job, whatif_report],
     sensors=[new_snapshot_sensor, sluice_automation],
     schedules=[daily_mix_rebuild],
     resources=build_resources(),

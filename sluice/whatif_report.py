@@ -1,151 +1,170 @@
-"""The what-if report: what a changed cleaning config would flip, drawn as one PNG and a small HTML page.
+"""The `sluice whatif` report: report.png (documents flipping per rule, each direction) and index.html (the
+totals, the flips table, the mixes' components, what was not answered, and `samples` documents per flip
+class with the statistic that decided it beside both configs' thresholds, and the start of its text).
 
-Input is what `sluice whatif` computes from the attributes (no Dagster run, no cleaning): the flips (one row
-per document whose decision changes: `doc_id`, `source`, `snapshot`, `language`, `before`, `after`, `rule`:
-the first failing rule after the change, null when kept; optionally `before_rule`, the first failing rule
-before it, and `tokens`) and, per flip class, a few sample documents with the statistic that moved. A flip
-class is (before, after, class rule): the class rule is `rule`, or `before_rule` for a document the change
-keeps, so that each class names the threshold that moved. The picture and the page are deterministic bytes for the same input, like the quality report's.
-"""
+Sample texts come from the cleaned outputs the current config wrote: cleaned_documents for a document that
+was kept, cleaned_dropped for one that was dropped (routed documents are shown without text)."""
 
 from __future__ import annotations
 
-import hashlib
 import html
 import io
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from sluice.storage import Store
+from sluice.config import SluiceConfig
 
 PNG_NAME = "report.png"
-HTML_NAME = "index.html"
-EXCERPT_CHARS = 1_200  # of a sample's text on the page
+EXCERPT_CHARS = 600
 
 
-@dataclass(frozen=True)
-class FlipSample:
-    """One sample document of a flip class, with the statistic that moved: its value and the rule's threshold
-    before and after the change (None: that rule was off)."""
-
-    doc_id: str
-    source: str
-    snapshot: str
-    before: str
-    after: str
-    rule: str
-    statistic: str
-    value: Any
-    threshold_before: Any
-    threshold_after: Any
-    text: str
-
-
-def with_class_rule(flips: pl.DataFrame) -> pl.DataFrame:
-    """The flips with `rule` replaced by the class rule (`rule`, else `before_rule` where the flips carry it)."""
-    if "before_rule" not in flips.columns:
-        return flips
-    return flips.with_columns(pl.coalesce("rule", "before_rule").alias("rule"))
-
-
-def flip_counts(flips: pl.DataFrame) -> pl.DataFrame:
-    """Documents (and tokens, where the flips carry them) per source x snapshot x language x flip class,
-    sorted so that the same flips give the same rows."""
-    flips = with_class_rule(flips)
-    keys = ["source", "snapshot", "language", "before", "after", "rule"]
-    tokens = [pl.col("tokens").sum().alias("tokens")] if "tokens" in flips.columns else [pl.lit(None, pl.Int64).alias("tokens")]
-    return flips.group_by(keys).agg(pl.len().alias("documents"), *tokens).sort(keys, nulls_last=True)
-
-
-def sample_ids(flips: pl.DataFrame, per_class: int, seed: str = "whatif") -> dict[tuple[str, str, str], list[str]]:
-    """Up to `per_class` doc ids of each flip class, the ones whose seeded hash of the id is smallest: the
-    same documents whatever the order or the number of files the flips came in."""
-    ranked: dict[tuple[str, str, str], list[tuple[bytes, str]]] = {}
-    for before, after, rule, doc_id in with_class_rule(flips).select("before", "after", "rule", "doc_id").iter_rows():
-        key = (before, after, rule or "")
-        ranked.setdefault(key, []).append((hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest(), doc_id))
-    return {key: [doc_id for _, doc_id in sorted(items)[:per_class]] for key, items in sorted(ranked.items())}
-
-
-def _classes(counts: pl.DataFrame) -> list[tuple[str, int, int]]:
-    """(label, documents kept -> dropped, documents dropped -> kept) per source x rule, most flips first."""
-    rows: dict[str, list[int]] = {}
-    for row in counts.iter_rows(named=True):
-        label = f"{row['source']}: {row['rule'] or '-'}"
-        side = 0 if row["after"] != "kept" else 1
-        rows.setdefault(label, [0, 0])[side] += row["documents"]
-    return sorted(((label, lost, won) for label, (lost, won) in rows.items()), key=lambda item: (-(item[1] + item[2]), item[0]))
-
-
-def render_png(counts: pl.DataFrame, title: str = "sluice what-if") -> bytes:
-    """One bar per source x rule: documents the change drops (left, red) and keeps (right, green)."""
+def render_png(counts: pl.DataFrame) -> bytes:
+    """Horizontal bars: documents per rule, kept->dropped and dropped->kept (other flips with the first)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    classes = _classes(counts) or [("no flips", 0, 0)]
-    figure, axis = plt.subplots(figsize=(10, 1.5 + 0.35 * len(classes)), layout="constrained")
-    positions = list(range(len(classes)))[::-1]
-    axis.barh(positions, [-lost for _, lost, _ in classes], color="#c44e52", label="kept -> dropped")
-    axis.barh(positions, [won for _, _, won in classes], color="#55a868", label="dropped -> kept")
-    axis.set_yticks(positions, [label for label, _, _ in classes])
-    axis.axvline(0, color="#333", linewidth=0.8)
-    axis.set_xlabel("documents (left: newly dropped, right: newly kept)")
-    axis.legend(loc="lower right")
-    axis.set_title(title)
+    by_rule = counts.with_columns(lost=pl.col("before") == "kept").group_by("rule", "lost").agg(pl.col("documents").sum()).sort("rule")
+    rules = sorted(set(by_rule["rule"].fill_null("-")))
+    figure, axis = plt.subplots(figsize=(8, 1 + 0.35 * max(len(rules), 1)))
+    for lost, color, label in ((True, "#c0392b", "kept -> dropped"), (False, "#27ae60", "dropped -> kept")):
+        part = {row["rule"] or "-": row["documents"] for row in by_rule.filter(pl.col("lost") == lost).iter_rows(named=True)}
+        values = [part.get(rule, 0) * (-1 if lost else 1) for rule in rules]
+        axis.barh(rules, values, color=color, label=label)
+    axis.axvline(0, color="black", linewidth=0.8)
+    axis.set_xlabel("documents (left: no longer kept, right: newly kept)")
+    axis.set_title("sluice whatif: flips per rule")
+    axis.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=72, metadata={"Software": None})  # no timestamp: same input, same bytes
+    figure.savefig(buffer, format="png", dpi=72, metadata={"Software": None})
     plt.close(figure)
     return buffer.getvalue()
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+def _table(header: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(cell))}</th>" for cell in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape('-' if cell is None else str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _sample(sample: FlipSample) -> str:
-    """A sample's card: the statistic that moved, marked, then the start of its text (all escaped)."""
-    moved = (
-        f"<mark>{html.escape(sample.statistic)} = {html.escape(str(sample.value))}</mark>: threshold "
-        f"{html.escape(str(sample.threshold_before))} &rarr; {html.escape(str(sample.threshold_after))}"
+def _deciding(current: Any, other: Any, language: str, flip: dict[str, Any], found: pl.DataFrame) -> tuple[str | None, Any, str, str]:
+    """(column, value, threshold before, threshold after) of the check that decided the flip: of the checks
+    named by its rule (two share `too_short`: before and after C4), the first that fails under the config that
+    drops the document."""
+    from sluice.clean.steps.filters import KEEPS
+    from sluice.whatif import chain_checks
+
+    checks = {
+        side: {c.column: c for c in chain_checks(settings, language) if c.reason == flip["deciding"]}
+        for side, settings in (("before", current), ("after", other))
+    }
+    dropping = "after" if flip["before"] == "kept" else "before"
+    columns = list(dict.fromkeys([*checks[dropping], *checks["before"], *checks["after"]]))
+    if not columns:
+        return None, None, "off", "off"
+    for column in columns:
+        value = found[column][0] if column in found.columns and found.height else None
+        check = checks[dropping].get(column)
+        fails = check is not None and value is not None and (check.keep_if == "outcome" or not KEEPS[check.keep_if](value, check.threshold))
+        if fails or column == columns[-1]:
+            return column, value, _shown(checks["before"].get(column)), _shown(checks["after"].get(column))
+    raise AssertionError("unreachable: the last column returns")
+
+
+def _shown(check: Any) -> str:
+    if check is None:
+        return "off"
+    if check.keep_if == "in":
+        return f"in {sorted(check.threshold)}"
+    return "recorded outcome" if check.keep_if == "outcome" else f"{check.keep_if} {check.threshold}"
+
+
+def sample_rows(flips_path: str, samples: int, current: SluiceConfig, other: SluiceConfig, scratch: str) -> list[dict[str, Any]]:
+    """Up to `samples` flipped documents per (source, before, after, rule), with the deciding statistic's value,
+    both thresholds and the start of the text."""
+    from sluice.whatif import _scan, attribute_partitions
+
+    if samples <= 0:
+        return []
+    flips = pl.scan_parquet(flips_path).with_columns(deciding=pl.coalesce("rule", "before_rule"))
+    chosen = flips.sort("doc_id").group_by("source", "before", "after", "deciding", maintain_order=True).head(samples).sort("source", "deciding", "doc_id").collect()
+    if chosen.height == 0:
+        return []
+    ids = chosen["doc_id"].to_list()
+    partitions = [p for p in attribute_partitions(current, scratch) if p.files]
+    attributes = _scan(partitions).filter(pl.col("doc_id").is_in(ids)).collect()
+    texts = _texts(current, ids, scratch)
+    rows = []
+    for flip in chosen.iter_rows(named=True):
+        found = attributes.filter(pl.col("doc_id") == flip["doc_id"])
+        column, value, before, after = _deciding(
+            current.cleaning.for_source(flip["source"]), other.cleaning.for_source(flip["source"]), flip["language"] or "", flip, found,
+        )
+        rows.append({**flip, "column": column, "value": value, "threshold_before": before, "threshold_after": after, "text": texts.get(flip["doc_id"])})
+    return rows
+
+
+def _texts(config: SluiceConfig, ids: list[str], scratch: str) -> dict[str, str]:
+    """The written text of these documents: kept ones from cleaned_documents, dropped ones from cleaned_dropped."""
+    from sluice.layout import entry_key, list_partitions, partition_prefix, read_manifest
+    from sluice.storage import open_store
+
+    store = open_store(config.storage.root, config.s3)
+    paths = []
+    for ref in list_partitions(store, "cleaned_documents"):
+        prefix = partition_prefix("cleaned_documents", ref)
+        manifest = read_manifest(store, prefix) or {}
+        entries = manifest.get("files", []) + [e for e in manifest.get("side_files", []) if e.get("prefix", "").startswith("cleaned_dropped/")]
+        for entry in entries:
+            if entry["rows"]:
+                key = entry_key(prefix, entry)
+                paths.append(store.local_path(key) or store.fetch(key, scratch))
+    frames = [pl.scan_parquet(path).select("doc_id", "text").filter(pl.col("doc_id").is_in(ids)) for path in paths]
+    found = pl.concat(frames).collect() if frames else pl.DataFrame({"doc_id": [], "text": []})
+    return {row["doc_id"]: row["text"] or "" for row in found.iter_rows(named=True)}
+
+
+def render_html(summary: dict[str, Any], samples: list[dict[str, Any]], png_name: str = PNG_NAME) -> str:
+    """The report page (the figures' PNG beside it)."""
+    flips = _table(
+        ["source", "snapshot", "language", "before", "after", "rule", "documents", "tokens"],
+        [[f[k] if f[k] is not None else "-" for k in ("source", "snapshot", "language", "before", "after", "rule", "documents", "tokens")] for f in summary["flips"]],
     )
-    text = sample.text[:EXCERPT_CHARS] + ("..." if len(sample.text) > EXCERPT_CHARS else "")
+    totals = _table(
+        ["source", "kept before", "kept after", "tokens before", "tokens after", "unknown"],
+        [[t["source"], t["kept_before"], t["kept_after"], t["tokens_before"], t["tokens_after"], t["unknown"]] for t in summary["totals"]],
+    )
+    budgets = _table(
+        ["mix", "component", "target tokens", "available before", "available after", "met before", "met after"],
+        [[b["mix"], b["component"], b["target_tokens"], b["available_before"], b["available_after"], b["met_before"], b["met_after"]] for b in summary["mix_budgets"]],
+    )
+    unanswered = "".join(
+        f"<li>{html.escape(item['source'])} (re-run {html.escape(', '.join(item['partitions']))}): {html.escape('; '.join(item['changes']))}</li>"
+        for item in summary["unanswered"]
+    )
+    cards = "".join(_sample(sample) for sample in samples)
     return (
-        f'<div class="sample" data-doc-id="{html.escape(sample.doc_id)}"><p><code>{html.escape(sample.doc_id)}</code> '
-        f"({html.escape(sample.source)}/{html.escape(sample.snapshot)}): {moved}</p><pre>{html.escape(text)}</pre></div>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>sluice whatif</title><style>"
+        "body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "mark{background:#ffe08a}.sample{border:1px solid #ddd;margin:8px 0;padding:6px}pre{white-space:pre-wrap}</style></head><body>"
+        f"<h1>sluice whatif</h1><img src='{html.escape(png_name)}' alt='flips per rule'>"
+        f"<h2>Totals</h2>{totals}<h2>Flips</h2>{flips}<h2>Mixes</h2>{budgets}"
+        f"<h2>Not answered</h2><ul>{unanswered or '<li>none</li>'}</ul>"
+        f"<h2>Samples</h2>{cards or '<p>none</p>'}</body></html>\n"
     )
 
 
-def render_html(counts: pl.DataFrame, samples: Sequence[FlipSample], png_name: str = PNG_NAME, title: str = "sluice what-if") -> str:
-    """The picture, the counts per source x snapshot x language x flip class, and the samples per class."""
-    table = _table(["source", "snapshot", "language", "before", "after", "rule", "documents", "tokens"], counts.iter_rows())
-    sections = []
-    for key in sorted({(s.before, s.after, s.rule) for s in samples}):
-        cards = "".join(_sample(s) for s in samples if (s.before, s.after, s.rule) == key)
-        sections.append(f"<section><h3>{html.escape(key[0])} &rarr; {html.escape(key[1])}: {html.escape(key[2] or '-')}</h3>{cards}</section>")
+def _sample(sample: dict[str, Any]) -> str:
+    value = sample["value"]
+    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+    text = sample["text"]
+    excerpt = html.escape(text[:EXCERPT_CHARS] + ("…" if len(text) > EXCERPT_CHARS else "")) if text is not None else "(text not kept: routed)"
     return (
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\">"
-        f"<title>{html.escape(title)}</title>"
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:0.5em 0}"
-        "td,th{border:1px solid #ccc;padding:2px 8px}th{background:#eee}pre{white-space:pre-wrap;background:#f6f6f6;"
-        "padding:0.5em;max-height:14em;overflow:auto}mark{background:#ffe08a}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><p>{int(counts['documents'].sum()) if counts.height else 0} documents flip.</p>"
-        f'<img id="report" src="{html.escape(png_name)}" alt="documents each rule would newly drop or keep, by source">'
-        f"<h2>Flips</h2>{table}<h2>Samples</h2>{''.join(sections) or '<p>none</p>'}</body></html>\n"
+        f"<div class='sample'><b>{html.escape(sample['doc_id'])}</b> ({html.escape(sample['source'])}/{html.escape(sample['snapshot'])}, "
+        f"{html.escape(sample['language'] or '-')}): {html.escape(sample['before'])} → {html.escape(sample['after'])} by "
+        f"{html.escape(sample['deciding'] or '-')}: <mark>{html.escape(str(sample['column']))} = {html.escape(shown)}</mark> "
+        f"(threshold {html.escape(str(sample['threshold_before']))} → {html.escape(str(sample['threshold_after']))})<pre>{excerpt}</pre></div>"
     )
-
-
-def write_report(store: Store, flips: pl.DataFrame, samples: Sequence[FlipSample], title: str = "sluice what-if") -> dict[str, int]:
-    """Write `report.png` and `index.html` into `store` (each write atomic); returns their sizes in bytes."""
-    counts = flip_counts(flips)
-    png = render_png(counts, title)
-    page = render_html(counts, samples, PNG_NAME, title).encode("utf-8")
-    store.write_bytes(PNG_NAME, png)
-    store.write_bytes(HTML_NAME, page)
-    return {PNG_NAME: len(png), HTML_NAME: len(page)}

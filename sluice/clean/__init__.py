@@ -12,11 +12,14 @@ per part under `cleaned_dropped/source=<s>/snapshot=<n>/`): nothing silently van
 `source`/`snapshot` columns (they are the Hive partition folders), so each folder reads as one dataset. A step
 may instead route a document to a side dataset (`Route`, e.g. code-heavy pages to `cleaned_code`): it skips
 the remaining filters, gets language ID and PII redaction, and is written there. Steps after language ID take
-their settings per language (`cleaning.languages.<code>`, `ByLanguage`).
+their settings per language (`cleaning.languages.<code>`, `ByLanguage`). With `attributes`, every rule's
+statistic of every input document goes to the side dataset `cleaned_attributes` (`attributes`, read by
+`sluice whatif`).
 """
 
 from __future__ import annotations
 
+from sluice.clean.attributes import ATTRIBUTES_DATASET
 from sluice.clean.chain import build_steps, clear_text_caches
 from sluice.clean.pipeline import OUTPUT_STAGE, CleaningPipeline
 from sluice.clean.schema import CLEANED_SCHEMA, DROPPED_DATASET, DROPPED_SCHEMA, normalize_for_hash, text_hash
@@ -26,7 +29,7 @@ from sluice.clean.steps.length_language import LanguageFilter, LengthFilter
 from sluice.clean.task import CleanTask, clean_part
 
 __all__ = [
-    "CLEANED_SCHEMA", "DROPPED_DATASET", "DROPPED_SCHEMA", "OUTPUT_STAGE", "CleanTask", "CleaningPipeline", "CleaningStats",
+    "ATTRIBUTES_DATASET", "CLEANED_SCHEMA", "DROPPED_DATASET", "DROPPED_SCHEMA", "OUTPUT_STAGE", "CleanTask", "CleaningPipeline", "CleaningStats",
     "Document", "Drop", "LanguageFilter", "LengthFilter", "Route", "Step", "build_steps", "clean_part", "clear_text_caches",
     "normalize_for_hash", "text_hash",
 ]

@@ -13,8 +13,12 @@ OUTPUT_STAGE = "output"  # the re-scan for PII left and the text hash of a kept 
 
 
 class CleaningPipeline:
-    def __init__(self, steps: list[Step]) -> None:
+    """`attributes`: record on each document (`doc.attributes`) every rule's statistic and each other step's
+    outcome, also for the steps after the one that dropped or routed it (`measure`), for cleaned_attributes."""
+
+    def __init__(self, steps: list[Step], attributes: bool = False) -> None:
         self.steps = steps
+        self.attributes = attributes
         self.stats = CleaningStats()
         self.stats.reached = {step.name: 0 for step in steps}
         self.on_step: Any = None  # called with a step's index before it runs (sluice.budget's heartbeat)
@@ -50,8 +54,13 @@ class CleaningPipeline:
         quality_model_path: str | None = None,
         quality_max_chars: int = 4000,
         perplexity_models: tuple[dict[str, dict], Any] | None = None,
+        attributes: bool = False,
     ) -> CleaningPipeline:
-        return cls(build_steps(settings, quality_model_path, quality_max_chars, perplexity_models))
+        return cls(build_steps(settings, quality_model_path, quality_max_chars, perplexity_models), attributes)
+
+    def attribute_names(self) -> list[str]:
+        """The cleaned_attributes columns these steps record, sorted."""
+        return sorted(set().union(*(step.attribute_names() for step in self.steps)))
 
     def run(self, doc: Document) -> tuple[Step, Drop] | None:
         stats = self.stats
@@ -59,12 +68,17 @@ class CleaningPipeline:
         stats.chars_in += len(doc.content)
         stats.input_bytes.add(len(doc.content))
         on_step = self.on_step
+        attributes = doc.attributes = {} if self.attributes else None
         for index, step in enumerate(self.steps):
             if on_step is not None:
                 on_step(index)
             stats.reached[step.name] += 1
             drop = step.apply(doc)
+            if attributes is not None and step.outcome:
+                attributes[f"{step.name}.reason"] = drop.reason if drop is not None else ""
             step.count(doc, drop, stats)  # each step counts its own statistics
+            if attributes is not None and drop is not None and not getattr(step, "extracts", False):
+                self.measure_rest(doc, index)
             if isinstance(drop, Route):
                 for later_index, later in enumerate(self.steps[index + 1 :], index + 1):
                     if later.on_routed:
@@ -85,6 +99,25 @@ class CleaningPipeline:
         for step in self.steps:
             step.count_kept(doc, stats)  # the scores the steps recorded on a kept document
         return None
+
+    def measure_rest(self, doc: Document, index: int) -> None:
+        """Record the statistics of the steps after `index` on a document that step dropped or routed, as
+        if it had been kept (C4 then removes its lines, language ID names its language), for sluice whatif;
+        then put the document back as it was (its dropped row, its routed text are unchanged). Stops where an
+        extraction step fails (no text to measure)."""
+        saved = doc.text, doc.language, doc.language_score, doc.values, doc._cache
+        doc.values = dict(doc.values)
+        attributes = doc.attributes
+        try:
+            for later_index, later in enumerate(self.steps[index + 1 :], index + 1):
+                if self.on_step is not None:
+                    self.on_step(later_index)
+                later.measure(doc)
+                if getattr(later, "extracts", False) and attributes.get(f"{later.name}.reason"):
+                    break
+            attributes["measured_text"] = doc.text
+        finally:
+            doc.text, doc.language, doc.language_score, doc.values, doc._cache = saved
 
     def close(self) -> None:
         for step in self.steps:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.clean.attributes import ATTRIBUTE_COLUMNS, attributes_row, attributes_schema
 from sluice.clean.pipeline import CleaningPipeline
 from sluice.clean.schema import CLEANED_SCHEMA, DROPPED_SCHEMA, cleaned_row, dropped_row
 from sluice.clean.stats import CleaningStats
@@ -34,6 +35,7 @@ class CleanTask:
     source: str = ""  # the partition's source and snapshot (the Hive folders; not columns of the part files)
     snapshot: str = ""
     dropped_url: str | None = None  # the partition's cleaned_dropped folder (default: output_url)
+    attributes_url: str | None = None  # the partition's cleaned_attributes folder (None: not written)
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class _PartInput:
     perplexity_models: tuple[dict[str, dict], Any] | None
     source: str = ""
     snapshot: str = ""
+    attributes: bool = False  # record every rule's statistic (cleaned_attributes rows)
 
 
 def _documents(path: str, start: int, source: str, snapshot: str) -> Any:
@@ -85,9 +88,12 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
     from sluice.clean.steps.pii import find_pii
     from sluice.config import PIISettings
 
-    pipeline = CleaningPipeline.from_settings(part.settings, part.model_path, part.quality_max_chars, part.perplexity_models)
+    pipeline = CleaningPipeline.from_settings(
+        part.settings, part.model_path, part.quality_max_chars, part.perplexity_models, attributes=part.attributes,
+    )
     pipeline.on_step = heartbeat.stage
     output_stage = len(pipeline.steps)
+    names = pipeline.attribute_names()
     # With redaction off for a source every kind is looked for, so the check reports what is left.
     pii_kinds = part.settings.pii if part.settings.pii.enabled else PIISettings()
     rows: list[tuple[str, dict[str, Any]]] = []
@@ -103,11 +109,15 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
                 reason = "step_timeout" if skip.kind == "timeout" else "step_crashed"
                 drop = pipeline.count_skipped(doc, skip.stage, reason, skip.detail)
                 rows.append(("dropped", dropped_row(doc, pipeline.stage_name(skip.stage), drop)))
+                if part.attributes:
+                    rows.append(("attributes", attributes_row(doc, names, "dropped", pipeline.stage_name(skip.stage), drop, None)))
                 continue
             outcome = pipeline.run(doc)
             if outcome is not None and not isinstance(outcome[1], Route):
                 step, drop = outcome
                 rows.append(("dropped", dropped_row(doc, step.name, drop)))
+                if part.attributes:
+                    rows.append(("attributes", attributes_row(doc, names, "dropped", step.name, drop, None)))
                 size += len(doc.text or "")
                 continue
             heartbeat.stage(output_stage)
@@ -115,6 +125,9 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
             # Independent re-scan of exactly what is written (the blocking asset check reads it).
             pipeline.stats.residual_pii.update(find_pii(text, pii_kinds))
             rows.append(("kept" if outcome is None else "routed", cleaned_row(doc, text)))
+            if part.attributes:
+                step, drop = outcome or (None, None)
+                rows.append(("attributes", attributes_row(doc, names, "kept" if outcome is None else "routed", step and step.name, drop, text)))
             size += len(text)
         final = (rows, pipeline.take_stats())
     finally:
@@ -137,12 +150,18 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
     kept = ParquetStreamWriter(CLEANED_SCHEMA)
     dropped = ParquetStreamWriter(DROPPED_SCHEMA)
     routed = ParquetStreamWriter(CLEANED_SCHEMA)
+    attributes: list[ParquetStreamWriter] = []  # opened at the first row: its columns are the chain's
     stats = CleaningStats()
     skipped: dict[int, Any] = {}
 
     def deliver(payload: tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]) -> None:
         rows, part_stats = payload
         for kind, row in rows:
+            if kind == "attributes":
+                if not attributes:
+                    attributes.append(ParquetStreamWriter(attributes_schema(list(row)[len(ATTRIBUTE_COLUMNS) :]), batch_rows=4096))
+                attributes[0].append(row)
+                continue
             writer = kept if kind == "kept" else routed if kind == "routed" else dropped
             writer.append(row, size_hint=len(row["text"] or ""))
         stats.merge(part_stats)
@@ -161,7 +180,7 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
             perplexity_models = (task.perplexity_models, ModelFetcher(task.perplexity_model_url, task.s3, scratch))
         part = _PartInput(
             input_store.fetch(task.input_key, scratch), task.settings, model_path, task.quality_max_chars, perplexity_models,
-            task.source, task.snapshot,
+            task.source, task.snapshot, attributes=task.attributes_url is not None,
         )
         budget = task.settings.step_cpu_budget_s
         worker_cpu_s = None
@@ -174,6 +193,11 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
         kept_entry = kept.publish(output_store, f"part-{task.part:05d}.parquet")
         dropped_store = StoreSpec(task.dropped_url, task.s3).open() if task.dropped_url else output_store
         dropped_entry = dropped.publish(dropped_store, f"dropped-{task.part:05d}.parquet")
+        attributes_entry = None
+        if task.attributes_url is not None:
+            if not attributes:  # (a part without documents)
+                attributes.append(ParquetStreamWriter(attributes_schema([])))
+            attributes_entry = attributes[0].publish(StoreSpec(task.attributes_url, task.s3).open(), f"attributes-{task.part:05d}.parquet")
         code_entry = None
         if task.code_url:
             code_entry = routed.publish(StoreSpec(task.code_url, task.s3).open(), f"part-{task.part:05d}.parquet")
@@ -182,13 +206,12 @@ def clean_part(task: CleanTask) -> dict[str, Any]:
         else:
             routed.abort()
     except BaseException:
-        kept.abort()
-        dropped.abort()
-        routed.abort()
+        for writer in (kept, dropped, routed, *attributes):
+            writer.abort()
         raise
     finally:
         _remove_tree(scratch)
     return {
-        "part": kept_entry, "dropped": dropped_entry, "code": code_entry, "stats": stats.as_dict(),
+        "part": kept_entry, "dropped": dropped_entry, "code": code_entry, "attributes": attributes_entry, "stats": stats.as_dict(),
         "budget_skips": len(skipped), "worker_cpu_s": worker_cpu_s,
     }

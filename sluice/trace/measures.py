@@ -154,7 +154,7 @@ def _gopher_quality(measures: Measures, doc: Document, settings: CleaningSetting
 def _gopher_repetition(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
     from sluice.clean.steps.filters import GopherRepetitionFilter
 
-    _add_rules(measures, "gopher_repetition", GopherRepetitionFilter(settings.gopher_repetition, multilingual).rules(doc, exact=True))
+    _add_rules(measures, "gopher_repetition", GopherRepetitionFilter(settings.gopher_repetition, multilingual).rules(doc, every=True))
 
 
 def _c4(measures: Measures, doc: Document, settings: CleaningSettings, multilingual: bool) -> None:
@@ -164,7 +164,7 @@ def _c4(measures: Measures, doc: Document, settings: CleaningSettings, multiling
 
     step = C4QualityFilter(settings.c4, multilingual)
     c4 = step.lines(doc.text or "")
-    _add_rules(measures, "c4", step.rules(doc, c4))
+    _add_rules(measures, "c4", step.rules(doc, lines=c4))
     if c4.stop is None:
         c4.keep(doc)
     measures.items.append(_info("c4", "lines_removed", c4.lines_in - len(c4.kept)))

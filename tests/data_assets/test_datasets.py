@@ -20,7 +20,7 @@ from data_assets.partitions import multi_key
 from tests.conftest import base_config, write_config
 
 # The Parquet datasets by folder (README "Outputs"); each partition's files share one schema.
-SOURCE_SNAPSHOT_DATASETS = ("raw_documents", "raw_quarantine", "cleaned_documents", "cleaned_dropped")
+SOURCE_SNAPSHOT_DATASETS = ("raw_documents", "raw_quarantine", "cleaned_documents", "cleaned_dropped", "cleaned_attributes")
 
 
 def footer_rows(folder: Path) -> int:
@@ -93,7 +93,7 @@ def test_raw_and_cleaned_outputs_are_one_dataset_each(cleaned_sample):
     root, pairs, _ = cleaned_sample
     frames = read_every_dataset(root, SOURCE_SNAPSHOT_DATASETS)
     # The part files themselves carry no partition columns (they would clash with the Hive fields).
-    for name in ("raw_documents", "cleaned_documents", "cleaned_dropped"):
+    for name in ("raw_documents", "cleaned_documents", "cleaned_dropped", "cleaned_attributes"):
         first = next((root / name).rglob("*.parquet"))
         assert not {"source", "snapshot"} & set(pq.read_schema(first).names), name
     # Every partition's documents are there, with their source and snapshot from the folders.
@@ -106,6 +106,11 @@ def test_raw_and_cleaned_outputs_are_one_dataset_each(cleaned_sample):
     assert set(kept["doc_id"]).isdisjoint(set(dropped["doc_id"]))
     routed = footer_rows(root / "cleaned_code") if (root / "cleaned_code").exists() else 0
     assert kept.height + dropped.height + routed == frames["raw_documents"].height
+    # One attributes row per raw document, its decision where cleaning wrote it.
+    attributes = frames["cleaned_attributes"]
+    assert sorted(attributes["doc_id"]) == sorted(frames["raw_documents"]["doc_id"])
+    assert set(attributes.filter(pl.col("decision") == "kept")["doc_id"]) == set(kept["doc_id"])
+    assert set(attributes.filter(pl.col("decision") == "dropped")["doc_id"]) == set(dropped["doc_id"])
 
 
 def test_every_reason_and_language_seen_before_is_recorded_again_with_zeros(cleaned_sample):

@@ -134,7 +134,9 @@ PARTITION = "source=web/snapshot=2026-02"
 # metadata's counter prefix)
 STAGES = {
     "raw_documents": (("raw_documents", "raw_quarantine"), "raw_documents_tasks", ("part", "quarantine_part"), "tasks"),
-    "cleaned_documents": (("cleaned_documents", "cleaned_dropped"), "cleaned_documents_tasks", ("part", "dropped"), "tasks"),
+    "cleaned_documents": (
+        ("cleaned_documents", "cleaned_dropped", "cleaned_attributes"), "cleaned_documents_tasks", ("part", "dropped", "attributes"), "tasks",
+    ),
     # dedup: the signing tasks are the per-part work (signatures and shingle sets of each cleaned part)
     "dedup_signatures": (("dedup_signatures", "dedup_shingles"), "dedup_signatures_tasks", ("signatures", "shingles"), "tasks"),
     # .docs.parquet files in tokenized_shards, .bin / .idx / .urls in tokenized_binary; none for an empty part

@@ -54,6 +54,9 @@ class Document:
     # What the steps measured, by name: the values of the columns they declare (Step.columns), written to
     # the cleaned datasets, and what their own count hooks read back (e.g. PII redactions by kind).
     values: dict[str, Any] = field(default_factory=dict)
+    # Every rule's statistic and each other step's outcome, by `<step>.<statistic>` (`<step>.reason`), when
+    # cleaning writes cleaned_attributes (None: not recorded; see sluice.clean.attributes).
+    attributes: dict[str, Any] | None = None
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)  # per text version, see tokens()
 
     def _cached(self, key: str, compute: Any) -> Any:
@@ -131,6 +134,23 @@ class Step:
     def apply(self, doc: Document) -> Drop | None:
         raise NotImplementedError
 
+    # Whether the step records its outcome in cleaned_attributes as `<name>.reason` (the drop's reason, ""
+    # when it keeps; a rule table records its statistics instead) and is run, for that, on a document an
+    # earlier step dropped (`measured`; not the model scorers, whose cost would be paid for dropped documents).
+    outcome: ClassVar[bool] = True
+    measured: ClassVar[bool] = True
+
+    def measure(self, doc: Document) -> None:
+        """Record what this step measures on a document an earlier step dropped (for sluice whatif): its
+        outcome, for a step that is no rule table; nothing for one that is not `measured`."""
+        if self.measured and self.outcome:
+            drop = self.apply(doc)
+            doc.attributes[f"{self.name}.reason"] = drop.reason if drop is not None else ""
+
+    def attribute_names(self) -> set[str]:
+        """The cleaned_attributes columns this step records."""
+        return {f"{self.name}.reason"} if self.outcome else set()
+
     def count(self, doc: Document, drop: Drop | None, stats: Any) -> None:  # noqa: B027 - optional hook
         """Add what this step measured on `doc` to the part's counts (sluice.clean.stats.CleaningStats) right
         after it ran (`drop`: its outcome): each step counts its own statistics (datatrove's stat_update)."""
@@ -151,12 +171,25 @@ class ByLanguage(Step):
         some = next(step for step in (default, *by_language.values()) if step is not None)
         self.name = some.name
         self.on_routed = some.on_routed
+        self._some = some
         self.default = default
         self.by_language = by_language
 
     def apply(self, doc: Document) -> Drop | None:
         step = self.by_language.get(doc.language, self.default)
         return None if step is None else step.apply(doc)
+
+    @property
+    def outcome(self) -> bool:  # type: ignore[override]
+        return self._some.outcome
+
+    def measure(self, doc: Document) -> None:
+        step = self.by_language.get(doc.language, self.default)
+        if step is not None:
+            step.measure(doc)
+
+    def attribute_names(self) -> set[str]:
+        return set().union(*(step.attribute_names() for step in (self.default, *self.by_language.values()) if step is not None))
 
     def count(self, doc: Document, drop: Drop | None, stats: Any) -> None:
         step = self.by_language.get(doc.language, self.default)

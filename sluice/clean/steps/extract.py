@@ -76,6 +76,7 @@ class DecodeText(Step):
     """Bytes -> str in the detected charset; bytes invalid in a declared charset drop the document."""
 
     name = "decode"
+    extracts = True  # (a failure leaves no text: nothing after it is measured)
     reasons = ("unknown_charset", "invalid_utf8", "invalid_encoding")
 
     def __init__(self) -> None:
@@ -274,6 +275,7 @@ class ExtractHtml(Step):
     """HTML -> main text (boilerplate such as navigation removed) within the per-page budget."""
 
     name = "extract"
+    extracts = True
     reasons = ("too_large", "extract_timeout", "extract_crashed", "extraction_failed", "empty_text")
 
     def __init__(self, settings: ExtractionSettings | None = None) -> None:

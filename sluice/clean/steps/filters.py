@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import compress, filterfalse, repeat
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -102,7 +102,12 @@ def _duplicates(items: list[str]) -> tuple[int, int]:
 
 
 # The comparison under which a rule keeps a document: `value <keep_if> threshold`.
-KEEPS: dict[str, Callable[[Any, Any], bool]] = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+KEEPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq, "in": lambda value, allowed: value in allowed,
+}
+
+# A rule's limit: (its statistic, the threshold, keep_if); the threshold None switches the rule off.
+Limit = tuple[str, Any, str]
 
 
 @dataclass(slots=True)
@@ -121,19 +126,60 @@ class Rule:
     traced: bool = True
 
     def keeps(self) -> bool:
-        return self.threshold is None or KEEPS[self.keep_if](self.value, self.threshold)
+        """`value <keep_if> threshold`; a rule without threshold (off) or without value (not applicable to
+        this document, e.g. FineWeb's excluded zero punctuation share) keeps it."""
+        return self.threshold is None or self.value is None or KEEPS[self.keep_if](self.value, self.threshold)
 
 
 class RuleFilter(Step):
     """A filter written once as an ordered table of rules (`rules`, a generator: each statistic is computed
     only when the rules before it kept the document). `apply` stops at the first rule that fails, as fast as
-    a hand-written chain of ifs; the tracer (sluice.trace.measures) evaluates every rule of the same table."""
+    a hand-written chain of ifs; the tracer (sluice.trace.measures) evaluates every rule of the same table.
 
-    def rules(self, doc: Document) -> Iterator[Rule]:
+    `limits` (rule name -> statistic, threshold, keep_if; built from the settings) is the one home of each
+    rule's threshold: `rule` builds the table's rules from it and `sluice whatif` re-thresholds the stored
+    statistics with the limits of another config's filter. `THRESHOLDS`: the settings fields that are only
+    thresholds; the others define the statistics (`definition`), so a change to them needs a re-run.
+
+    With `doc.attributes` set (cleaning writes cleaned_attributes), every rule is evaluated (`every`: rules
+    switched off in these settings too, no shortcut) and each statistic recorded as `<step>.<statistic>`;
+    the decision is still the first rule that fails."""
+
+    THRESHOLDS: ClassVar[tuple[str, ...]] = ()
+    outcome = False  # (its statistics are recorded instead)
+    limits: dict[str, Limit]
+    s: Any
+
+    def rules(self, doc: Document, every: bool = False) -> Iterator[Rule]:
         raise NotImplementedError
 
+    def rule(self, name: str, value: Any, detail: str, args: tuple = (), reason: str | None = None, traced: bool = True) -> Rule:
+        """The rule `name` of the table (its limit from `limits`) with this document's value."""
+        statistic, threshold, keep_if = self.limits[name]
+        return Rule(statistic, value, threshold, keep_if, reason or name, detail, args, traced)
+
     def apply(self, doc: Document) -> Drop | None:
-        return first_drop(self.rules(doc))
+        if doc.attributes is None:
+            return first_drop(self.rules(doc))
+        rules = list(self.rules(doc, every=True))
+        self.record(doc, rules)
+        return first_drop(rules)
+
+    def measure(self, doc: Document) -> None:
+        self.record(doc, self.rules(doc, every=True))
+
+    def record(self, doc: Document, rules: Iterable[Rule]) -> None:
+        """Each rule's statistic into `doc.attributes` as `<step>.<statistic>`."""
+        attributes = doc.attributes
+        for rule in rules:
+            attributes[f"{self.name}.{rule.statistic}"] = rule.value
+
+    def attribute_names(self) -> set[str]:
+        return {f"{self.name}.{statistic}" for statistic, _, _ in self.limits.values()}
+
+    def definition(self) -> Any:
+        """What defines the statistics (every setting but the thresholds): equal definitions, equal values."""
+        return self.s.model_dump(exclude=set(self.THRESHOLDS)), getattr(self, "multilingual", None)
 
 
 def first_drop(rules: Iterable[Rule]) -> Drop | None:
@@ -152,47 +198,63 @@ class GopherQualityFilter(RuleFilter):
         "gopher_enough_stop_words",
     )
 
-    def __init__(self, settings: GopherQualitySettings | None = None, multilingual: bool = True) -> None:
-        self.s = settings or GopherQualitySettings()
-        self.multilingual = multilingual
-        self.stop_words = frozenset(self.s.stop_words) if self.s.stop_words is not None else None
+    THRESHOLDS = (
+        "min_doc_words", "max_doc_words", "min_avg_word_length", "max_avg_word_length", "max_symbol_word_ratio",
+        "max_bullet_lines_ratio", "max_ellipsis_lines_ratio", "max_non_alpha_words_ratio", "min_stop_words",
+    )
 
-    def rules(self, doc: Document) -> Iterator[Rule]:
-        s = self.s
+    def __init__(self, settings: GopherQualitySettings | None = None, multilingual: bool = True) -> None:
+        self.s = s = settings or GopherQualitySettings()
+        self.multilingual = multilingual
+        self.stop_words = frozenset(s.stop_words) if s.stop_words is not None else None
+        symbols = s.max_symbol_word_ratio or None
+        self.limits = {
+            "gopher_short_doc": ("words", s.min_doc_words or None, ">="),
+            "gopher_long_doc": ("words", s.max_doc_words or None, "<="),
+            "no_words": ("words", 1, ">="),
+            "gopher_below_avg_threshold": ("mean_word_length", s.min_avg_word_length or None, ">="),
+            "gopher_above_avg_threshold": ("mean_word_length", s.max_avg_word_length or None, "<="),
+            "gopher_too_many_hashes": ("hashes_per_word", symbols, "<="),
+            "gopher_too_many_ellipsis": ("ellipses_per_word", symbols, "<="),
+            "gopher_too_many_bullets": ("bullet_lines", s.max_bullet_lines_ratio or None, "<="),
+            "gopher_too_many_end_ellipsis": ("ellipsis_lines", s.max_ellipsis_lines_ratio or None, "<="),
+            "gopher_below_alpha_threshold": ("words_with_a_letter", s.max_non_alpha_words_ratio or None, ">="),
+            "gopher_enough_stop_words": ("stop_words", s.min_stop_words or None, ">="),
+        }
+
+    def rules(self, doc: Document, every: bool = False) -> Iterator[Rule]:
+        s, rule = self.s, self.rule
         text = doc.text or ""
         words = doc.tokens(self.multilingual)
         counts = doc.token_counts(self.multilingual)
         n_words = len(words)
         symbols = _symbols(counts)
         n = n_words - sum(counts[p] for p in symbols)
-        yield Rule("words", n, s.min_doc_words or None, ">=", "gopher_short_doc", "{} words < {}", (n, s.min_doc_words))
-        yield Rule("words", n, s.max_doc_words or None, "<=", "gopher_long_doc", "{} words > {}", (n, s.max_doc_words))
+        yield rule("gopher_short_doc", n, "{} words < {}", (n, s.min_doc_words))
+        yield rule("gopher_long_doc", n, "{} words > {}", (n, s.max_doc_words))
         if n == 0:
-            yield Rule("words", n, 1, ">=", "gopher_short_doc", "no words", traced=False)
+            yield rule("no_words", n, "no words", reason="gopher_short_doc", traced=False)
             return
         if not (self.multilingual and doc.mostly_spaceless()):
             mean = (len("".join(words)) - sum(len(p) * counts[p] for p in symbols)) / n
-            yield Rule("mean_word_length", mean, s.min_avg_word_length or None, ">=", "gopher_below_avg_threshold", "mean word length {:.2f}", (mean,))
-            yield Rule("mean_word_length", mean, s.max_avg_word_length or None, "<=", "gopher_above_avg_threshold", "mean word length {:.2f}", (mean,))
-        if s.max_symbol_word_ratio:
+            yield rule("gopher_below_avg_threshold", mean, "mean word length {:.2f}", (mean,))
+            yield rule("gopher_above_avg_threshold", mean, "mean word length {:.2f}", (mean,))
+        if s.max_symbol_word_ratio or every:
             hashes = text.count("#") / n_words
-            yield Rule("hashes_per_word", hashes, s.max_symbol_word_ratio, "<=", "gopher_too_many_hashes", "{:.3f} '#' per word", (hashes,))
+            yield rule("gopher_too_many_hashes", hashes, "{:.3f} '#' per word", (hashes,))
             ellipses = (text.count("...") + text.count("…")) / n_words
-            yield Rule("ellipses_per_word", ellipses, s.max_symbol_word_ratio, "<=", "gopher_too_many_ellipsis", "{:.3f} ellipses per word", (ellipses,))
+            yield rule("gopher_too_many_ellipsis", ellipses, "{:.3f} ellipses per word", (ellipses,))
         lines = text.splitlines() or [""]
-        if s.max_bullet_lines_ratio:
+        if s.max_bullet_lines_ratio or every:
             bullets = _count(str.startswith, map(str.lstrip, lines), ("•", "-")) / len(lines)
-            yield Rule("bullet_lines", bullets, s.max_bullet_lines_ratio, "<=", "gopher_too_many_bullets", "{:.2f} of lines start with a bullet", (bullets,))
-        if s.max_ellipsis_lines_ratio:
+            yield rule("gopher_too_many_bullets", bullets, "{:.2f} of lines start with a bullet", (bullets,))
+        if s.max_ellipsis_lines_ratio or every:
             ends = _count(str.endswith, map(str.rstrip, lines), ("...", "…")) / len(lines)
-            yield Rule("ellipsis_lines", ends, s.max_ellipsis_lines_ratio, "<=", "gopher_too_many_end_ellipsis", "{:.2f} of lines end with an ellipsis", (ends,))
-        if s.max_non_alpha_words_ratio:
+            yield rule("gopher_too_many_end_ellipsis", ends, "{:.2f} of lines end with an ellipsis", (ends,))
+        if s.max_non_alpha_words_ratio or every:
             alpha = _alpha_share(text, counts, n_words, s.alpha_words)
-            yield Rule(
-                "words_with_a_letter", alpha, s.max_non_alpha_words_ratio, ">=", "gopher_below_alpha_threshold",
-                "{:.2f} of {} words contain a letter", (alpha, s.alpha_words),
-            )
-        if s.min_stop_words:
+            yield rule("gopher_below_alpha_threshold", alpha, "{:.2f} of {} words contain a letter", (alpha, s.alpha_words))
+        if s.min_stop_words or every:
             yield from self._stop_words(doc, counts)
 
     def _stop_words(self, doc: Document, counts: dict[str, int]) -> Iterator[Rule]:
@@ -207,7 +269,7 @@ class GopherQualityFilter(RuleFilter):
         if stop_words is not None and not spaceless:
             listed = counts.keys() & stop_words
             found = len(listed) if self.s.stop_word_count == "distinct" else sum(counts[w] for w in listed)
-            yield Rule("stop_words", found, self.s.min_stop_words, ">=", "gopher_enough_stop_words", "{} stop words < {}", (found, self.s.min_stop_words))
+            yield self.rule("gopher_enough_stop_words", found, "{} stop words < {}", (found, self.s.min_stop_words))
 
 
 def _alpha_share(text: str, counts: dict[str, int], n_tokens: int, words: str) -> float:
@@ -244,28 +306,37 @@ class GopherRepetitionFilter(RuleFilter):
     name = "gopher_repetition"
     reasons = ("dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac")  # and top_<n>_gram, duplicated_<n>_n_grams per configured n
 
-    def __init__(self, settings: GopherRepetitionSettings | None = None, multilingual: bool = True) -> None:
-        self.s = settings or GopherRepetitionSettings()
-        self.multilingual = multilingual
+    THRESHOLDS = ("dup_line_frac", "dup_para_frac", "dup_line_char_frac", "dup_para_char_frac")
 
-    def rules(self, doc: Document, exact: bool = False) -> Iterator[Rule]:
-        """The repetition rules in order. Without `exact`, a duplicated n-gram rule whose decision is known to
+    def __init__(self, settings: GopherRepetitionSettings | None = None, multilingual: bool = True) -> None:
+        self.s = s = settings or GopherRepetitionSettings()
+        self.multilingual = multilingual
+        self.limits = {
+            "dup_para_frac": ("dup_para_frac", s.dup_para_frac or None, "<="),
+            "dup_para_char_frac": ("dup_para_char_frac", s.dup_para_char_frac or None, "<="),
+            "dup_line_frac": ("dup_line_frac", s.dup_line_frac or None, "<="),
+            "dup_line_char_frac": ("dup_line_char_frac", s.dup_line_char_frac or None, "<="),
+            **{f"top_{n}_gram": (f"top_{n}_gram_char_frac", threshold, "<=") for n, threshold in sorted(s.top_n_grams.items())},
+            **{f"duplicated_{n}_n_grams": (f"duplicated_{n}_gram_char_frac", threshold, "<=") for n, threshold in sorted(s.dup_n_grams.items())},
+        }
+
+    def definition(self) -> Any:
+        """The n-gram sizes define statistics too (their thresholds do not)."""
+        return self.multilingual, sorted(self.s.top_n_grams), sorted(self.s.dup_n_grams)
+
+    def rules(self, doc: Document, every: bool = False) -> Iterator[Rule]:
+        """The repetition rules in order. Without `every`, a duplicated n-gram rule whose decision is known to
         be "keep" from a cheaper bound is skipped (the filter's speed); the tracer asks for every value."""
-        s = self.s
         text = doc.text or ""
         length = len(text) or 1
         for unit, parts in (("para", _PARAGRAPH_BREAK.split(text.strip())), ("line", _LINE_BREAKS.split(text))):
             dup, dup_chars = _duplicates(parts)
             noun = "paragraphs" if unit == "para" else "lines"
-            frac, char_frac = (s.dup_para_frac, s.dup_para_char_frac) if unit == "para" else (s.dup_line_frac, s.dup_line_char_frac)
-            yield Rule(f"dup_{unit}_frac", dup / len(parts), frac or None, "<=", f"dup_{unit}_frac", "{} of {} " + noun + " repeat", (dup, len(parts)))
-            yield Rule(
-                f"dup_{unit}_char_frac", dup_chars / length, char_frac or None, "<=", f"dup_{unit}_char_frac",
-                "{:.3f} of characters in repeated " + noun, (dup_chars / length,),
-            )
+            yield self.rule(f"dup_{unit}_frac", dup / len(parts), "{} of {} " + noun + " repeat", (dup, len(parts)))
+            yield self.rule(f"dup_{unit}_char_frac", dup_chars / length, "{:.3f} of characters in repeated " + noun, (dup_chars / length,))
         words = doc.tokens(self.multilingual)
         if words:
-            yield from self._ngram_rules(doc, words, length, exact)
+            yield from self._ngram_rules(doc, words, length, every)
 
     def _ngram_rules(self, doc: Document, words: list[str], length: int, exact: bool) -> Iterator[Rule]:
         s = self.s
@@ -273,36 +344,65 @@ class GopherRepetitionFilter(RuleFilter):
         # Python's string hash as the token id (C-speed; 64-bit, so two different tokens share one with
         # negligible probability; decisions never depend on the hash values' order).
         ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
-        for n, threshold in sorted(s.top_n_grams.items()):
+        grams = _NgramKeys(ids)
+        for n in sorted(s.top_n_grams):
             span = n * scale
             if len(words) < span:
                 continue
-            top, at = _top_ngram(_ngram_keys(ids, span))
+            top, at = _top_ngram(grams.of(span))
             # Words joined by spaces (datatrove); characters of a spaceless script are joined by nothing.
             share = (_span_chars(words, at, span) + (span - 1 if scale == 1 else 0)) * top / length
-            yield Rule(f"top_{n}_gram_char_frac", share, threshold, "<=", f"top_{n}_gram", "{:.3f} of characters in the top n-gram", (share,))
+            yield self.rule(f"top_{n}_gram", share, "{:.3f} of characters in the top n-gram", (share,))
         # Characters inside the repeated n-grams of the smallest n: at least the repeated characters of any
         # n, so every size whose threshold it does not pass is skipped (the decision cannot change).
         bound = None
+        last: tuple[int, np.ndarray] | None = None  # (span, repeated positions) of the last size scanned
         for n, threshold in sorted(s.dup_n_grams.items()):
             span = n * scale
             if len(words) < span or (not exact and bound is not None and bound / length <= threshold):
                 continue
-            keys = _ngram_keys(ids, span)
-            repeated = _repeated_positions(keys)
-            if bound is None:
+            keys = grams.of(span)
+            repeated = _repeated_positions(keys) if last is None else _repeated_longer(keys, *last, span)
+            last = span, repeated
+            if bound is None and not exact:
                 bound = _covered_chars(repeated, words, span)
-                if not exact and bound / length <= threshold:
+                if bound / length <= threshold:
                     continue
             share = _scan_repeats(keys, repeated, words, span) / length
-            yield Rule(
-                f"duplicated_{n}_gram_char_frac", share, threshold, "<=", f"duplicated_{n}_n_grams", "{:.3f} of characters in repeated n-grams", (share,)
-            )
+            yield self.rule(f"duplicated_{n}_n_grams", share, "{:.3f} of characters in repeated n-grams", (share,))
 
     @staticmethod
     def _repeated_ngram_chars(keys: np.ndarray, words: list[str], n: int) -> int:
         """Characters of the n-grams (`keys`) of `words` that repeat an earlier one (see _scan_repeats)."""
         return _scan_repeats(keys, _repeated_positions(keys), words, n)
+
+
+class _NgramKeys:
+    """The n-gram keys of one document's token ids for growing n, each size's from the last one's (one
+    multiply-add per position: the same keys as _ngram_keys, whose loop is Horner's rule)."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+        self.n, self.keys = 1, ids.copy()
+
+    def of(self, n: int) -> np.ndarray:
+        if n < self.n:
+            return _ngram_keys(self.ids, n)
+        with np.errstate(over="ignore"):
+            while self.n < n:
+                self.n += 1
+                count = len(self.ids) - self.n + 1
+                self.keys = self.keys[:count] * _MIX + self.ids[self.n - 1 : self.n - 1 + count]
+        return self.keys
+
+
+def _repeated_longer(keys: np.ndarray, shorter: int, repeated: np.ndarray, span: int) -> np.ndarray:
+    """The repeated positions of the `span`-grams (`keys`) from those of the `shorter`-grams: a span-gram
+    repeated at p has its shorter-grams at p .. p + span - shorter repeated too (and so has its other
+    occurrence), so only such positions are sorted, not every position."""
+    gap = span - shorter
+    candidates = repeated[:-gap][repeated[gap:] == repeated[:-gap] + gap] if len(repeated) > gap else repeated[:0]
+    return candidates[_repeated_positions(keys[candidates])]
 
 
 def _span_chars(words: list[str], at: int, n: int) -> int:
@@ -395,9 +495,16 @@ class C4QualityFilter(RuleFilter):
     name = "c4"
     reasons = ("lorem_ipsum", "curly_bracket", "too_few_sentences")
 
+    THRESHOLDS = ("min_num_sentences",)  # the line rules define the text the statistics are taken of
+
     def __init__(self, settings: C4Settings | None = None, multilingual: bool = True) -> None:
-        self.s = settings or C4Settings()
+        self.s = s = settings or C4Settings()
         self.multilingual = multilingual
+        self.limits = {
+            "lorem_ipsum": ("lorem_ipsum", 0 if s.filter_lorem_ipsum else None, "=="),
+            "curly_bracket": ("curly_bracket", 0 if s.filter_curly_bracket else None, "=="),
+            "too_few_sentences": ("sentences", None if s.min_num_sentences == -1 else s.min_num_sentences, ">="),
+        }
         self.terminal = ASCII_TERMINAL + OTHER_TERMINAL if multilingual else ASCII_TERMINAL
         self.sentence_end = _SENTENCE_END_MULTI if multilingual else _SENTENCE_END
 
@@ -443,24 +550,33 @@ class C4QualityFilter(RuleFilter):
             chunks += words if line is stripped else line.split()
         return C4Lines(kept, chunks, sentences, lines_in, None)
 
-    def rules(self, doc: Document, lines: C4Lines | None = None) -> Iterator[Rule]:
+    def rules(self, doc: Document, every: bool = False, lines: C4Lines | None = None) -> Iterator[Rule]:
         """The document rules over `lines` (computed from the text when not given); the sentence count is
         only a statistic of a document no line stopped."""
-        s = self.s
         c4 = lines if lines is not None else self.lines(doc.text or "")
         reason, line = c4.stop or ("", "")
-        for rule, enabled in (("lorem_ipsum", s.filter_lorem_ipsum), ("curly_bracket", s.filter_curly_bracket)):
-            yield Rule(rule, int(reason == rule), 0 if enabled else None, "==", rule, "{}", (line,))
+        for rule in ("lorem_ipsum", "curly_bracket"):
+            yield self.rule(rule, int(reason == rule), "{}", (line,))
         if c4.stop is None:
-            threshold = None if s.min_num_sentences == -1 else s.min_num_sentences
-            yield Rule("sentences", c4.sentences, threshold, ">=", "too_few_sentences", "{} sentences < {}", (c4.sentences, s.min_num_sentences))
+            yield self.rule("too_few_sentences", c4.sentences, "{} sentences < {}", (c4.sentences, self.s.min_num_sentences))
 
     def apply(self, doc: Document) -> Drop | None:
         c4 = self.lines(doc.text or "")
-        drop = first_drop(self.rules(doc, c4))
+        rules = list(self.rules(doc, lines=c4))
+        if doc.attributes is not None:
+            self.record(doc, rules)
+        drop = first_drop(rules)
         if drop is None:
             c4.keep(doc)
         return drop
+
+    def measure(self, doc: Document) -> None:
+        """The statistics of a dropped document, and the lines C4 keeps as its text (what FineWeb and the final
+        length would see), as the tracer replays it; a line that stops the document leaves the text."""
+        c4 = self.lines(doc.text or "")
+        self.record(doc, self.rules(doc, lines=c4))
+        if c4.stop is None:
+            c4.keep(doc)
 
 
 class FineWebQualityFilter(RuleFilter):
@@ -473,45 +589,45 @@ class FineWebQualityFilter(RuleFilter):
     name = "fineweb_quality"
     reasons = ("empty", "line_punct_ratio", "short_line_ratio", "char_dup_ratio", "list_ratio")
 
+    THRESHOLDS = ("line_punct_thr", "short_line_thr", "char_duplicates_ratio", "new_line_ratio")
+
     def __init__(self, settings: FineWebQualitySettings | None = None, multilingual: bool = True) -> None:
-        self.s = settings or FineWebQualitySettings()
+        self.s = s = settings or FineWebQualitySettings()
         self.multilingual = multilingual
-        self.datatrove = self.s.variant == "datatrove"
+        self.datatrove = s.variant == "datatrove"
         if self.datatrove:
             self.stop_chars = UNICODE_TERMINAL
         else:
             self.stop_chars = (".", "'", '"', "!", "?") + (OTHER_TERMINAL if multilingual else ())
+        at_threshold_keeps = "=" if self.datatrove else ""
+        self.limits = {
+            "empty": ("non_blank_lines", 1, ">="),
+            "line_punct_ratio": ("line_punct_ratio", s.line_punct_thr, ">" + at_threshold_keeps),
+            "short_line_ratio": ("short_line_ratio", s.short_line_thr, "<" + at_threshold_keeps),
+            "char_dup_ratio": ("char_dup_ratio", s.char_duplicates_ratio, "<" + at_threshold_keeps),
+            "list_ratio": ("newlines_per_word", s.new_line_ratio, "<="),
+        }
 
-    def rules(self, doc: Document) -> Iterator[Rule]:
-        s = self.s
+    def rules(self, doc: Document, every: bool = False) -> Iterator[Rule]:
+        s, rule = self.s, self.rule
         text = doc.text or ""
         lines = text.split("\n")
         non_blank = list(filter(str.strip, lines))
-        yield Rule("non_blank_lines", len(non_blank), 1, ">=", "empty", "no line with text", traced=False)
+        yield rule("empty", len(non_blank), "no line with text", traced=False)
         if not non_blank:
             return
         counted = non_blank if self.datatrove else lines
-        at_threshold_keeps = "=" if self.datatrove else ""
         punct = _count(str.endswith, counted, self.stop_chars) / len(counted)
-        excluded = punct == 0 and s.line_punct_exclude_zero
-        yield Rule(
-            "line_punct_ratio", punct, None if excluded else s.line_punct_thr, ">" + at_threshold_keeps, "line_punct_ratio",
-            "{:.2f} of lines end in punctuation", (punct,),
-        )
+        excluded = punct == 0 and s.line_punct_exclude_zero  # (no value: the rule does not apply)
+        yield rule("line_punct_ratio", None if excluded else punct, "{:.2f} of lines end in punctuation", (punct,))
         short = s.short_line_length
         if self.multilingual and doc.mostly_spaceless():
             short = max(1, short // 3)
         short_share = sum(map(short.__ge__, map(len, counted))) / len(counted)  # lines of at most `short` characters
-        yield Rule(
-            "short_line_ratio", short_share, s.short_line_thr, "<" + at_threshold_keeps, "short_line_ratio",
-            "{:.2f} of lines are <= {} characters", (short_share, short),
-        )
+        yield rule("short_line_ratio", short_share, "{:.2f} of lines are <= {} characters", (short_share, short))
         chars = len(text) - text.count("\n")
         dup_share = _duplicates(non_blank)[1] / chars
-        yield Rule(
-            "char_dup_ratio", dup_share, s.char_duplicates_ratio, "<" + at_threshold_keeps, "char_dup_ratio",
-            "{:.3f} of characters in repeated lines", (dup_share,),
-        )
+        yield rule("char_dup_ratio", dup_share, "{:.3f} of characters in repeated lines", (dup_share,))
         n_words = len(doc.tokens(self.multilingual))
         newlines = text.count("\n") / n_words if n_words else float("inf")
-        yield Rule("newlines_per_word", newlines, s.new_line_ratio, "<=", "list_ratio", "{:.2f} newlines per word", (newlines,))
+        yield rule("list_ratio", newlines, "{:.2f} newlines per word", (newlines,))

@@ -243,6 +243,7 @@ class PerplexityScorer(Step):
     `max_perplexity` (`high_perplexity`) or in `drop_buckets` (`perplexity_<bucket>`)."""
 
     name = "perplexity"
+    measured = False  # (a model: not run on documents dropped before it)
     reasons = ("high_perplexity",)  # and perplexity_<bucket> for cleaning.perplexity.drop_buckets
     columns = (
         pa.field("perplexity", pa.float32()),  # under the language's n-gram model; null when not scored

@@ -254,6 +254,7 @@ class PIIRedactor(Step):
     """Never drops; replaces PII in the text and records the counts on the document."""
 
     name = "pii"
+    outcome = measured = False  # (no filter: it edits kept texts)
     on_routed = True  # documents routed to a side dataset are redacted too
     columns = (pa.field("pii_redactions", pa.int32(), nullable=False),)  # placeholders put into this text
 

@@ -86,6 +86,7 @@ class QualityScorer(Step):
     """Scores with the trained model (`quality_score`) and drops below the threshold."""
 
     name = "quality_model"
+    measured = False  # (a model: not run on documents dropped before it)
     reasons = ("low_quality_score",)
     columns = (pa.field("quality_score", pa.float32()),)  # P(like the reference); null when not used
 

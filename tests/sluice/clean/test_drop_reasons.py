@@ -1,8 +1,8 @@
 """The drop reasons a cleaning chain declares (`Step.reasons`, `sluice.clean.chain.drop_reasons`): what the
 cleaned metadata records as a count for every partition (0 where none was dropped for it).
 
-- Each step declares every reason its code can return: the string literals of its `Drop(...)` and `Rule(...)`
-  calls, read from the source (an oracle independent of the declaration).
+- Each step declares every reason its code can return: the string literals of its `Drop(...)`, `Rule(...)`
+  and `self.rule(...)` calls, read from the source (an oracle independent of the declaration).
 - `drop_reasons` names exactly the reasons of the steps `build_steps` puts in the chain for those settings
   (per language too), with the n-gram sizes and perplexity buckets the settings choose.
 """
@@ -54,12 +54,18 @@ def reason_arguments(step: type[Step]) -> tuple[set[str], list[re.Pattern[str]]]
             continue
         bound = _bound_names(function)
         for node in ast.walk(function):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            if not isinstance(node, ast.Call):
                 continue
-            position = {"Drop": 0, "Rule": 4}.get(node.func.id)
+            # Drop(reason, ...), Rule(statistic, value, threshold, keep_if, reason, ...), and a rule table's
+            # self.rule(name, ..., reason=...) (RuleFilter.rule: the reason is the rule's name unless given).
+            called = node.func.id if isinstance(node.func, ast.Name) else node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            position = {"Drop": 0, "Rule": 4, "rule": 0}.get(called)
             if position is None or len(node.args) <= position:
                 continue
             argument = node.args[position]
+            given = [keyword.value for keyword in node.keywords if keyword.arg == "reason"]
+            if called == "rule" and given:
+                argument = given[0]
             if isinstance(argument, ast.JoinedStr):
                 patterns.append(_pattern(argument))
             elif isinstance(argument, ast.Name):

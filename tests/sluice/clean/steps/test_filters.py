@@ -163,6 +163,30 @@ def test_repeated_ngram_chars_jumps_past_each_repeat():
     assert GopherRepetitionFilter._repeated_ngram_chars(_ngram_keys(ids, 9), words, 9) == 0
 
 
+def test_longer_ngram_keys_and_repeats_derived_from_shorter_ones_equal_the_direct_computation():
+    """_NgramKeys (each size's keys from the last's) and _repeated_longer (repeats searched only where the
+    shorter n-grams repeat) against _ngram_keys and a full sort, on random token streams with many repeats,
+    for consecutive sizes and the spaceless scripts' step of 2."""
+    import numpy as np
+
+    from sluice.clean.steps.filters import _ngram_keys, _NgramKeys, _repeated_longer, _repeated_positions
+
+    rng = np.random.default_rng(41)
+    for _ in range(200):
+        ids = rng.integers(0, int(rng.integers(2, 30)), int(rng.integers(1, 300))).astype(np.uint64)
+        for sizes in (range(1, 12), range(2, 14, 2)):
+            grams, last = _NgramKeys(ids), None
+            for n in sizes:
+                if len(ids) < n:
+                    break
+                keys = grams.of(n)
+                assert (keys == _ngram_keys(ids, n)).all()
+                repeated = _repeated_positions(keys)
+                if last is not None:
+                    assert (_repeated_longer(keys, *last, n) == repeated).all()
+                last = n, repeated
+
+
 def test_top_n_gram_of_a_spaceless_script_counts_its_characters_without_joining_spaces():
     # A Japanese text whose most frequent 6-character n-gram (a "3-gram" there: n-grams span 2 n
     # characters) is the repeated product name; its share is its characters in the text, with no spaces
