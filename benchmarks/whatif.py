@@ -105,7 +105,8 @@ def generate(root: str, documents: int, file_rows: int) -> None:
 def measure(root: str, out: str) -> dict:
     """One whatif run (this process: POLARS_MAX_THREADS=1 set by the caller): seconds, CPU s, peak RSS."""
     from sluice.config import SluiceConfig
-    from sluice.whatif import what_if, write
+    from sluice.whatif import what_if
+    from sluice.whatif_report import write
 
     current = SluiceConfig.model_validate(_config(root))
     other = SluiceConfig.model_validate(_config(root, CHANGE))

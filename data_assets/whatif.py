@@ -45,7 +45,8 @@ def whatif_op(context: OpExecutionContext, config: WhatIfConfig, settings: Sluic
     import tempfile
 
     from sluice.config import load_config
-    from sluice.whatif import what_if, write
+    from sluice.whatif import what_if
+    from sluice.whatif_report import write
 
     other = load_config(config.other_config)
     with tempfile.TemporaryDirectory() as scratch:

@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from data_assets.trace_cli import config_path
     from sluice.config import ConfigError, load_config
-    from sluice.whatif import what_if, write
+    from sluice.whatif import what_if
+    from sluice.whatif_report import write
 
     if not Path(args.config).expanduser().is_file():
         print(f"sluice whatif: --config {args.config} does not exist", file=sys.stderr)

@@ -20,10 +20,8 @@ newly reach a model scorer (perplexity, quality model: not run on dropped docume
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -221,7 +219,8 @@ def attribute_partitions(config: SluiceConfig, scratch: str) -> list[Partition]:
     return partitions
 
 
-def _scan(partitions: list[Partition]) -> pl.LazyFrame:
+def scan_attributes(partitions: list[Partition]) -> pl.LazyFrame:
+    """One lazy frame over the attribute files of `partitions`, each row tagged with its source and snapshot."""
     frames = [
         pl.scan_parquet(path).with_columns(source=pl.lit(p.source), snapshot=pl.lit(p.snapshot)) for p in partitions for path in p.files
     ]
@@ -300,7 +299,7 @@ def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str) -> WhatIf:
         unanswered.append({"source": "*", "partitions": missing, "changes": ["no cleaned_attributes: re-materialize cleaned_documents there"]})
     for source, parts in sorted(by_source.items()):
         current, changed = config.cleaning.for_source(source), other.cleaning.for_source(source)
-        frame = _scan(parts).with_columns(language=pl.col("language").fill_null(""))
+        frame = scan_attributes(parts).with_columns(language=pl.col("language").fill_null(""))
         languages = frame.select(pl.col("language").unique()).collect().to_series().to_list()
         columns = _columns(parts)
         changes = unanswerable(current, changed, languages)
@@ -357,37 +356,3 @@ def mix_budgets(other: SluiceConfig, totals: list[dict[str, Any]], unanswered: l
                 "met_before": epochs[0] is not None and epochs[0] <= mix.max_epochs, "met_after": epochs[1] is not None and epochs[1] <= mix.max_epochs,
             })
     return rows
-
-
-def write(result: WhatIf, out: str, samples: int = 3) -> dict[str, str]:
-    """DIR/flips.parquet (streamed), DIR/summary.json (its `flips`: documents and tokens per source x snapshot x
-    language x direction x rule, the rule that drops after the change, or for dropped->kept the one that
-    dropped before) and the report, DIR/index.html and DIR/report.png (sluice.whatif_report), with `samples`
-    documents per flip class."""
-    import tempfile
-
-    from sluice.whatif_report import PNG_NAME, render_html, render_png, sample_rows
-
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    flips_path = folder / "flips.parquet"
-    schema = {"doc_id": pl.String, "source": pl.String, "snapshot": pl.String, "language": pl.String, "before": pl.String,
-              "after": pl.String, "rule": pl.String, "before_rule": pl.String, "tokens": pl.Int64}
-    frame = result.flips if result.flips is not None else pl.LazyFrame(schema=schema)
-    frame.sink_parquet(flips_path)  # (in partition and file order, streamed: no sort holding every flip)
-    counts = pl.scan_parquet(flips_path).with_columns(rule=pl.coalesce("rule", "before_rule")).group_by(
-        "source", "snapshot", "language", "before", "after", "rule"
-    ).agg(documents=pl.len(), tokens=pl.col("tokens").sum()).sort("source", "snapshot", "language", "before", "after", "rule").collect()
-    summary = {
-        "flips": counts.to_dicts(), "totals": result.totals, "unanswered": result.unanswered, "inconsistent": result.inconsistent,
-        "mix_budgets": result.budgets,
-        "flipped_documents": int(counts["documents"].sum()) if counts.height else 0,
-    }
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    rows = []
-    if result.configs is not None:
-        with tempfile.TemporaryDirectory() as scratch:
-            rows = sample_rows(str(flips_path), samples, *result.configs, scratch)
-    (folder / PNG_NAME).write_bytes(render_png(counts))
-    (folder / "index.html").write_text(render_html(summary, rows), encoding="utf-8")
-    return {"flips": str(flips_path), "summary": str(folder / "summary.json"), "report": str(folder / "index.html")}

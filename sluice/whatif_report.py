@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import html
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from sluice.config import SluiceConfig
+from sluice.whatif import WhatIf, attribute_partitions, chain_checks, scan_attributes
 
 PNG_NAME = "report.png"
 EXCERPT_CHARS = 600
@@ -55,7 +58,6 @@ def _deciding(current: Any, other: Any, language: str, flip: dict[str, Any], fou
     named by its rule (two share `too_short`: before and after C4), the first that fails under the config that
     drops the document."""
     from sluice.clean.steps.filters import KEEPS
-    from sluice.whatif import chain_checks
 
     checks = {
         side: {c.column: c for c in chain_checks(settings, language) if c.reason == flip["deciding"]}
@@ -85,7 +87,6 @@ def _shown(check: Any) -> str:
 def sample_rows(flips_path: str, samples: int, current: SluiceConfig, other: SluiceConfig, scratch: str) -> list[dict[str, Any]]:
     """Up to `samples` flipped documents per (source, before, after, rule), with the deciding statistic's value,
     both thresholds and the start of the text."""
-    from sluice.whatif import _scan, attribute_partitions
 
     if samples <= 0:
         return []
@@ -95,7 +96,7 @@ def sample_rows(flips_path: str, samples: int, current: SluiceConfig, other: Slu
         return []
     ids = chosen["doc_id"].to_list()
     partitions = [p for p in attribute_partitions(current, scratch) if p.files]
-    attributes = _scan(partitions).filter(pl.col("doc_id").is_in(ids)).collect()
+    attributes = scan_attributes(partitions).filter(pl.col("doc_id").is_in(ids)).collect()
     texts = _texts(current, ids, scratch)
     rows = []
     for flip in chosen.iter_rows(named=True):
@@ -168,3 +169,35 @@ def _sample(sample: dict[str, Any]) -> str:
         f"{html.escape(sample['deciding'] or '-')}: <mark>{html.escape(str(sample['column']))} = {html.escape(shown)}</mark> "
         f"(threshold {html.escape(str(sample['threshold_before']))} → {html.escape(str(sample['threshold_after']))})<pre>{excerpt}</pre></div>"
     )
+
+
+def write(result: WhatIf, out: str, samples: int = 3) -> dict[str, str]:
+    """DIR/flips.parquet (streamed), DIR/summary.json (its `flips`: documents and tokens per source x snapshot x
+    language x direction x rule, the rule that drops after the change, or for dropped->kept the one that
+    dropped before) and the report, DIR/index.html and DIR/report.png (sluice.whatif_report), with `samples`
+    documents per flip class."""
+    import tempfile
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    flips_path = folder / "flips.parquet"
+    schema = {"doc_id": pl.String, "source": pl.String, "snapshot": pl.String, "language": pl.String, "before": pl.String,
+              "after": pl.String, "rule": pl.String, "before_rule": pl.String, "tokens": pl.Int64}
+    frame = result.flips if result.flips is not None else pl.LazyFrame(schema=schema)
+    frame.sink_parquet(flips_path)  # (in partition and file order, streamed: no sort holding every flip)
+    counts = pl.scan_parquet(flips_path).with_columns(rule=pl.coalesce("rule", "before_rule")).group_by(
+        "source", "snapshot", "language", "before", "after", "rule"
+    ).agg(documents=pl.len(), tokens=pl.col("tokens").sum()).sort("source", "snapshot", "language", "before", "after", "rule").collect()
+    summary = {
+        "flips": counts.to_dicts(), "totals": result.totals, "unanswered": result.unanswered, "inconsistent": result.inconsistent,
+        "mix_budgets": result.budgets,
+        "flipped_documents": int(counts["documents"].sum()) if counts.height else 0,
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    rows = []
+    if result.configs is not None:
+        with tempfile.TemporaryDirectory() as scratch:
+            rows = sample_rows(str(flips_path), samples, *result.configs, scratch)
+    (folder / PNG_NAME).write_bytes(render_png(counts))
+    (folder / "index.html").write_text(render_html(summary, rows), encoding="utf-8")
+    return {"flips": str(flips_path), "summary": str(folder / "summary.json"), "report": str(folder / "index.html")}

@@ -26,7 +26,8 @@ from sluice.config import SluiceConfig
 from sluice.ingest import ingest_file, plan_ingest
 from sluice.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
 from sluice.storage import open_store
-from sluice.whatif import KEPT, what_if, write
+from sluice.whatif import KEPT, what_if
+from sluice.whatif_report import write
 
 SAMPLE = PROJECT_ROOT / "sample_data"
 
