@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+# The workplace's shared folder (../shared: the corpus, ENVIRONMENT.md); $SLUICE_SHARED names another one (a
+# git worktree elsewhere, say). The benchmarks and the tests that read the corpus all take it from here.
+SHARED = Path(os.environ.get("SLUICE_SHARED") or ROOT.parent / "shared")
 ENVS_DIR = Path(os.environ.get("SLUICE_BENCH_ENVS", ROOT / ".bench_envs"))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sluice.tokenize
+from benchmarks.peers import SHARED
 from sluice.tokenize import WordCachedEncoder, fast_path_blocker, load_tokenizer, train_bpe
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
 EXAMPLES = int(os.environ.get("SLUICE_HYPOTHESIS_EXAMPLES", "25"))
 PROPERTY = settings(max_examples=EXAMPLES, deadline=20_000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 EOS = "<|endoftext|>"

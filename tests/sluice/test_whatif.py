@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from pathlib import Path
 
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from benchmarks.peers import SHARED
 from benchmarks.sample_config import PROJECT_ROOT, base_config
 from sluice.clean import CleanTask, clean_part
 from sluice.clean.attributes import ATTRIBUTES_DATASET
@@ -83,9 +83,7 @@ def sample(tmp_path_factory):
     return _ingested_and_cleaned(base_config(str(root)), root)
 
 
-# ../shared/corpus (real crawl pages of 13 languages and a reference manual), where present; $SLUICE_SHARED names
-# another folder holding it.
-SHARED = Path(os.environ.get("SLUICE_SHARED") or PROJECT_ROOT.parent / "shared")
+# ../shared/corpus (real crawl pages of 13 languages and a reference manual), where present (benchmarks.peers.SHARED).
 
 
 @pytest.fixture(scope="module")
