@@ -25,9 +25,8 @@ import pyarrow as pa
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import (
+    PAIRS_SCHEMA,
     VerifyTask,
-    candidate_pairs,
-    first_members,
     verify_pairs,
     verify_slices,
 )
@@ -50,7 +49,8 @@ from sluice.dedup.schemas import (
     minhash_identity,
     order_of,
 )
-from sluice.dedup.signatures import read_signatures, sign_partition, signature_band_rows, signatures_digest
+from sluice.dedup.shuffle import RangeTask, bucket_pairs, range_pairs
+from sluice.dedup.signatures import read_signatures, sign_partition, signatures_digest
 from sluice.layout import (
     PartitionRef,
     list_partitions,
@@ -125,15 +125,19 @@ def exact_links(signatures: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef
     return pl.concat([linked.filter(pl.col("of_doc").is_not_null()).select(columns), within.select(columns)]).sort("doc")
 
 
-def _fuzzy_members(index: DedupIndex, signatures: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any], settings: DedupSettings, executor: Executor) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(this partition's band rows, the earlier bucket members that can be paired with them) as band, hash,
-    partition, doc."""
-    current = signature_band_rows(signatures).with_columns(partition=pl.lit(ref.key))
-    keys = current.select("band", key="hash")
-    earlier = index.probe("bands", keys, ref, manifest, executor).rename({"key": "hash"})
-    earlier = first_members(earlier, max(settings.verify_anchors if settings.verify_min_jaccard is not None else 1, 1))
-    earlier = earlier.select("band", "hash", "partition", "doc")
-    return current.select("band", "hash", "partition", "doc"), earlier
+def _fuzzy_links(
+    store: Store, ref: PartitionRef, partitions: list[str], ordinals: PartitionOrdinals, settings: DedupSettings, s3: S3Settings | None, executor: Executor
+) -> tuple[int, pl.DataFrame]:
+    """(candidate pairs, the linked ones as u, v nodes): one task per band-hash range writes its candidate
+    pairs (`sluice.dedup.shuffle`), then each pair bucket of every range is verified in turn."""
+    tasks = [RangeTask(store.uri(), ref, number, settings, tuple(partitions), s3 or S3Settings()) for number in range(settings.band_ranges)]
+    keys = [result["key"] for result in executor.map(range_pairs, tasks) if result["key"] is not None]
+    candidates, linked = 0, [pl.DataFrame(schema=PAIRS_SCHEMA)]
+    for bucket in range(settings.band_ranges if keys else 0):
+        pairs = bucket_pairs(store, keys, bucket)
+        candidates += pairs.height
+        linked.append(_verified(pairs, ordinals, store, settings, s3, executor))
+    return candidates, pl.concat(linked)
 
 
 def _verified(pairs: pl.DataFrame, ordinals: PartitionOrdinals, store: Store, settings: DedupSettings, s3: S3Settings | None, executor: Executor) -> pl.DataFrame:
@@ -168,7 +172,7 @@ def cluster_partition(
     partition ordered before `ref`); IndexIncomplete names those that are not."""
     settings = settings or DedupSettings()
     executor = executor or Executor()
-    signatures = read_signatures(store, ref, _signatures_manifest(store, ref, settings))
+    signatures = read_signatures(store, ref, _signatures_manifest(store, ref, settings), columns=["doc", "doc_id", "text_hash"])
     index = DedupIndex(store, settings, s3)
     manifest = index.manifest()
     missing = index.missing(earlier if earlier is not None else earlier_partitions(store, ref), manifest)
@@ -178,15 +182,10 @@ def cluster_partition(
             f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); materialize dedup_signatures and dedup_index for them first"
         )
     exact = exact_links(signatures, index.first_copies(signatures["text_hash"].to_arrow(), ref, manifest, executor), ref)
-    current = earlier_rows = pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "partition": pl.String, "doc": pl.Int64})
-    if settings.fuzzy:
-        current, earlier_rows = _fuzzy_members(index, signatures, ref, manifest, settings, executor)
-    ordinals = PartitionOrdinals([ref.key, *exact["of_partition"].to_list(), *earlier_rows["partition"].unique().to_list()])
-    members = ordinals.nodes(pl.concat([current, earlier_rows]))
-    first_new = ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT
-    anchors = 0 if settings.verify_min_jaccard is None else settings.verify_anchors
-    candidates = candidate_pairs(members, first_new, anchors)
-    linked = _verified(candidates, ordinals, store, settings, s3, executor)
+    # Node ids over every partition before this one: the range tasks number documents alike.
+    partitions = [ref.key, *(key for key in manifest["partitions"] if order_of(key) < ref.sort_key())]
+    ordinals = PartitionOrdinals(partitions)
+    candidates, linked = _fuzzy_links(store, ref, partitions, ordinals, settings, s3, executor) if settings.fuzzy else (0, pl.DataFrame(schema=PAIRS_SCHEMA))
     exact_edges = ordinals.nodes(ordinals.nodes(exact, partition="of_partition", doc="of_doc", name="u").with_columns(partition=pl.lit(ref.key)), name="v")
     edges = pl.concat([linked.select("u", "v"), exact_edges.select("u", "v")])
     nodes, labels = components(edges.to_numpy(), executor)
@@ -206,7 +205,7 @@ def cluster_partition(
     write_manifest(store, prefix, result_manifest)
     linked_partitions = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
     return ClusterResult(
-        result_manifest, table.height, kinds["exact"], kinds["fuzzy"], candidates.height, linked.height, result_manifest["indexed_before"], linked_partitions
+        result_manifest, table.height, kinds["exact"], kinds["fuzzy"], candidates, linked.height, result_manifest["indexed_before"], linked_partitions
     )
 
 

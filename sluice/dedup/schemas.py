@@ -7,6 +7,9 @@ Datasets (each its own folder, `<root>/<name>/source=<s>/snapshot=<n>/`, one sch
 - `dedup_shingles` (`shingles-NNNNN.parquet`, side dataset of `dedup_signatures`): every document's
   sorted shingle-hash set, in row groups of SHINGLE_ROW_GROUP documents (verification reads only the
   row groups holding its candidates).
+- `dedup_bands` (`bands-NNNNN.parquet`, side dataset of `dedup_signatures`): every document's LSH band
+  rows (hash, band, doc), sorted by hash, in row groups that never straddle two of `dedup.band_ranges`
+  hash ranges (the shuffle's unit: a clustering task reads one range's row groups, `sluice.dedup.shuffle`).
 - `dedup_index/minhash=<digest>/`: the global index (`sluice.dedup.index`), unpartitioned.
 - `dedup_clusters` (`clusters.parquet`): per document of the partition, its decision (`kind`: null when
   kept) and its `parent`, the first document of its cluster as this partition saw it (itself when kept),
@@ -39,6 +42,7 @@ from sluice.storage import Store
 CLEANED = "cleaned_documents"
 SIGNATURES = "dedup_signatures"
 SHINGLES = "dedup_shingles"
+BANDS = "dedup_bands"
 INDEX = "dedup_index"
 CLUSTERS = "dedup_clusters"
 DEDUPED = "deduped_documents"
@@ -61,6 +65,10 @@ def signatures_schema(bands: int) -> pa.Schema:
         ]
     )
 
+
+BANDS_SCHEMA = pa.schema(
+    [pa.field("hash", pa.uint64(), nullable=False), pa.field("band", pa.uint8(), nullable=False), pa.field("doc", pa.int64(), nullable=False)]
+)
 
 SHINGLES_SCHEMA = pa.schema([pa.field("doc", pa.int64(), nullable=False), pa.field("shingles", pa.large_list(pa.uint32()))])
 

@@ -1,0 +1,167 @@
+"""Dedup's shuffle: the band-hash range is the unit of work and of storage (as datatrove's MinHash stages:
+signatures -> buckets -> clusters, each a set of tasks over files).
+
+1. **Map** (at signing, `sluice.dedup.signatures.band_sidecar`): each cleaned part's band rows (hash, band, doc) go to its
+   `dedup_bands/bands-NNNNN.parquet`, sorted by hash, cut into `dedup.band_ranges` hash ranges (the hash's
+   top bits, as the index's shards) whose row groups never straddle two ranges.
+2. **Reduce per range** (`range_pairs`, one executor task per range): the range's band rows of every part
+   (only the row groups of the range are read), the index probed for them (earlier partitions' first
+   bucket members), and `candidate_pairs` over that range's buckets. A bucket (band, hash) lies in one
+   range, so the ranges' pairs together are exactly the whole partition's. The task writes its pairs to
+   `pairs-RRRRR.parquet` in the partition's `dedup_clusters` folder (deleted when the clusters are
+   published), cut again into `band_ranges` pair buckets by the pair's later document (`pair_bucket`).
+3. **Pair buckets** (`bucket_pairs`): a pair whose documents share buckets in several ranges is in several
+   range files, always in the same pair bucket; one bucket's pairs of every range file, made unique, are
+   verified as before (`verify_pairs` tasks). So the run process holds one pair bucket at a time, the
+   verified edges and its per-document cluster table, never the partition's band rows.
+
+Memory of a range task: its range's band rows, probe results and members, about documents x bands /
+band_ranges rows (~17 bytes each stored, a few copies at the peak while sorting and joining).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from sluice.config import DedupSettings, S3Settings
+from sluice.dedup.candidates import candidate_pairs, first_members
+from sluice.dedup.index import DedupIndex, shard_bounds
+from sluice.dedup.schemas import (
+    BANDS,
+    BANDS_SCHEMA,
+    CLUSTERS,
+    SHINGLE_ROW_GROUP,
+    SIGNATURES,
+    PartitionOrdinals,
+    absent,
+    parquet_file,
+)
+from sluice.dedup.signatures import signature_band_rows
+from sluice.layout import (
+    PartitionRef,
+    partition_prefix,
+    read_manifest,
+    read_parquet_file,
+    side_prefix,
+    write_parquet_groups,
+)
+from sluice.minhash import _fmix64
+from sluice.storage import StorageError, Store, StoreSpec
+
+PAIRS_ROW_GROUP = 1 << 16
+_ROW_GROUP_SHIFT = np.int64(SHINGLE_ROW_GROUP.bit_length() - 1)
+PAIRS_FILE_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False), pa.field("u", pa.int64(), nullable=False), pa.field("v", pa.int64(), nullable=False)])
+_BAND_FRAME = {"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64}
+
+
+def _range_of(table: pa.Table, column: str, low: int, high: int) -> pl.DataFrame:
+    frame: pl.DataFrame = pl.from_arrow(table)  # type: ignore[assignment]
+    return frame.filter(pl.col(column).is_between(pl.lit(low, pl.UInt64), pl.lit(high, pl.UInt64)))
+
+
+def _sidecar_rows(store: Store, key: str, low: int, high: int) -> pl.DataFrame | None:
+    """(band, hash, doc) rows of a band sidecar in [low, high] (only the row groups that can hold them are
+    read); None when it does not exist."""
+    try:
+        with parquet_file(store, key) as parquet:
+            groups = []
+            for group in range(parquet.num_row_groups):
+                stats = parquet.metadata.row_group(group).column(0).statistics
+                if stats is None or not stats.has_min_max or (int(stats.max) >= low and int(stats.min) <= high):
+                    groups.append(group)
+            table = parquet.read_row_groups(groups) if groups else BANDS_SCHEMA.empty_table()
+    except (FileNotFoundError, StorageError) as error:
+        absent(store, key, error)
+        return None
+    return _range_of(table, "hash", low, high).select("band", "hash", "doc")
+
+
+def _signature_rows(store: Store, key: str, low: int, high: int) -> pl.DataFrame:
+    """The same rows from a signatures part file (partitions signed before band sidecars existed)."""
+    signatures: pl.DataFrame = pl.from_arrow(read_parquet_file(store, key, columns=["doc", "bands"]))  # type: ignore[assignment]
+    rows = signature_band_rows(signatures)
+    return rows.filter(pl.col("hash").is_between(pl.lit(low, pl.UInt64), pl.lit(high, pl.UInt64)))
+
+
+def range_band_rows(store: Store, ref: PartitionRef, manifest: dict[str, Any], number: int, ranges: int) -> pl.DataFrame:
+    """(band, hash, doc) rows of one band-hash range of a signed partition, sorted, part by part (one part's
+    rows beside the range's at a time)."""
+    low, high = shard_bounds(number, ranges)
+    sidecars = {entry["key"] for entry in manifest.get("side_files", []) if entry.get("prefix") == side_prefix(BANDS, ref)}
+    frames = [pl.DataFrame(schema=_BAND_FRAME)]
+    for part, entry in enumerate(manifest["files"]):
+        name = f"bands-{part:05d}.parquet"
+        rows = _sidecar_rows(store, f"{side_prefix(BANDS, ref)}/{name}", low, high) if name in sidecars else None
+        if rows is None:
+            rows = _signature_rows(store, f"{partition_prefix(SIGNATURES, ref)}/{entry['key']}", low, high)
+        frames.append(rows)
+    return pl.concat(frames).sort("band", "hash", "doc")
+
+
+def pair_bucket(v: np.ndarray, buckets: int) -> np.ndarray:
+    """The pair bucket of pairs by their later node: a hash of v's shingle row group (the pairs of one
+    sidecar row group stay together, so verification reads each row group as often as before)."""
+    groups = (np.asarray(v, np.int64) >> _ROW_GROUP_SHIFT).astype(np.uint64)
+    return (_fmix64(groups) % np.uint64(buckets)).astype(np.int32)
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    """Candidate pairs of one band-hash range of a partition (`range_pairs`)."""
+
+    root_url: str
+    ref: PartitionRef
+    number: int  # the range
+    settings: DedupSettings
+    partitions: tuple[str, ...]  # the node ordinals' partitions (PartitionOrdinals)
+    s3: S3Settings = field(default_factory=S3Settings)
+
+    @property
+    def label(self) -> str:
+        return f"{self.ref.key} band range {self.number}"
+
+
+def pairs_key(ref: PartitionRef, number: int) -> str:
+    return f"{partition_prefix(CLUSTERS, ref)}/pairs-{number:05d}.parquet"
+
+
+def range_pairs(task: RangeTask) -> dict[str, Any]:
+    """Write the range's candidate pairs (u, v nodes) to its pairs file, cut by pair bucket; returns
+    {"key": the file (None without pairs), "pairs": rows written, "band_rows": the range's rows here}."""
+    store = StoreSpec(task.root_url, task.s3).open()
+    settings, ranges = task.settings, task.settings.band_ranges
+    manifest = read_manifest(store, partition_prefix(SIGNATURES, task.ref))
+    if manifest is None:
+        raise FileNotFoundError(f"{store.uri(partition_prefix(SIGNATURES, task.ref))} has no manifest: materialize dedup_signatures for {task.ref.key} first")
+    current = range_band_rows(store, task.ref, manifest, task.number, ranges).with_columns(partition=pl.lit(task.ref.key))
+    earlier = DedupIndex(store, settings, task.s3).probe("bands", current.select("band", key="hash"), task.ref).rename({"key": "hash"})
+    verified = settings.verify_min_jaccard is not None
+    earlier = first_members(earlier, max(settings.verify_anchors if verified else 1, 1)).select("band", "hash", "partition", "doc")
+    ordinals = PartitionOrdinals(list(task.partitions))
+    members = ordinals.nodes(pl.concat([current.select("band", "hash", "partition", "doc"), earlier]))
+    pairs = candidate_pairs(members, ordinals.ordinal[task.ref.key] << PartitionOrdinals.SHIFT, settings.verify_anchors if verified else 0)
+    if not pairs.height:
+        return {"key": None, "pairs": 0, "band_rows": current.height}
+    bucket = pair_bucket(pairs["v"].to_numpy(), ranges)
+    table = pairs.with_columns(bucket=pl.Series(bucket, dtype=pl.Int32)).sort("bucket", "v", "u").select("bucket", "u", "v").to_arrow().cast(PAIRS_FILE_SCHEMA)
+    key = pairs_key(task.ref, task.number)
+    cuts = np.flatnonzero(np.diff(table.column("bucket").to_numpy())) + 1
+    edges = [0, *cuts.tolist(), table.num_rows]
+    write_parquet_groups(store, key, [table.slice(a, b - a) for a, b in zip(edges, edges[1:], strict=False)], PAIRS_FILE_SCHEMA, PAIRS_ROW_GROUP)
+    return {"key": key, "pairs": pairs.height, "band_rows": current.height}
+
+
+def bucket_pairs(store: Store, keys: list[str], bucket: int) -> pl.DataFrame:
+    """(u, v) pairs of one pair bucket from every range's pairs file, unique, sorted by (u, v)."""
+    frames = [pl.DataFrame(schema={"u": pl.Int64, "v": pl.Int64})]
+    for key in keys:
+        with parquet_file(store, key) as parquet:
+            groups = [g for g in range(parquet.num_row_groups) if parquet.metadata.row_group(g).column(0).statistics.min == bucket]
+            if groups:
+                frames.append(pl.from_arrow(parquet.read_row_groups(groups, columns=["u", "v"])))  # type: ignore[arg-type]
+    return pl.concat(frames).unique().sort("u", "v")

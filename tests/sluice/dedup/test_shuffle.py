@@ -1,0 +1,86 @@
+"""Dedup's shuffle (sluice.dedup.shuffle): candidate pairs per band-hash range, verified per pair bucket,
+give what one frame over the whole partition gives, whatever the number of ranges."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+import pytest
+
+import sluice.dedup as dedup
+from benchmarks.dedup_oracle import stored_partitions, write_all
+from sluice.config import DedupSettings
+from sluice.dedup.candidates import candidate_pairs, first_members
+from sluice.dedup.schemas import BANDS, CLUSTERS, CLUSTERS_FILE, SIGNATURES, PartitionOrdinals
+from sluice.dedup.shuffle import RangeTask, bucket_pairs, range_pairs
+from sluice.dedup.signatures import read_signatures, signature_band_rows
+from sluice.layout import MANIFEST, partition_prefix, read_manifest
+from sluice.storage import open_store
+from tests.sluice.dedup.test_dedup import ORDER, long_texts, planted, run_incremental  # noqa: F401 - module-scoped fixtures
+
+
+def one_frame_pairs(store, ref, settings: DedupSettings, partitions: list[str]) -> set[tuple[int, int]]:
+    """The candidate pairs of a partition as one frame over all its band rows (the step before the shuffle)."""
+    current = signature_band_rows(read_signatures(store, ref)).with_columns(partition=pl.lit(ref.key))
+    earlier = dedup.DedupIndex(store, settings).probe("bands", current.select("band", key="hash"), ref).rename({"key": "hash"})
+    earlier = first_members(earlier, settings.verify_anchors).select("band", "hash", "partition", "doc")
+    ordinals = PartitionOrdinals(partitions)
+    members = ordinals.nodes(pl.concat([current.select("band", "hash", "partition", "doc"), earlier]))
+    pairs = candidate_pairs(members, ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT, settings.verify_anchors)
+    return set(pairs.iter_rows())
+
+
+@pytest.mark.parametrize("ranges", [1, 4, 64])
+def test_range_tasks_pair_what_one_frame_pairs(planted, tmp_path, ranges):  # noqa: F811
+    settings = DedupSettings(band_ranges=ranges)
+    store = open_store(str(tmp_path / "store"))
+    write_all(store, stored_partitions(planted))
+    run_incremental(store, settings)
+    ref = ORDER[3]
+    partitions = [key.key for key in ORDER]
+    results = [range_pairs(RangeTask(store.uri(), ref, number, settings, tuple(partitions))) for number in range(ranges)]
+    keys = [result["key"] for result in results if result["key"] is not None]
+    shuffled = [bucket_pairs(store, keys, bucket) for bucket in range(ranges)]
+    union = set().union(*(set(frame.iter_rows()) for frame in shuffled))
+    expected = one_frame_pairs(store, ref, settings, partitions)
+    assert union == expected and len(expected) >= 5  # cross-partition and within-partition pairs
+    assert sum(frame.height for frame in shuffled) == len(expected)  # a pair is in one bucket only
+    rows = signature_band_rows(read_signatures(store, ref)).height
+    assert sum(result["band_rows"] for result in results) == rows
+    if ranges > 1:
+        assert max(result["band_rows"] for result in results) < rows  # no task held the partition's rows
+
+
+def test_decisions_do_not_depend_on_the_number_of_ranges(planted, tmp_path):  # noqa: F811
+    outputs = []
+    for ranges in (1, 16, 128):
+        store = open_store(str(tmp_path / f"r{ranges}"))
+        write_all(store, stored_partitions(planted))
+        removed = run_incremental(store, DedupSettings(band_ranges=ranges))
+        clusters = [store.read_bytes(f"{partition_prefix(CLUSTERS, ref)}/{CLUSTERS_FILE}") for ref in ORDER]
+        outputs.append(([removed[ref.key].removed for ref in ORDER], clusters))
+        names = sorted(key.rsplit("/", 1)[-1] for key in store.list_files(partition_prefix(CLUSTERS, ORDER[3])))
+        assert names == sorted([CLUSTERS_FILE, MANIFEST])  # the range tasks' pair files are gone once published
+    for removed, clusters in outputs[1:]:
+        assert clusters == outputs[0][1]
+        assert all(a.equals(b) for a, b in zip(removed, outputs[0][0], strict=True))
+
+
+def test_partitions_signed_without_band_sidecars_read_their_signatures(planted, tmp_path):  # noqa: F811
+    """A store signed before the band sidecars (no dedup_bands): clustering reads each range from the
+    signature files and decides the same."""
+    store = open_store(str(tmp_path / "store"))
+    write_all(store, stored_partitions(planted))
+    run_incremental(store)
+    expected = [store.read_bytes(f"{partition_prefix(CLUSTERS, ref)}/{CLUSTERS_FILE}") for ref in ORDER]
+    for ref in ORDER:
+        prefix = partition_prefix(SIGNATURES, ref)
+        manifest = read_manifest(store, prefix)
+        manifest["side_files"] = [entry for entry in manifest["side_files"] if entry["prefix"] != partition_prefix(BANDS, ref)]
+        store.write_bytes(f"{prefix}/{MANIFEST}", json.dumps(manifest).encode())
+        shutil.rmtree(store.uri(partition_prefix(BANDS, ref)))
+    for ref in ORDER:
+        dedup.cluster_partition(store, ref)
+    assert [store.read_bytes(f"{partition_prefix(CLUSTERS, ref)}/{CLUSTERS_FILE}") for ref in ORDER] == expected
