@@ -31,7 +31,7 @@ from sluice.dedup.candidates import (
     verify_slices,
 )
 from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, resolve_roots
-from sluice.dedup.index import DedupIndex, IndexIncomplete, partition_rows
+from sluice.dedup.index import DedupIndex, IndexEntry, IndexIncomplete
 from sluice.dedup.legacy import migrate_legacy_store
 from sluice.dedup.schemas import (
     CLEANED,
@@ -89,8 +89,9 @@ def index_partition(store: Store, ref: PartitionRef, settings: DedupSettings, ex
     if not current["partitions"]:  # first use: compact the per-partition band files of an older version
         migrated = migrate_legacy_store(store, settings, executor, s3)
         current = index.manifest() if migrated else current
-    rows = lambda: partition_rows(read_signatures(store, ref, manifest), ref)  # noqa: E731 - read only if indexed
-    outcome = index.insert(ref, signatures_digest(manifest), rows, manifest["documents"], executor, current)
+    # The build tasks read the partition's rows from its signatures, a hash range at a time.
+    entry = IndexEntry(ref, signatures_digest(manifest), None, manifest["documents"], from_signatures=True)
+    outcome = index.insert_many([entry], executor, current)
     return {**outcome, "documents": manifest["documents"], "index": store.uri(index.prefix), "migrated": migrated}
 
 

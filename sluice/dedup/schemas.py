@@ -146,6 +146,19 @@ _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=n
 _HEX[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint64)
 
 
+def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
+    """The hash range of each uint64 key: its top log2(shards) bits (`shards` a power of two)."""
+    bits = shards.bit_length() - 1
+    return (np.asarray(keys, np.uint64) >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(keys), np.int64)
+
+
+def shard_bounds(shard: int, shards: int) -> tuple[int, int]:
+    """The smallest and largest key of a hash range."""
+    bits = shards.bit_length() - 1
+    width = 1 << (64 - bits)
+    return shard * width, (shard + 1) * width - 1
+
+
 def hash_halves(text_hashes: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """The 128-bit hex `text_hash` values (xxh3_128, 32 hex digits) as two uint64 arrays (high, low), vectorized."""
     array = text_hashes.combine_chunks() if isinstance(text_hashes, pa.ChunkedArray) else text_hashes

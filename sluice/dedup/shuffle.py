@@ -31,76 +31,26 @@ import pyarrow as pa
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import candidate_pairs, first_members
 from sluice.dedup.index import DedupIndex, shard_bounds
+from sluice.dedup.ranges import band_rows_between
 from sluice.dedup.schemas import (
-    BANDS,
-    BANDS_SCHEMA,
     CLUSTERS,
     SHINGLE_ROW_GROUP,
     SIGNATURES,
     PartitionOrdinals,
-    absent,
     parquet_file,
 )
-from sluice.dedup.signatures import signature_band_rows
 from sluice.layout import (
     PartitionRef,
     partition_prefix,
     read_manifest,
-    read_parquet_file,
-    side_prefix,
     write_parquet_groups,
 )
 from sluice.minhash import _fmix64
-from sluice.storage import StorageError, Store, StoreSpec
+from sluice.storage import Store, StoreSpec
 
 PAIRS_ROW_GROUP = 1 << 16
 _ROW_GROUP_SHIFT = np.int64(SHINGLE_ROW_GROUP.bit_length() - 1)
 PAIRS_FILE_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False), pa.field("u", pa.int64(), nullable=False), pa.field("v", pa.int64(), nullable=False)])
-_BAND_FRAME = {"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64}
-
-
-def _range_of(table: pa.Table, column: str, low: int, high: int) -> pl.DataFrame:
-    frame: pl.DataFrame = pl.from_arrow(table)  # type: ignore[assignment]
-    return frame.filter(pl.col(column).is_between(pl.lit(low, pl.UInt64), pl.lit(high, pl.UInt64)))
-
-
-def _sidecar_rows(store: Store, key: str, low: int, high: int) -> pl.DataFrame | None:
-    """(band, hash, doc) rows of a band sidecar in [low, high] (only the row groups that can hold them are
-    read); None when it does not exist."""
-    try:
-        with parquet_file(store, key) as parquet:
-            groups = []
-            for group in range(parquet.num_row_groups):
-                stats = parquet.metadata.row_group(group).column(0).statistics
-                if stats is None or not stats.has_min_max or (int(stats.max) >= low and int(stats.min) <= high):
-                    groups.append(group)
-            table = parquet.read_row_groups(groups) if groups else BANDS_SCHEMA.empty_table()
-    except (FileNotFoundError, StorageError) as error:
-        absent(store, key, error)
-        return None
-    return _range_of(table, "hash", low, high).select("band", "hash", "doc")
-
-
-def _signature_rows(store: Store, key: str, low: int, high: int) -> pl.DataFrame:
-    """The same rows from a signatures part file (partitions signed before band sidecars existed)."""
-    signatures: pl.DataFrame = pl.from_arrow(read_parquet_file(store, key, columns=["doc", "bands"]))  # type: ignore[assignment]
-    rows = signature_band_rows(signatures)
-    return rows.filter(pl.col("hash").is_between(pl.lit(low, pl.UInt64), pl.lit(high, pl.UInt64)))
-
-
-def range_band_rows(store: Store, ref: PartitionRef, manifest: dict[str, Any], number: int, ranges: int) -> pl.DataFrame:
-    """(band, hash, doc) rows of one band-hash range of a signed partition, sorted, part by part (one part's
-    rows beside the range's at a time)."""
-    low, high = shard_bounds(number, ranges)
-    sidecars = {entry["key"] for entry in manifest.get("side_files", []) if entry.get("prefix") == side_prefix(BANDS, ref)}
-    frames = [pl.DataFrame(schema=_BAND_FRAME)]
-    for part, entry in enumerate(manifest["files"]):
-        name = f"bands-{part:05d}.parquet"
-        rows = _sidecar_rows(store, f"{side_prefix(BANDS, ref)}/{name}", low, high) if name in sidecars else None
-        if rows is None:
-            rows = _signature_rows(store, f"{partition_prefix(SIGNATURES, ref)}/{entry['key']}", low, high)
-        frames.append(rows)
-    return pl.concat(frames).sort("band", "hash", "doc")
 
 
 def pair_bucket(v: np.ndarray, buckets: int) -> np.ndarray:
@@ -138,7 +88,7 @@ def range_pairs(task: RangeTask) -> dict[str, Any]:
     manifest = read_manifest(store, partition_prefix(SIGNATURES, task.ref))
     if manifest is None:
         raise FileNotFoundError(f"{store.uri(partition_prefix(SIGNATURES, task.ref))} has no manifest: materialize dedup_signatures for {task.ref.key} first")
-    current = range_band_rows(store, task.ref, manifest, task.number, ranges).with_columns(partition=pl.lit(task.ref.key))
+    current = band_rows_between(store, task.ref, manifest, *shard_bounds(task.number, ranges)).with_columns(partition=pl.lit(task.ref.key))
     earlier = DedupIndex(store, settings, task.s3).probe("bands", current.select("band", key="hash"), task.ref).rename({"key": "hash"})
     verified = settings.verify_min_jaccard is not None
     earlier = first_members(earlier, max(settings.verify_anchors if verified else 1, 1)).select("band", "hash", "partition", "doc")

@@ -21,7 +21,6 @@ import pyarrow as pa
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import ShingleSets, set_keys
-from sluice.dedup.index import shard_bounds
 from sluice.dedup.schemas import (
     BANDS,
     BANDS_SCHEMA,
@@ -34,6 +33,7 @@ from sluice.dedup.schemas import (
     SIGNATURES,
     doc_positions,
     minhash_identity,
+    shard_bounds,
     signatures_schema,
 )
 from sluice.layout import (
