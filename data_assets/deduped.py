@@ -94,7 +94,8 @@ def common(asset: str) -> dict[str, Any]:
     kinds={"python", "parquet"},
     description=(
         "Per document: normalized-text hash, MinHash LSH band hashes (14 bands x 8 rows over word 5-grams) and, in "
-        "dedup_shingles, the shingle-hash set used to verify candidate pairs. One executor task per cleaned part."
+        "dedup_shingles, the shingle-hash set used to verify candidate pairs; in dedup_bands and dedup_hashes, its band rows "
+        "and text hash by hash range (dedup.band_ranges), the unit of the clustering tasks. One executor task per cleaned part."
     ),
     **common(SIGNATURES_ASSET),
 )
@@ -165,8 +166,8 @@ def index(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource,
     kinds={"python", "parquet"},
     description=(
         "Each document's dedup decision against the partitions ordered before this one (exact copies, verified LSH "
-        "candidates, connected components): kind, and its parent, the first document of its cluster. Needs every "
-        "earlier partition in the dedup index."
+        "candidates, connected components): kind, and its parent, the first document of its cluster. One executor task "
+        "per band-hash range finds the exact copies and candidate pairs. Needs every earlier partition in the dedup index."
     ),
     **common(CLUSTERS_ASSET),
 )

@@ -419,7 +419,10 @@ class DedupIndex:
         """For each of these text hashes indexed by a partition before `ref`: its first document in the
         global order (key, lo, part, doc, doc_id, partition, snapshot, source)."""
         hi, lo = hash_halves(text_hashes)
-        keys = pl.DataFrame({"key": hi, "lo": lo}, schema={"key": pl.UInt64, "lo": pl.UInt64})
+        return self.first_copies_of(pl.DataFrame({"key": hi, "lo": lo}, schema={"key": pl.UInt64, "lo": pl.UInt64}), ref, manifest, executor)
+
+    def first_copies_of(self, keys: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any] | None = None, executor: Executor | None = None) -> pl.DataFrame:
+        """`first_copies` of text hashes given as their halves (columns key, lo)."""
         rows = self.probe("exact", keys, ref, manifest, executor)
         return rows.group_by("key", "lo", maintain_order=True).first()
 

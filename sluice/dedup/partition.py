@@ -2,9 +2,11 @@
 
 1. `sign_partition` (`sluice.dedup.signatures`): hashes, band hashes and shingle sets of the cleaned texts.
 2. `index_partition`: the partition's exact hashes and band keys into the global index (`sluice.dedup.index`).
-3. `cluster_partition`: probe the index (partitions ordered before this one only), verify candidate pairs,
-   connected components of this partition's documents with the earlier documents they link to; publishes
-   `dedup_clusters` (each document's decision and parent). Needs every earlier partition indexed.
+3. `cluster_partition`: one task per band-hash range (`sluice.dedup.shuffle`) probes the index (partitions
+   ordered before this one only) and writes its exact links and candidate pairs; the pairs are verified a
+   pair bucket at a time, then connected components of this partition's documents with the earlier
+   documents they link to; publishes `dedup_clusters` (each document's decision and parent), part by
+   part. Needs every earlier partition indexed.
 4. `dedup_partition`: follow parents to each removed document's kept document and publish
    `deduped_documents` (kept documents) and `deduped_removed`. Needs every earlier partition clustered.
 
@@ -15,6 +17,7 @@ scripts and benchmarks: `result.removed` holds every removed row).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,8 +52,8 @@ from sluice.dedup.schemas import (
     minhash_identity,
     order_of,
 )
-from sluice.dedup.shuffle import RangeTask, bucket_pairs, range_pairs
-from sluice.dedup.signatures import read_signatures, sign_partition, signatures_digest
+from sluice.dedup.shuffle import EXACT_LINKS_SCHEMA, RangeTask, bucket_pairs, exact_links, range_pairs  # noqa: F401 (exact_links re-exported)
+from sluice.dedup.signatures import sign_partition, signatures_digest
 from sluice.layout import (
     PartitionRef,
     list_partitions,
@@ -61,6 +64,7 @@ from sluice.layout import (
     side_prefix,
     write_manifest,
     write_parquet,
+    write_parquet_groups,
 )
 from sluice.memory import releasing_memory
 from sluice.storage import Store
@@ -110,35 +114,22 @@ class ClusterResult:
     linked_partitions: list[str] = field(default_factory=list)  # earlier partitions holding a document linked here
 
 
-def exact_links(signatures: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef) -> pl.DataFrame:
-    """(doc, of_partition, of_doc, of_id): each document whose text hash occurs before it (in an earlier
-    partition: `first`, the index's first copies; or earlier in this partition) and that first copy."""
-    from sluice.dedup.schemas import hash_halves
-
-    hi, lo = hash_halves(signatures["text_hash"].to_arrow())
-    docs = signatures.select("doc", "doc_id").with_columns(key=pl.Series(hi, dtype=pl.UInt64), lo=pl.Series(lo, dtype=pl.UInt64))
-    earlier = first.select("key", "lo", of_partition="partition", of_doc="doc", of_id="doc_id")
-    here = docs.group_by("key", "lo").agg(pl.col("doc").min().alias("of_doc"), pl.col("doc_id").sort_by("doc").first().alias("of_id"))
-    linked = docs.join(earlier, on=["key", "lo"], how="left")
-    within = linked.filter(pl.col("of_doc").is_null()).drop("of_partition", "of_doc", "of_id").join(here, on=["key", "lo"])
-    within = within.filter(pl.col("of_doc") != pl.col("doc")).with_columns(of_partition=pl.lit(ref.key))
-    columns = ["doc", "of_partition", "of_doc", "of_id"]
-    return pl.concat([linked.filter(pl.col("of_doc").is_not_null()).select(columns), within.select(columns)]).sort("doc")
-
-
-def _fuzzy_links(
+def _range_reduce(
     store: Store, ref: PartitionRef, partitions: list[str], ordinals: PartitionOrdinals, settings: DedupSettings, s3: S3Settings | None, executor: Executor
-) -> tuple[int, pl.DataFrame]:
-    """(candidate pairs, the linked ones as u, v nodes): one task per band-hash range writes its candidate
-    pairs (`sluice.dedup.shuffle`), then each pair bucket of every range is verified in turn."""
+) -> tuple[pl.DataFrame, int, pl.DataFrame]:
+    """(exact links, candidate pairs, the linked ones as u, v nodes): one task per band-hash range writes
+    its exact links and candidate pairs (`sluice.dedup.shuffle`), then each pair bucket of every range is
+    verified in turn."""
     tasks = [RangeTask(store.uri(), ref, number, settings, tuple(partitions), s3 or S3Settings()) for number in range(settings.band_ranges)]
-    keys = [result["key"] for result in executor.map(range_pairs, tasks) if result["key"] is not None]
+    results = executor.map(range_pairs, tasks)
+    exact = [pl.from_arrow(EXACT_LINKS_SCHEMA.empty_table())] + [pl.from_arrow(read_parquet_file(store, r["exact"])) for r in results if r["exact"] is not None]
+    keys = [result["key"] for result in results if result["key"] is not None]
     candidates, linked = 0, [pl.DataFrame(schema=PAIRS_SCHEMA)]
     for bucket in range(settings.band_ranges if keys else 0):
         pairs = bucket_pairs(store, keys, bucket)
         candidates += pairs.height
         linked.append(_verified(pairs, ordinals, store, settings, s3, executor))
-    return candidates, pl.concat(linked)
+    return pl.concat(exact).sort("doc"), candidates, pl.concat(linked)  # type: ignore[arg-type]
 
 
 def _verified(pairs: pl.DataFrame, ordinals: PartitionOrdinals, store: Store, settings: DedupSettings, s3: S3Settings | None, executor: Executor) -> pl.DataFrame:
@@ -170,10 +161,11 @@ def cluster_partition(
 ) -> ClusterResult:
     """Decide every document of `ref` against the partitions ordered before it (see the package docstring)
     and publish `dedup_clusters`. `earlier`: the partitions that must be indexed (default: every cleaned
-    partition ordered before `ref`); IndexIncomplete names those that are not."""
+    partition ordered before `ref`); IndexIncomplete names those that are not. Holds the linked documents
+    (exact links, verified pairs, their components) and one part's rows, not the partition's."""
     settings = settings or DedupSettings()
     executor = executor or Executor()
-    signatures = read_signatures(store, ref, _signatures_manifest(store, ref, settings), columns=["doc", "doc_id", "text_hash"])
+    signed = _signatures_manifest(store, ref, settings)
     index = DedupIndex(store, settings, s3)
     manifest = index.manifest()
     missing = index.missing(earlier if earlier is not None else earlier_partitions(store, ref), manifest)
@@ -182,53 +174,83 @@ def cluster_partition(
             f"{ref.key} cannot be deduplicated yet: {len(missing)} partition(s) ordered before it are not in the dedup index "
             f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); materialize dedup_signatures and dedup_index for them first"
         )
-    exact = exact_links(signatures, index.first_copies(signatures["text_hash"].to_arrow(), ref, manifest, executor), ref)
     # Node ids over every partition before this one: the range tasks number documents alike.
     partitions = [ref.key, *(key for key in manifest["partitions"] if order_of(key) < ref.sort_key())]
     ordinals = PartitionOrdinals(partitions)
-    candidates, linked = _fuzzy_links(store, ref, partitions, ordinals, settings, s3, executor) if settings.fuzzy else (0, pl.DataFrame(schema=PAIRS_SCHEMA))
+    exact, candidates, linked = _range_reduce(store, ref, partitions, ordinals, settings, s3, executor)
     exact_edges = ordinals.nodes(ordinals.nodes(exact, partition="of_partition", doc="of_doc", name="u").with_columns(partition=pl.lit(ref.key)), name="v")
     edges = pl.concat([linked.select("u", "v"), exact_edges.select("u", "v")])
     nodes, labels = components(edges.to_numpy(), executor)
-    table = _cluster_table(signatures, ref, ordinals, nodes, labels, exact, settings)
     prefix = partition_prefix(CLUSTERS, ref)
-    entry = write_parquet(store, f"{prefix}/{CLUSTERS_FILE}", table.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=CLUSTER_ROW_GROUP)
-    kinds = Counter(table["kind"].drop_nulls().to_list())
+    kinds: Counter[str] = Counter()
+    tables = _cluster_tables(store, ref, signed, ordinals, nodes, labels, exact, settings, kinds)
+    entry = write_parquet_groups(store, f"{prefix}/{CLUSTERS_FILE}", regroup(tables, CLUSTER_ROW_GROUP, CLUSTERS_SCHEMA), CLUSTERS_SCHEMA, CLUSTER_ROW_GROUP)
     result_manifest = {
         "asset": CLUSTERS,
         "partition": {"source": ref.source, "snapshot": ref.snapshot},
         "files": [entry],
         "settings": cluster_identity(settings),
-        "documents": table.height,
+        "documents": entry["rows"],
         "removed": {"exact": kinds["exact"], "fuzzy": kinds["fuzzy"]},
         "indexed_before": sum(1 for key in manifest["partitions"] if order_of(key) < ref.sort_key()),
     }
     write_manifest(store, prefix, result_manifest)
     linked_partitions = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
     return ClusterResult(
-        result_manifest, table.height, kinds["exact"], kinds["fuzzy"], candidates, linked.height, result_manifest["indexed_before"], linked_partitions
+        result_manifest, entry["rows"], kinds["exact"], kinds["fuzzy"], candidates, linked.height, result_manifest["indexed_before"], linked_partitions
     )
 
 
-def _cluster_table(
-    signatures: pl.DataFrame, ref: PartitionRef, ordinals: PartitionOrdinals, nodes: np.ndarray, labels: np.ndarray, exact: pl.DataFrame, settings: DedupSettings
-) -> pl.DataFrame:
-    """One row per document of `ref` (CLUSTERS_SCHEMA): parent = its component's smallest node."""
+def regroup(tables: Iterable[pa.Table], rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
+    """The tables' rows again as tables of exactly `rows` rows (the last fewer; one empty table when there
+    is no row): written one after another, the row groups of one table written with `row_group_size=rows`."""
+    pending: list[pa.Table] = []
+    held = given = 0
+    for table in tables:
+        pending.append(table.cast(schema))
+        held += table.num_rows
+        if held >= rows:
+            whole = pa.concat_tables(pending)
+            cut = held - held % rows
+            for start in range(0, cut, rows):
+                yield whole.slice(start, rows)
+            given += cut
+            pending, held = [whole.slice(cut)], held - cut
+    if held or not given:
+        yield pa.concat_tables(pending) if pending else schema.empty_table()
+
+
+def _cluster_tables(
+    store: Store, ref: PartitionRef, signed: dict[str, Any], ordinals: PartitionOrdinals, nodes: np.ndarray, labels: np.ndarray, exact: pl.DataFrame,
+    settings: DedupSettings, kinds: Counter[str],
+) -> Iterator[pa.Table]:
+    """The rows of `dedup_clusters` (CLUSTERS_SCHEMA), one table per signed part in doc order; counts the
+    kinds into `kinds`. Parent = the document's component's smallest node."""
     floor = ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT
     graph = pl.DataFrame({"node": nodes, "label": labels}, schema={"node": pl.Int64, "label": pl.Int64})
     sizes = graph.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
+    exact_of = exact.select("doc", exact_of_partition="of_partition", exact_of_id="of_id")
+    prefix = partition_prefix(SIGNATURES, ref)
+    for entry in signed["files"]:
+        part: pl.DataFrame = pl.from_arrow(read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc", "doc_id"]))  # type: ignore[assignment]
+        table = _cluster_rows(part, ordinals, floor, graph, sizes, exact_of, settings)
+        kinds.update(table["kind"].drop_nulls().to_list())
+        yield table.to_arrow()
+
+
+def _cluster_rows(
+    docs: pl.DataFrame, ordinals: PartitionOrdinals, floor: int, graph: pl.DataFrame, sizes: pl.DataFrame, exact_of: pl.DataFrame, settings: DedupSettings
+) -> pl.DataFrame:
+    """`dedup_clusters` rows of some documents (doc, doc_id) of the partition, sorted by doc."""
     docs = (
-        signatures.select("doc", "doc_id")
-        .with_columns(node=pl.col("doc") + floor)
+        docs.with_columns(node=pl.col("doc") + floor)
         .join(graph, on="node", how="left")
         .with_columns(label=pl.coalesce("label", "node"))
         .join(sizes, on="label", how="left")
         .with_columns(pl.col("cluster_size").fill_null(1))
     )
     parents = ordinals.locate(docs["label"].to_numpy())
-    docs = docs.with_columns(parent_partition=parents["partition"], parent_doc=parents["doc"]).join(
-        exact.select("doc", exact_of_partition="of_partition", exact_of_id="of_id"), on="doc", how="left"
-    )
+    docs = docs.with_columns(parent_partition=parents["partition"], parent_doc=parents["doc"]).join(exact_of, on="doc", how="left")
     kind = pl.when(pl.col("exact_of_id").is_not_null()).then(pl.lit("exact")).when(pl.col("label") != pl.col("node")).then(pl.lit("fuzzy"))
     size = pl.col("cluster_size") if settings.fuzzy else pl.lit(None, pl.Int64)
     return docs.select(

@@ -10,6 +10,9 @@ Datasets (each its own folder, `<root>/<name>/source=<s>/snapshot=<n>/`, one sch
 - `dedup_bands` (`bands-NNNNN.parquet`, side dataset of `dedup_signatures`): every document's LSH band
   rows (hash, band, doc), sorted by hash, in row groups that never straddle two of `dedup.band_ranges`
   hash ranges (the shuffle's unit: a clustering task reads one range's row groups, `sluice.dedup.shuffle`).
+- `dedup_hashes` (`hashes-NNNNN.parquet`, side dataset of `dedup_signatures`): every document's text hash
+  as two uint64 halves (`key` high, `lo` low), `doc` and `doc_id`, sorted by key, row groups cut as
+  `dedup_bands`'s (exact duplicates are found per range as near-duplicate candidates are).
 - `dedup_index/minhash=<digest>/`: the global index (`sluice.dedup.index`), unpartitioned.
 - `dedup_clusters` (`clusters.parquet`): per document of the partition, its decision (`kind`: null when
   kept) and its `parent`, the first document of its cluster as this partition saw it (itself when kept),
@@ -43,6 +46,7 @@ CLEANED = "cleaned_documents"
 SIGNATURES = "dedup_signatures"
 SHINGLES = "dedup_shingles"
 BANDS = "dedup_bands"
+HASHES = "dedup_hashes"
 INDEX = "dedup_index"
 CLUSTERS = "dedup_clusters"
 DEDUPED = "deduped_documents"
@@ -68,6 +72,15 @@ def signatures_schema(bands: int) -> pa.Schema:
 
 BANDS_SCHEMA = pa.schema(
     [pa.field("hash", pa.uint64(), nullable=False), pa.field("band", pa.uint8(), nullable=False), pa.field("doc", pa.int64(), nullable=False)]
+)
+
+HASHES_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.uint64(), nullable=False),
+        pa.field("lo", pa.uint64(), nullable=False),
+        pa.field("doc", pa.int64(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+    ]
 )
 
 SHINGLES_SCHEMA = pa.schema([pa.field("doc", pa.int64(), nullable=False), pa.field("shingles", pa.large_list(pa.uint32()))])

@@ -31,7 +31,7 @@ import pyarrow as pa
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import candidate_pairs, first_members
 from sluice.dedup.index import DedupIndex, shard_bounds
-from sluice.dedup.ranges import band_rows_between
+from sluice.dedup.ranges import band_rows_between, exact_rows_between
 from sluice.dedup.schemas import (
     CLUSTERS,
     SHINGLE_ROW_GROUP,
@@ -43,6 +43,7 @@ from sluice.layout import (
     PartitionRef,
     partition_prefix,
     read_manifest,
+    write_parquet,
     write_parquet_groups,
 )
 from sluice.minhash import _fmix64
@@ -51,6 +52,44 @@ from sluice.storage import Store, StoreSpec
 PAIRS_ROW_GROUP = 1 << 16
 _ROW_GROUP_SHIFT = np.int64(SHINGLE_ROW_GROUP.bit_length() - 1)
 PAIRS_FILE_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False), pa.field("u", pa.int64(), nullable=False), pa.field("v", pa.int64(), nullable=False)])
+
+
+EXACT_LINKS_SCHEMA = pa.schema(
+    [
+        pa.field("doc", pa.int64(), nullable=False),
+        pa.field("of_partition", pa.string(), nullable=False),
+        pa.field("of_doc", pa.int64(), nullable=False),
+        pa.field("of_id", pa.string(), nullable=False),
+    ]
+)
+
+
+def exact_links(docs: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef) -> pl.DataFrame:
+    """(doc, of_partition, of_doc, of_id): each document (`docs`: key, lo, doc, doc_id) whose text hash
+    occurs before it (in an earlier partition: `first`, the index's first copies; or earlier in this
+    partition) and that first copy. All copies of a hash lie in one range: a range's links are final."""
+    earlier = first.select("key", "lo", of_partition="partition", of_doc="doc", of_id="doc_id")
+    here = docs.group_by("key", "lo").agg(pl.col("doc").min().alias("of_doc"), pl.col("doc_id").sort_by("doc").first().alias("of_id"))
+    linked = docs.join(earlier, on=["key", "lo"], how="left")
+    within = linked.filter(pl.col("of_doc").is_null()).drop("of_partition", "of_doc", "of_id").join(here, on=["key", "lo"])
+    within = within.filter(pl.col("of_doc") != pl.col("doc")).with_columns(of_partition=pl.lit(ref.key))
+    columns = ["doc", "of_partition", "of_doc", "of_id"]
+    return pl.concat([linked.filter(pl.col("of_doc").is_not_null()).select(columns), within.select(columns)]).sort("doc")
+
+
+def exact_key(ref: PartitionRef, number: int) -> str:
+    return f"{partition_prefix(CLUSTERS, ref)}/exact-{number:05d}.parquet"
+
+
+def _range_exact(store: Store, task: RangeTask, manifest: dict[str, Any], low: int, high: int) -> str | None:
+    """Write the range's exact links (EXACT_LINKS_SCHEMA) to its exact file; its key (None without links)."""
+    docs = exact_rows_between(store, task.ref, manifest, low, high)
+    first = DedupIndex(store, task.settings, task.s3).first_copies_of(docs.select("key", "lo"), task.ref)
+    links = exact_links(docs, first, task.ref)
+    if not links.height:
+        return None
+    write_parquet(store, exact_key(task.ref, task.number), links.to_arrow().cast(EXACT_LINKS_SCHEMA))
+    return exact_key(task.ref, task.number)
 
 
 def pair_bucket(v: np.ndarray, buckets: int) -> np.ndarray:
@@ -81,14 +120,22 @@ def pairs_key(ref: PartitionRef, number: int) -> str:
 
 
 def range_pairs(task: RangeTask) -> dict[str, Any]:
-    """Write the range's candidate pairs (u, v nodes) to its pairs file, cut by pair bucket; returns
-    {"key": the file (None without pairs), "pairs": rows written, "band_rows": the range's rows here}."""
+    """One range's reduce: its exact links to its exact file and (fuzzy dedup) its candidate pairs (u, v
+    nodes) to its pairs file, cut by pair bucket. Returns {"exact": the exact file, "key": the pairs file
+    (each None when empty), "pairs": pairs written, "band_rows": the range's band rows here}."""
     store = StoreSpec(task.root_url, task.s3).open()
-    settings, ranges = task.settings, task.settings.band_ranges
     manifest = read_manifest(store, partition_prefix(SIGNATURES, task.ref))
     if manifest is None:
         raise FileNotFoundError(f"{store.uri(partition_prefix(SIGNATURES, task.ref))} has no manifest: materialize dedup_signatures for {task.ref.key} first")
-    current = band_rows_between(store, task.ref, manifest, *shard_bounds(task.number, ranges)).with_columns(partition=pl.lit(task.ref.key))
+    low, high = shard_bounds(task.number, task.settings.band_ranges)
+    exact = _range_exact(store, task, manifest, low, high)
+    pairs = _range_pairs(store, task, manifest, low, high) if task.settings.fuzzy else {"key": None, "pairs": 0, "band_rows": 0}
+    return {"exact": exact, **pairs}
+
+
+def _range_pairs(store: Store, task: RangeTask, manifest: dict[str, Any], low: int, high: int) -> dict[str, Any]:
+    settings, ranges = task.settings, task.settings.band_ranges
+    current = band_rows_between(store, task.ref, manifest, low, high).with_columns(partition=pl.lit(task.ref.key))
     earlier = DedupIndex(store, settings, task.s3).probe("bands", current.select("band", key="hash"), task.ref).rename({"key": "hash"})
     verified = settings.verify_min_jaccard is not None
     earlier = first_members(earlier, max(settings.verify_anchors if verified else 1, 1)).select("band", "hash", "partition", "doc")

@@ -25,6 +25,8 @@ from sluice.dedup.schemas import (
     BANDS,
     BANDS_SCHEMA,
     CLEANED,
+    HASHES,
+    HASHES_SCHEMA,
     PART_BITS,
     ROW_BITS,
     SHINGLE_ROW_GROUP,
@@ -32,6 +34,7 @@ from sluice.dedup.schemas import (
     SHINGLES_SCHEMA,
     SIGNATURES,
     doc_positions,
+    hash_halves,
     minhash_identity,
     shard_bounds,
     signatures_schema,
@@ -112,6 +115,20 @@ def band_sidecar(store: Store, ref: PartitionRef, part: int, bands: np.ndarray, 
     return {**entry, "prefix": prefix}
 
 
+def hash_sidecar(store: Store, ref: PartitionRef, part: int, table: pa.Table, ranges: int) -> dict[str, Any]:
+    """Write one part's text hashes (key, lo, doc, doc_id; `table`: the part's doc_id and text_hash) as
+    `dedup_hashes/hashes-NNNNN.parquet`, sorted by key, cut as the band sidecar; returns its entry."""
+    hi, lo = hash_halves(table.column("text_hash"))
+    frame = pl.DataFrame(
+        {"key": hi, "lo": lo, "doc": doc_positions(part, table.num_rows), "doc_id": table.column("doc_id")},
+        schema={"key": pl.UInt64, "lo": pl.UInt64, "doc": pl.Int64, "doc_id": pl.String},
+    ).sort("key", "lo", "doc")
+    prefix = side_prefix(HASHES, ref)
+    rows = frame.to_arrow().cast(HASHES_SCHEMA)
+    entry = write_parquet_groups(store, f"{prefix}/hashes-{part:05d}.parquet", range_tables(rows, ranges, "key"), HASHES_SCHEMA, BAND_ROW_GROUP, use_dictionary=False)
+    return {**entry, "prefix": prefix}
+
+
 def shingle_table(sets: ShingleSets, part: int) -> pa.Table:
     """Each document's shingle-hash set (sorted unique uint32, the MinHash input), by doc."""
     hashes = (sets.keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
@@ -131,13 +148,15 @@ class SignatureTask:
 
 def sign_part(task: SignatureTask) -> dict[str, Any]:
     """Sign one cleaned part; publish its `part-NNNNN.parquet` (and, with fuzzy dedup, its shingle and band
-    sidecars). Returns their manifest entries {"signatures": ..., "shingles": ..., "bands": ... or None}."""
+    sidecars; always its text-hash sidecar). Returns their manifest entries {"signatures", "hashes"; "shingles",
+    "bands": ... or None}."""
     store = StoreSpec(task.root_url, task.s3).open()
     table = read_parquet_file(store, f"{partition_prefix(CLEANED, task.ref)}/{task.cleaned_key}", columns=["doc_id", "text_hash", "text"])
     settings = task.settings
     schema = signatures_schema(settings.bands)
     bands_column = pa.nulls(table.num_rows, schema.field("bands").type)
     shingles = band_file = None
+    hashes = hash_sidecar(store, task.ref, task.part, table, settings.band_ranges)
     if settings.fuzzy:
         texts = table.column("text").to_pylist()
         blocks: list[np.ndarray] = [np.empty(0, np.uint64)]
@@ -155,7 +174,7 @@ def sign_part(task: SignatureTask) -> dict[str, Any]:
         [pa.array(doc_positions(task.part, table.num_rows), pa.int64()), table.column("doc_id"), table.column("text_hash"), bands_column], schema=schema
     )
     entry = write_parquet(store, f"{partition_prefix(SIGNATURES, task.ref)}/part-{task.part:05d}.parquet", signatures, row_group_size=4096)
-    return {"signatures": entry, "shingles": shingles, "bands": band_file}
+    return {"signatures": entry, "shingles": shingles, "bands": band_file, "hashes": hashes}
 
 
 def cleaned_digest(cleaned_manifest: dict[str, Any]) -> str:
@@ -197,6 +216,7 @@ def sign_partition(
     s3 = s3 or S3Settings()
     outputs = (
         ("signatures", store.uri(partition_prefix(SIGNATURES, ref))), ("shingles", store.uri(side_prefix(SHINGLES, ref))), ("bands", store.uri(side_prefix(BANDS, ref))),
+        ("hashes", store.uri(side_prefix(HASHES, ref))),
     )
     jobs = [
         RecordedTask(
@@ -207,7 +227,7 @@ def sign_partition(
     ]
     results = executor.map(run_recorded, jobs)
     files = [result["signatures"] for result in results]
-    side_files = [result[name] for name in ("shingles", "bands") for result in results if result[name] is not None]
+    side_files = [result[name] for name in ("shingles", "bands", "hashes") for result in results if result[name] is not None]
     manifest = publish_signatures(
         store, ref, settings, cleaned, files, side_files, {"task_records": record_listing(SIGNATURES, ref, range(len(parts)))}
     )

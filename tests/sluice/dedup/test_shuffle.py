@@ -13,7 +13,7 @@ import sluice.dedup as dedup
 from benchmarks.dedup_oracle import stored_partitions, write_all
 from sluice.config import DedupSettings
 from sluice.dedup.candidates import candidate_pairs, first_members
-from sluice.dedup.schemas import BANDS, CLUSTERS, CLUSTERS_FILE, SIGNATURES, PartitionOrdinals
+from sluice.dedup.schemas import BANDS, CLUSTERS, CLUSTERS_FILE, HASHES, SIGNATURES, PartitionOrdinals
 from sluice.dedup.shuffle import RangeTask, bucket_pairs, range_pairs
 from sluice.dedup.signatures import read_signatures, signature_band_rows
 from sluice.layout import MANIFEST, partition_prefix, read_manifest
@@ -62,15 +62,15 @@ def test_decisions_do_not_depend_on_the_number_of_ranges(planted, tmp_path):  # 
         clusters = [store.read_bytes(f"{partition_prefix(CLUSTERS, ref)}/{CLUSTERS_FILE}") for ref in ORDER]
         outputs.append(([removed[ref.key].removed for ref in ORDER], clusters))
         names = sorted(key.rsplit("/", 1)[-1] for key in store.list_files(partition_prefix(CLUSTERS, ORDER[3])))
-        assert names == sorted([CLUSTERS_FILE, MANIFEST])  # the range tasks' pair files are gone once published
+        assert names == sorted([CLUSTERS_FILE, MANIFEST])  # the range tasks' pair and exact files are gone once published
     for removed, clusters in outputs[1:]:
         assert clusters == outputs[0][1]
         assert all(a.equals(b) for a, b in zip(removed, outputs[0][0], strict=True))
 
 
-def test_partitions_signed_without_band_sidecars_read_their_signatures(planted, tmp_path):  # noqa: F811
-    """A store signed before the band sidecars (no dedup_bands): clustering reads each range from the
-    signature files and decides the same."""
+def test_partitions_signed_without_range_sidecars_read_their_signatures(planted, tmp_path):  # noqa: F811
+    """A store signed before the range sidecars (no dedup_bands, no dedup_hashes): clustering reads each
+    range from the signature files and decides the same."""
     store = open_store(str(tmp_path / "store"))
     write_all(store, stored_partitions(planted))
     run_incremental(store)
@@ -78,9 +78,27 @@ def test_partitions_signed_without_band_sidecars_read_their_signatures(planted, 
     for ref in ORDER:
         prefix = partition_prefix(SIGNATURES, ref)
         manifest = read_manifest(store, prefix)
-        manifest["side_files"] = [entry for entry in manifest["side_files"] if entry["prefix"] != partition_prefix(BANDS, ref)]
+        sidecars = {partition_prefix(BANDS, ref), partition_prefix(HASHES, ref)}
+        manifest["side_files"] = [entry for entry in manifest["side_files"] if entry["prefix"] not in sidecars]
         store.write_bytes(f"{prefix}/{MANIFEST}", json.dumps(manifest).encode())
-        shutil.rmtree(store.uri(partition_prefix(BANDS, ref)))
+        for folder in sidecars:
+            shutil.rmtree(store.uri(folder))
     for ref in ORDER:
         dedup.cluster_partition(store, ref)
     assert [store.read_bytes(f"{partition_prefix(CLUSTERS, ref)}/{CLUSTERS_FILE}") for ref in ORDER] == expected
+
+
+def test_regroup_cuts_tables_into_row_groups_of_the_given_size():
+    """dedup_clusters is written part by part: regrouped, its row groups are those of one table written whole."""
+    import pyarrow as pa
+
+    from sluice.dedup.partition import regroup
+
+    schema = pa.schema([pa.field("x", pa.int64())])
+    tables = [pa.table({"x": list(range(start, stop))}, schema=schema) for start, stop in [(0, 3), (3, 3), (3, 11), (11, 12)]]
+    out = list(regroup(iter(tables), 4, schema))
+    assert [t.num_rows for t in out] == [4, 4, 4]
+    assert pa.concat_tables(out).column("x").to_pylist() == list(range(12))
+    assert [t.num_rows for t in regroup(iter(tables[:3]), 4, schema)] == [4, 4, 3]
+    empty = list(regroup(iter([]), 4, schema))
+    assert len(empty) == 1 and empty[0].num_rows == 0  # one empty row group, as pyarrow writes an empty table
