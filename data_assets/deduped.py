@@ -48,8 +48,8 @@ from sluice.dedup import (
     cluster_partition,
     dedup_partition,
     index_partition,
+    kept_duplicates,
     publish_deduped,
-    remaining_exact_duplicates,
     sign_partition,
 )
 from sluice.layout import PartitionRef, partition_prefix
@@ -209,16 +209,17 @@ def cluster(context: AssetExecutionContext, ref: PartitionRef, settings: SluiceS
     ],
     **common(ASSET),
 )
-def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> Iterator[Any]:
-    yield from run_source_partitions(context, ASSET, lambda ref: dedup(ref, settings, storage))
+def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> Iterator[Any]:
+    yield from run_source_partitions(context, ASSET, lambda ref: dedup(ref, settings, storage, compute))
 
 
-def dedup(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource) -> PartitionResult:
+def dedup(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> PartitionResult:
     config = settings.config
     store = storage.store()
-    result = dedup_partition(store, ref, config.dedup)
+    executor = compute.executor()
+    result = dedup_partition(store, ref, config.dedup, executor, config.s3)
     publish_deduped(store, ref, result)
-    within, against = remaining_exact_duplicates(store, ref, result.kept_hashes, config.dedup, config.s3)
+    within, against = kept_duplicates(store, ref, result.removed_docs, config.dedup, config.s3, executor)
     no_duplicates = AssetCheckResult(
         check_name=NO_DUPLICATES_CHECK,
         passed=within == 0 and not against,

@@ -55,6 +55,7 @@ from sluice.dedup.partition import (
     deduplicate_partition,
     earlier_partitions,
     index_partition,
+    kept_duplicates,
     publish_deduped,
     remaining_exact_duplicates,
 )
@@ -77,6 +78,6 @@ __all__ = [
     "CLEANED", "CLUSTERS", "DEDUPED", "INDEX", "REMOVED", "REMOVED_SCHEMA", "ROW_BITS", "SHINGLES", "SIGNATURES",
     "ClusterResult", "DedupIndex", "DedupResult", "ExactJaccardFilter", "InOrderResult", "IndexIncomplete", "ShingleSets", "SignResult",
     "band_table", "candidate_pairs", "cluster_identity", "cluster_partition", "components", "dedup_partition", "deduplicate_in_order",
-    "deduplicate_partition", "earlier_partitions", "index_partition", "jaccard", "minhash_identity", "pair_jaccard", "publish_deduped",
+    "deduplicate_partition", "earlier_partitions", "index_partition", "jaccard", "kept_duplicates", "minhash_identity", "pair_jaccard", "publish_deduped",
     "remaining_exact_duplicates", "resolve_roots", "shingle_sets", "sign_partition",
 ]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
@@ -33,7 +34,7 @@ from sluice.dedup.candidates import (
     verify_pairs,
     verify_slices,
 )
-from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, resolve_roots
+from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, read_cluster_rows, resolve_roots
 from sluice.dedup.index import DedupIndex, IndexEntry, IndexIncomplete
 from sluice.dedup.legacy import migrate_legacy_store
 from sluice.dedup.schemas import (
@@ -51,8 +52,17 @@ from sluice.dedup.schemas import (
     cluster_identity,
     minhash_identity,
     order_of,
+    parquet_file,
 )
-from sluice.dedup.shuffle import EXACT_LINKS_SCHEMA, RangeTask, bucket_pairs, exact_links, range_pairs  # noqa: F401 (exact_links re-exported)
+from sluice.dedup.shuffle import (  # noqa: F401 (exact_links re-exported)
+    EXACT_LINKS_SCHEMA,
+    KeptCheckTask,
+    RangeTask,
+    bucket_pairs,
+    exact_links,
+    kept_duplicates_in_range,
+    range_pairs,
+)
 from sluice.dedup.signatures import sign_partition, signatures_digest
 from sluice.layout import (
     PartitionRef,
@@ -67,7 +77,7 @@ from sluice.layout import (
     write_parquet_groups,
 )
 from sluice.memory import releasing_memory
-from sluice.storage import Store
+from sluice.storage import Store, StoreSpec
 
 
 def earlier_partitions(store: Store, ref: PartitionRef) -> list[PartitionRef]:
@@ -271,18 +281,26 @@ class DedupResult:
     removed_fuzzy: int
     removed_within_partition: int
     removed: pa.Table  # REMOVED_SCHEMA rows
-    kept_hashes: pa.ChunkedArray  # text_hash of every kept document (for the no-duplicates check)
+    kept_hashes_of: Any  # () -> text_hash of every kept document, read from the written parts when asked
     removed_against: dict[str, int] = field(default_factory=dict)  # earlier partition -> removed count
     removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
     cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
     band_index: None = None  # earlier versions listed a per-partition band index here; the index is global now
+    removed_docs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # doc positions of the removed, sorted
+
+    @property
+    def kept_hashes(self) -> pa.ChunkedArray:
+        """text_hash of every kept document, in order (read from the published parts: the asset's check
+        goes by hash range instead, `kept_duplicates`)."""
+        return self.kept_hashes_of()
 
 
-def removed_rows(store: Store, ref: PartitionRef, clusters: pl.DataFrame, text_hashes: pl.DataFrame) -> pl.DataFrame:
-    """REMOVED_SCHEMA rows of the removed documents of `ref`, their kept document resolved through parents."""
-    removed = clusters.filter(pl.col("kind").is_not_null()).join(text_hashes, on="doc", how="left")
+def removed_rows(store: Store, ref: PartitionRef, removed: pl.DataFrame, text_hashes: pl.DataFrame, parents: pl.DataFrame) -> pl.DataFrame:
+    """REMOVED_SCHEMA rows of the removed documents of `ref` (`removed`: their dedup_clusters rows), their
+    kept document resolved through parents (`parents`: doc, doc_id of their parents in `ref`)."""
+    removed = removed.join(text_hashes, on="doc", how="left")
     here = removed.filter(pl.col("parent_partition") == ref.key).join(
-        clusters.select(parent_doc="doc", root_id="doc_id"), on="parent_doc"
+        parents.select(parent_doc="doc", root_id="doc_id"), on="parent_doc"
     ).with_columns(root_partition=pl.col("parent_partition"))
     away = removed.filter(pl.col("parent_partition") != ref.key)
     roots = resolve_roots(store, away.select(partition="parent_partition", doc="parent_doc"))
@@ -304,37 +322,85 @@ def removed_rows(store: Store, ref: PartitionRef, clusters: pl.DataFrame, text_h
 
 
 @releasing_memory
-def dedup_partition(store: Store, ref: PartitionRef, settings: DedupSettings | None = None) -> DedupResult:
-    """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest) and its removed rows
-    (`deduped_removed`), from its `dedup_clusters` and those of the earlier partitions its parents name."""
+def dedup_partition(
+    store: Store, ref: PartitionRef, settings: DedupSettings | None = None, executor: Executor | None = None, s3: S3Settings | None = None
+) -> DedupResult:
+    """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest: one executor task per
+    cleaned part) and its removed rows (`deduped_removed`), from its `dedup_clusters` and those of the
+    earlier partitions its parents name. Holds the removed documents' rows, not the partition's."""
     settings = settings or DedupSettings()
+    executor = executor or Executor()
     clusters_prefix = partition_prefix(CLUSTERS, ref)
     manifest = read_manifest(store, clusters_prefix)
     if manifest is None or manifest.get("settings") != cluster_identity(settings):
         raise FileNotFoundError(f"{store.uri(clusters_prefix)}: no clusters with these dedup settings: materialize dedup_clusters for {ref.key} first")
-    clusters = pl.from_arrow(read_parquet_file(store, f"{clusters_prefix}/{manifest['files'][0]['key']}"))
-    cleaned_prefix = partition_prefix(CLEANED, ref)
+    removed = removed_cluster_rows(store, f"{clusters_prefix}/{manifest['files'][0]['key']}")
     cleaned = required_manifest(store, CLEANED, ref)
-    removed_docs = np.sort(clusters.filter(pl.col("kind").is_not_null())["doc"].to_numpy())  # type: ignore[union-attr]
-    files, kept_hashes, hashes = [], [], []
-    output_prefix = partition_prefix(DEDUPED, ref)
-    for part, entry in enumerate(cleaned["files"]):
-        table = read_parquet_file(store, f"{cleaned_prefix}/{entry['key']}")
-        docs = (np.int64(part) << ROW_BITS) | np.arange(table.num_rows, dtype=np.int64)
-        keep = ~np.isin(docs, removed_docs)
-        kept = table.filter(pa.array(keep)) if table.num_rows else table
-        files.append(write_parquet(store, f"{output_prefix}/part-{part:05d}.parquet", kept))
-        kept_hashes.append(kept.column("text_hash"))
-        hashes.append(pl.DataFrame({"doc": docs, "text_hash": table.column("text_hash").to_numpy(zero_copy_only=False)}, schema={"doc": pl.Int64, "text_hash": pl.String}))
-    rows = removed_rows(store, ref, clusters, pl.concat(hashes) if hashes else pl.DataFrame(schema={"doc": pl.Int64, "text_hash": pl.String}))  # type: ignore[arg-type]
-    removed = rows.to_arrow().cast(REMOVED_SCHEMA)
+    removed_docs = np.sort(removed["doc"].to_numpy())
+    parts = removed_docs >> np.int64(ROW_BITS)
+    tasks = [
+        DedupPartTask(store.uri(), ref, part, entry["key"], removed_docs[parts == part], s3 or S3Settings())
+        for part, entry in enumerate(cleaned["files"])
+    ]
+    results = executor.map(dedup_part, tasks)
+    hashes = pl.concat([pl.DataFrame(schema={"doc": pl.Int64, "text_hash": pl.String}), *(pl.DataFrame(r["removed"], schema={"doc": pl.Int64, "text_hash": pl.String}) for r in results)])
+    here = removed.filter(pl.col("parent_partition") == ref.key)["parent_doc"].unique().to_numpy()
+    parents = read_cluster_rows(store, ref.key, here) if len(here) else pl.DataFrame(schema={"doc": pl.Int64, "doc_id": pl.String})
+    rows = removed_rows(store, ref, removed, hashes, parents)
+    stored = rows.to_arrow().cast(REMOVED_SCHEMA)
     # The file leaves out source and snapshot: they are its Hive partition folders (readers merging both fail).
-    stored = removed.drop_columns(["source", "snapshot"])
-    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", stored), "prefix": side_prefix(REMOVED, ref)}
-    return _dedup_result(ref, files, [removed_entry], clusters.height, rows, removed, kept_hashes)
+    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", stored.drop_columns(["source", "snapshot"])), "prefix": side_prefix(REMOVED, ref)}
+    files = [result["file"] for result in results]
+    result = _dedup_result(ref, files, [removed_entry], manifest["documents"], rows, stored, lambda: _kept_hashes(store, ref, files))
+    result.removed_docs = removed_docs
+    return result
 
 
-def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in: int, rows: pl.DataFrame, removed: pa.Table, kept_hashes: list) -> DedupResult:
+def removed_cluster_rows(store: Store, key: str) -> pl.DataFrame:
+    """The `dedup_clusters` rows of the removed documents (kind not null), read a row group at a time."""
+    frames = [pl.from_arrow(CLUSTERS_SCHEMA.empty_table())]
+    with parquet_file(store, key) as parquet:
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group)
+            frames.append(pl.from_arrow(table.filter(pc.is_valid(table.column("kind")))))
+    return pl.concat(frames)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class DedupPartTask:
+    """Write one cleaned part's kept documents (`dedup_part`)."""
+
+    root_url: str
+    ref: PartitionRef
+    part: int
+    cleaned_key: str
+    removed: np.ndarray  # docs of this part removed, sorted
+    s3: S3Settings = field(default_factory=S3Settings)
+
+    @property
+    def label(self) -> str:
+        return f"{self.ref.key}/{self.cleaned_key}"
+
+
+def dedup_part(task: DedupPartTask) -> dict[str, Any]:
+    """{"file": the written part's entry, "removed": {doc, text_hash} of its removed documents}."""
+    store = StoreSpec(task.root_url, task.s3).open()
+    table = read_parquet_file(store, f"{partition_prefix(CLEANED, task.ref)}/{task.cleaned_key}")
+    docs = (np.int64(task.part) << ROW_BITS) | np.arange(table.num_rows, dtype=np.int64)
+    keep = ~np.isin(docs, task.removed)
+    kept = table.filter(pa.array(keep)) if table.num_rows else table
+    entry = write_parquet(store, f"{partition_prefix(DEDUPED, task.ref)}/part-{task.part:05d}.parquet", kept)
+    gone = table.filter(pa.array(~keep)) if table.num_rows else table
+    return {"file": entry, "removed": {"doc": docs[~keep].tolist(), "text_hash": gone.column("text_hash").to_pylist()}}
+
+
+def _kept_hashes(store: Store, ref: PartitionRef, files: list[dict[str, Any]]) -> pa.ChunkedArray:
+    prefix = partition_prefix(DEDUPED, ref)
+    columns = [read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["text_hash"]).column("text_hash") for entry in files]
+    return pa.chunked_array([chunk for column in columns for chunk in column.chunks], pa.string())
+
+
+def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in: int, rows: pl.DataFrame, removed: pa.Table, kept_hashes_of: Any) -> DedupResult:
     against = rows.filter(pl.col("duplicate_of_partition") != ref.key)["duplicate_of_partition"].value_counts().sort("duplicate_of_partition")
     snapshots = rows.with_columns(snapshot=pl.col("duplicate_of_partition").str.split("/").list.get(1))["snapshot"].value_counts().sort("snapshot")
     clusters = rows.filter(pl.col("cluster_size").is_not_null()).unique("cluster_id")["cluster_size"].value_counts().sort("cluster_size")
@@ -348,7 +414,7 @@ def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in
         removed_fuzzy=kinds["fuzzy"],
         removed_within_partition=rows.filter(pl.col("duplicate_of_partition") == ref.key).height,
         removed=removed,
-        kept_hashes=pa.chunked_array([c for column in kept_hashes for c in column.chunks], pa.string()),
+        kept_hashes_of=kept_hashes_of,
         removed_against=dict(against.iter_rows()),
         removed_against_snapshot=dict(snapshots.iter_rows()),
         cluster_sizes=dict(clusters.iter_rows()),
@@ -363,6 +429,20 @@ def remaining_exact_duplicates(store: Store, ref: PartitionRef, kept_hashes: pa.
     first = DedupIndex(store, settings, s3).first_copies(unique.to_arrow(), ref)
     counts = first["partition"].value_counts().sort("partition")
     return within, dict(counts.iter_rows())
+
+
+def kept_duplicates(
+    store: Store, ref: PartitionRef, removed_docs: np.ndarray, settings: DedupSettings, s3: S3Settings | None = None, executor: Executor | None = None
+) -> tuple[int, dict[str, int]]:
+    """What `remaining_exact_duplicates` counts, over the kept documents of `ref` (all but `removed_docs`),
+    one executor task per text-hash range (`sluice.dedup.shuffle.kept_duplicates_in_range`): no process
+    holds the partition's hashes."""
+    tasks = [KeptCheckTask(store.uri(), ref, number, settings, np.asarray(removed_docs, np.int64), s3 or S3Settings()) for number in range(settings.band_ranges)]
+    within, against = 0, Counter()
+    for range_within, range_against in (executor or Executor()).map(kept_duplicates_in_range, tasks):
+        within += range_within
+        against.update(range_against)
+    return within, dict(sorted(against.items()))
 
 
 def publish_deduped(store: Store, ref: PartitionRef, result: DedupResult, extra: dict[str, Any] | None = None) -> None:
@@ -408,7 +488,7 @@ def deduplicate_partition(
     sign_partition(store, ref, settings, executor, s3)
     index_partition(store, ref, settings, executor, s3)
     cluster_partition(store, ref, settings, executor, s3)
-    result = dedup_partition(store, ref, settings)
+    result = dedup_partition(store, ref, settings, executor, s3)
     publish_deduped(store, ref, result)
     return result
 

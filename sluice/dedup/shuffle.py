@@ -92,6 +92,36 @@ def _range_exact(store: Store, task: RangeTask, manifest: dict[str, Any], low: i
     return exact_key(task.ref, task.number)
 
 
+@dataclass(frozen=True)
+class KeptCheckTask:
+    """The no-duplicates check of one text-hash range of a deduplicated partition (`kept_duplicates_in_range`)."""
+
+    root_url: str
+    ref: PartitionRef
+    number: int
+    settings: DedupSettings
+    removed: np.ndarray  # doc positions of the partition's removed documents
+    s3: S3Settings = field(default_factory=S3Settings)
+
+    @property
+    def label(self) -> str:
+        return f"{self.ref.key} hash range {self.number}"
+
+
+def kept_duplicates_in_range(task: KeptCheckTask) -> tuple[int, dict[str, int]]:
+    """(kept documents of the range whose text hash another kept one has, {earlier partition: the range's
+    distinct kept hashes the index holds there}); both empty when dedup is right."""
+    store = StoreSpec(task.root_url, task.s3).open()
+    manifest = read_manifest(store, partition_prefix(SIGNATURES, task.ref))
+    if manifest is None:
+        raise FileNotFoundError(f"{store.uri(partition_prefix(SIGNATURES, task.ref))} has no manifest: materialize dedup_signatures for {task.ref.key} first")
+    rows = exact_rows_between(store, task.ref, manifest, *shard_bounds(task.number, task.settings.band_ranges))
+    kept = rows.filter(~pl.col("doc").is_in(pl.Series(task.removed, dtype=pl.Int64).implode()))
+    unique = kept.select("key", "lo").unique()
+    first = DedupIndex(store, task.settings, task.s3).first_copies_of(unique, task.ref)
+    return kept.height - unique.height, dict(first["partition"].value_counts().iter_rows())
+
+
 def pair_bucket(v: np.ndarray, buckets: int) -> np.ndarray:
     """The pair bucket of pairs by their later node: a hash of v's shingle row group (the pairs of one
     sidecar row group stay together, so verification reads each row group as often as before)."""

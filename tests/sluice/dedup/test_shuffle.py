@@ -102,3 +102,22 @@ def test_regroup_cuts_tables_into_row_groups_of_the_given_size():
     assert [t.num_rows for t in regroup(iter(tables[:3]), 4, schema)] == [4, 4, 3]
     empty = list(regroup(iter([]), 4, schema))
     assert len(empty) == 1 and empty[0].num_rows == 0  # one empty row group, as pyarrow writes an empty table
+
+
+@pytest.mark.parametrize("ranges", [1, 16])
+def test_the_no_duplicates_check_by_range_counts_what_the_whole_check_counts(planted, tmp_path, ranges):  # noqa: F811
+    import numpy as np
+    import pyarrow as pa
+
+    settings = DedupSettings(band_ranges=ranges)
+    store = open_store(str(tmp_path / "store"))
+    write_all(store, stored_partitions(planted))
+    results = run_incremental(store, settings)
+    for ref in ORDER:
+        result = results[ref.key]
+        assert dedup.kept_duplicates(store, ref, result.removed_docs, settings) == dedup.remaining_exact_duplicates(store, ref, result.kept_hashes, settings) == (0, {})
+        # Every removed document counted as kept: the removed copies' hashes are duplicates again.
+        every = pa.chunked_array([result.kept_hashes, result.removed.column("text_hash")])
+        whole = dedup.remaining_exact_duplicates(store, ref, every, settings)
+        assert dedup.kept_duplicates(store, ref, np.empty(0, np.int64), settings) == whole
+    assert whole != (0, {})  # the last partition holds exact copies of earlier documents
