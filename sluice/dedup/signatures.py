@@ -210,8 +210,10 @@ def sign_partition(
     if len(parts) >= 1 << PART_BITS:
         raise ValueError(f"{ref.key} has {len(parts)} cleaned parts; at most {(1 << PART_BITS) - 1} are supported")
     existing = current_signatures(store, ref, settings, cleaned)
-    if existing is not None:
+    if existing is not None and has_range_sidecars(existing, ref, settings):
         return SignResult(existing, existing["documents"], signed=False, origin="unchanged")
+    # Signed by an earlier version without the range sidecars: signed again (the signature files come out
+    # the same bytes, so the index, keyed by their digest, is not rebuilt).
     # Each part's signing records its completion; a re-run after a kill reuses verified parts (sluice.tasks).
     s3 = s3 or S3Settings()
     outputs = (
@@ -232,6 +234,13 @@ def sign_partition(
         store, ref, settings, cleaned, files, side_files, {"task_records": record_listing(SIGNATURES, ref, range(len(parts)))}
     )
     return SignResult(manifest, manifest["documents"], signed=True, origin="signed", tasks=TaskCounts.of(results))
+
+
+def has_range_sidecars(manifest: dict[str, Any], ref: PartitionRef, settings: DedupSettings) -> bool:
+    """Whether a signatures manifest lists every part's text-hash sidecar (and, with fuzzy dedup, band sidecar)."""
+    prefixes = [side_prefix(HASHES, ref), *([side_prefix(BANDS, ref)] if settings.fuzzy else [])]
+    listed = [entry.get("prefix") for entry in manifest.get("side_files", [])]
+    return all(listed.count(prefix) == len(manifest["files"]) for prefix in prefixes)
 
 
 def current_signatures(store: Store, ref: PartitionRef, settings: DedupSettings, cleaned: dict[str, Any]) -> dict[str, Any] | None:

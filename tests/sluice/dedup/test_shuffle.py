@@ -121,3 +121,20 @@ def test_the_no_duplicates_check_by_range_counts_what_the_whole_check_counts(pla
         whole = dedup.remaining_exact_duplicates(store, ref, every, settings)
         assert dedup.kept_duplicates(store, ref, np.empty(0, np.int64), settings) == whole
     assert whole != (0, {})  # the last partition holds exact copies of earlier documents
+
+
+def test_a_partition_signed_without_range_sidecars_is_signed_again_to_the_same_signatures(planted, tmp_path):  # noqa: F811
+    """The next signing of a partition signed by an earlier version adds the sidecars; its signature files
+    (what the index's digest covers) come out the same bytes."""
+    store = open_store(str(tmp_path / "store"))
+    write_all(store, stored_partitions(planted))
+    ref = ORDER[0]
+    first = dedup.sign_partition(store, ref, DedupSettings())
+    prefix = partition_prefix(SIGNATURES, ref)
+    before = {entry["key"]: store.read_bytes(f"{prefix}/{entry['key']}") for entry in first.manifest["files"]}
+    stripped = {**first.manifest, "side_files": [e for e in first.manifest["side_files"] if e["prefix"] not in (partition_prefix(BANDS, ref), partition_prefix(HASHES, ref))]}
+    store.write_bytes(f"{prefix}/{MANIFEST}", json.dumps(stripped).encode())
+    again = dedup.sign_partition(store, ref, DedupSettings())
+    assert again.origin == "signed" and again.manifest["side_files"] == first.manifest["side_files"]
+    assert {entry["key"]: store.read_bytes(f"{prefix}/{entry['key']}") for entry in again.manifest["files"]} == before
+    assert dedup.sign_partition(store, ref, DedupSettings()).origin == "unchanged"
