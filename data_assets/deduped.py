@@ -47,8 +47,8 @@ from sluice.dedup import (
     cluster_partition,
     dedup_partition,
     index_partition,
+    kept_duplicates,
     publish_deduped,
-    remaining_exact_duplicates,
     sign_partition,
 )
 from sluice.layout import PartitionRef, partition_prefix
@@ -93,7 +93,8 @@ def common(asset: str) -> dict[str, Any]:
     kinds={"python", "parquet"},
     description=(
         "Per document: normalized-text hash, MinHash LSH band hashes (14 bands x 8 rows over word 5-grams) and, in "
-        "dedup_shingles, the shingle-hash set used to verify candidate pairs. One executor task per cleaned part."
+        "dedup_shingles, the shingle-hash set used to verify candidate pairs; in dedup_bands and dedup_hashes, its band rows "
+        "and text hash by hash range (dedup.band_ranges), the unit of the clustering tasks. One executor task per cleaned part."
     ),
     **common(SIGNATURES_ASSET),
 )
@@ -164,8 +165,8 @@ def index(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource,
     kinds={"python", "parquet"},
     description=(
         "Each document's dedup decision against the partitions ordered before this one (exact copies, verified LSH "
-        "candidates, connected components): kind, and its parent, the first document of its cluster. Needs every "
-        "earlier partition in the dedup index."
+        "candidates, connected components): kind, and its parent, the first document of its cluster. One executor task "
+        "per band-hash range finds the exact copies and candidate pairs. Needs every earlier partition in the dedup index."
     ),
     **common(CLUSTERS_ASSET),
 )
@@ -207,16 +208,17 @@ def cluster(context: AssetExecutionContext, ref: PartitionRef, settings: SluiceS
     ],
     **common(ASSET),
 )
-def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource) -> Iterator[Any]:
-    yield from run_source_partitions(context, ASSET, lambda ref: dedup(ref, settings, storage))
+def deduped_documents(context: AssetExecutionContext, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> Iterator[Any]:
+    yield from run_source_partitions(context, ASSET, lambda ref: dedup(ref, settings, storage, compute))
 
 
-def dedup(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource) -> PartitionResult:
+def dedup(ref: PartitionRef, settings: SluiceSettings, storage: StorageResource, compute: ComputeResource) -> PartitionResult:
     config = settings.config
     store = storage.store()
-    result = dedup_partition(store, ref, config.dedup)
+    executor = compute.executor()
+    result = dedup_partition(store, ref, config.dedup, executor, config.s3)
     publish_deduped(store, ref, result)
-    within, against = remaining_exact_duplicates(store, ref, result.kept_hashes, config.dedup, config.s3)
+    within, against = kept_duplicates(store, ref, result.removed_docs, config.dedup, config.s3, executor)
     no_duplicates = AssetCheckResult(
         check_name=NO_DUPLICATES_CHECK,
         passed=within == 0 and not against,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +90,24 @@ def write_parquet(store: Store, key: str, table: pa.Table, row_group_size: int =
         path = os.path.join(scratch, "part.parquet")
         pq.write_table(table, path, row_group_size=row_group_size, **{**PARQUET_OPTIONS, **options})
         entry = {"key": key.rsplit("/", 1)[-1], "rows": table.num_rows, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+        store.put_file(path, key)
+        return entry
+    finally:
+        _remove_tree(scratch)
+
+
+def write_parquet_groups(store: Store, key: str, tables: Iterable[pa.Table], schema: pa.Schema, row_group_size: int = 4096, **options: Any) -> dict[str, Any]:
+    """Write tables as one Parquet file, atomically, each starting a row group of its own (a reader of one
+    table's rows reads its row groups only); returns its manifest entry."""
+    scratch = local_temp_dir()
+    try:
+        path = os.path.join(scratch, "part.parquet")
+        rows = 0
+        with pq.ParquetWriter(path, schema, **{**PARQUET_OPTIONS, **options}) as writer:
+            for table in tables:
+                writer.write_table(table.cast(schema), row_group_size=row_group_size)
+                rows += table.num_rows
+        entry = {"key": key.rsplit("/", 1)[-1], "rows": rows, "bytes": os.path.getsize(path), "sha256": sha256_file(path)}
         store.put_file(path, key)
         return entry
     finally:

@@ -39,7 +39,7 @@ from sluice.storage import Store, StoreSpec, local_temp_dir
 
 # Bump a stage's version when its code writes different bytes for the same input and settings: every
 # record of the older version stops matching and the stage runs again.
-STAGE_VERSIONS = {"raw_documents": 2, "cleaned_documents": 2, "dedup_signatures": 1, "tokenized_shards": 2}
+STAGE_VERSIONS = {"raw_documents": 2, "cleaned_documents": 2, "dedup_signatures": 2, "tokenized_shards": 2}
 RECORD_FORMAT = 1
 
 

@@ -72,8 +72,13 @@ class DedupSettings(_Model):
     index_shards: int = Field(16, ge=1, le=4096)
     index_fanout: int = Field(8, ge=2, le=1024)
     index_max_deltas: int = Field(8, ge=1, le=1024)
+    # The shuffle (sluice/dedup/shuffle.py): signing writes each part's band rows in this many band-hash
+    # ranges (a power of two: the hash's top bits), and clustering runs one task per range, which holds that
+    # range's band rows of the partition only (about documents x bands / band_ranges rows, ~60 bytes each
+    # at the task's peak). Raise it with the partition's size; it changes no decision, only the cut.
+    band_ranges: int = Field(16, ge=1, le=4096)
 
-    @field_validator("index_shards")
+    @field_validator("index_shards", "band_ranges")
     @classmethod
     def _power_of_two(cls, value: int) -> int:
         if value & (value - 1):

@@ -24,7 +24,8 @@ their own links lead to.
 
 **Steps per partition** (`sluice.dedup.partition`; each a Dagster asset in `data_assets/deduped.py`):
 `sign_partition` (signatures.py) -> `index_partition` (index.py: the global LSM index; runs.py reads its files) ->
-`cluster_partition` (candidates.py, clusters.py) -> `dedup_partition`. Step 3 of P reads only index rows of
+`cluster_partition` (shuffle.py: one task per band-hash range, reading it with ranges.py; candidates.py,
+clusters.py) -> `dedup_partition`. Step 3 of P reads only index rows of
 partitions ordered before P, so it is a pure function of those partitions whatever else was indexed since:
 the only order to enforce is "every earlier partition indexed before P is clustered" and "every earlier
 partition clustered before P's outputs are written" (`data_assets` declares both to Dagster).
@@ -54,6 +55,7 @@ from sluice.dedup.partition import (
     deduplicate_partition,
     earlier_partitions,
     index_partition,
+    kept_duplicates,
     publish_deduped,
     remaining_exact_duplicates,
 )
@@ -76,6 +78,6 @@ __all__ = [
     "CLEANED", "CLUSTERS", "DEDUPED", "INDEX", "REMOVED", "REMOVED_SCHEMA", "ROW_BITS", "SHINGLES", "SIGNATURES",
     "ClusterResult", "DedupIndex", "DedupResult", "ExactJaccardFilter", "InOrderResult", "IndexIncomplete", "ShingleSets", "SignResult",
     "band_table", "candidate_pairs", "cluster_identity", "cluster_partition", "components", "dedup_partition", "deduplicate_in_order",
-    "deduplicate_partition", "earlier_partitions", "index_partition", "jaccard", "minhash_identity", "pair_jaccard", "publish_deduped",
+    "deduplicate_partition", "earlier_partitions", "index_partition", "jaccard", "kept_duplicates", "minhash_identity", "pair_jaccard", "publish_deduped",
     "remaining_exact_duplicates", "resolve_roots", "shingle_sets", "sign_partition",
 ]

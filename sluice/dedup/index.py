@@ -78,6 +78,7 @@ import xxhash
 
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
+from sluice.dedup.ranges import band_rows_between, exact_rows_between
 from sluice.dedup.runs import (  # noqa: F401 (re-exported)
     FOOTER_READ,
     HOLE,
@@ -88,16 +89,27 @@ from sluice.dedup.runs import (  # noqa: F401 (re-exported)
     footer_size,
     read_run,
 )
-from sluice.dedup.schemas import (
+from sluice.dedup.schemas import (  # noqa: F401 (shard_of, shard_bounds re-exported)
     INDEX,
+    SIGNATURES,
     absent,
     hash_halves,
     identity_digest,
     minhash_identity,
     order_of,
     parquet_file,
+    shard_bounds,
+    shard_of,
 )
-from sluice.layout import MANIFEST, PARQUET_OPTIONS, PartitionRef, sha256_file
+from sluice.dedup.signatures import signatures_digest
+from sluice.layout import (
+    MANIFEST,
+    PARQUET_OPTIONS,
+    PartitionRef,
+    partition_prefix,
+    read_manifest,
+    sha256_file,
+)
 from sluice.storage import StorageError, Store, StoreSpec, is_s3, local_temp_dir
 
 FORMAT = 2
@@ -189,11 +201,6 @@ def partition_rows(signatures: pl.DataFrame, ref: PartitionRef) -> dict[str, pl.
     return {"exact": exact.sort(SORT["exact"]), "bands": bands.sort(SORT["bands"])}
 
 
-def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
-    bits = shards.bit_length() - 1
-    return (np.asarray(keys, np.uint64) >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(keys), np.int64)
-
-
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
@@ -218,13 +225,29 @@ class BuildTask:
     joining: pa.Table  # rows of partitions indexed now (in memory already)
     output: str  # relative to prefix
     s3: S3Settings = field(default_factory=S3Settings)
+    signed: tuple[Signed, ...] = ()  # partitions indexed now whose rows are read from their signatures, a range at a time
 
 
-def shard_bounds(shard: int, shards: int) -> tuple[int, int]:
-    """The smallest and largest key of a hash range."""
-    bits = shards.bit_length() - 1
-    width = 1 << (64 - bits)
-    return shard * width, (shard + 1) * width - 1
+@dataclass(frozen=True)
+class Signed:
+    """A partition indexed now, read from its signatures (`sluice.dedup.ranges`) by the build task itself."""
+
+    ref: PartitionRef
+    digest: str  # of its signatures manifest (`signatures_digest`): the build refuses another signing
+
+    def manifest(self, store: Store) -> dict[str, Any]:
+        prefix = partition_prefix(SIGNATURES, self.ref)
+        manifest = read_manifest(store, prefix)
+        if manifest is None or signatures_digest(manifest) != self.digest:
+            raise StorageError(f"{store.uri(prefix)} changed while {self.ref.key} was being indexed; index it again")
+        return manifest
+
+    def rows(self, store: Store, manifest: dict[str, Any], table: str, low: int, high: int) -> pl.DataFrame:
+        """Its index rows of `table` with a key in [low, high] (SCHEMAS[table] columns)."""
+        part = pl.lit(partition_id(self.ref.key), pl.UInt64).alias("part")
+        if table == "exact":
+            return exact_rows_between(store, self.ref, manifest, low, high).select("key", "lo", part, "doc", "doc_id")
+        return band_rows_between(store, self.ref, manifest, low, high).select(pl.col("hash").alias("key"), "band", part, "doc")
 
 
 def _range_rows(parquet: pq.ParquetFile, low: int, high: int) -> pa.Table | None:
@@ -259,9 +282,11 @@ def build_run(task: BuildTask) -> dict[str, Any] | None:
         keys_out = stack.enter_context(open(keys_path, "wb"))
         rows_path = os.path.join(scratch, "run.rows")
         rows_out = stack.enter_context(open(rows_path, "wb"))
+        signed = [(source, source.manifest(store)) for source in task.signed]
         for number in range(task.shards):
             low, high = shard_bounds(number, task.shards)
             frames = [empty(task.table), joining.filter(shard == number)]  # type: ignore[arg-type]
+            frames += [source.rows(store, manifest, task.table, low, high) for source, manifest in signed]
             for parquet, parts in sources:
                 table = _range_rows(parquet, low, high)
                 if table is not None:
@@ -297,12 +322,15 @@ def build_run(task: BuildTask) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class IndexEntry:
-    """A partition to index: its rows (a function: read only when needed) and the digest identifying them."""
+    """A partition to index: its rows (a function: read only when needed) and the digest identifying them.
+    `from_signatures`: the build tasks read its rows from its published signatures (`digest` is their
+    `signatures_digest`), one hash range at a time, and `rows` is not called: no process holds them all."""
 
     ref: PartitionRef
     digest: str
-    rows: Callable[[], dict[str, pl.DataFrame]]
+    rows: Callable[[], dict[str, pl.DataFrame]] | None
     documents: int
+    from_signatures: bool = False
 
 
 class DedupIndex:
@@ -391,7 +419,10 @@ class DedupIndex:
         """For each of these text hashes indexed by a partition before `ref`: its first document in the
         global order (key, lo, part, doc, doc_id, partition, snapshot, source)."""
         hi, lo = hash_halves(text_hashes)
-        keys = pl.DataFrame({"key": hi, "lo": lo}, schema={"key": pl.UInt64, "lo": pl.UInt64})
+        return self.first_copies_of(pl.DataFrame({"key": hi, "lo": lo}, schema={"key": pl.UInt64, "lo": pl.UInt64}), ref, manifest, executor)
+
+    def first_copies_of(self, keys: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any] | None = None, executor: Executor | None = None) -> pl.DataFrame:
+        """`first_copies` of text hashes given as their halves (columns key, lo)."""
         rows = self.probe("exact", keys, ref, manifest, executor)
         return rows.group_by("key", "lo", maintain_order=True).first()
 
@@ -484,12 +515,16 @@ class DedupIndex:
                     Source(file_key, None if set(holders[file_key]) == keys else tuple(sorted(partition_id(key) for key in keys)))
                     for file_key, keys in sorted(wanted.items())
                 )
-                for key in members:
-                    if key in new_rows and key not in cache:
-                        cache[key] = new_rows[key].rows()
-                joining = pl.concat([empty(table), *(cache[key][table] for key in members if key in new_rows)])
+                joining_keys = [key for key in members if key in new_rows and not new_rows[key].from_signatures]
+                for key in joining_keys:
+                    if key not in cache:
+                        cache[key] = new_rows[key].rows()  # type: ignore[misc]
+                joining = pl.concat([empty(table), *(cache[key][table] for key in joining_keys)])
+                signed = tuple(Signed(new_rows[key].ref, new_rows[key].digest) for key in members if key in new_rows and new_rows[key].from_signatures)
                 output = f"table={table}/{name}.parquet"
-                task = BuildTask(self.store.uri(), self.prefix, table, self.settings.index_shards, sources, joining.to_arrow().cast(SCHEMAS[table]), output, self.s3)
+                task = BuildTask(
+                    self.store.uri(), self.prefix, table, self.settings.index_shards, sources, joining.to_arrow().cast(SCHEMAS[table]), output, self.s3, signed,
+                )
                 tasks.append((target, task))
         return tasks
 

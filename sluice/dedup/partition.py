@@ -2,9 +2,11 @@
 
 1. `sign_partition` (`sluice.dedup.signatures`): hashes, band hashes and shingle sets of the cleaned texts.
 2. `index_partition`: the partition's exact hashes and band keys into the global index (`sluice.dedup.index`).
-3. `cluster_partition`: probe the index (partitions ordered before this one only), verify candidate pairs,
-   connected components of this partition's documents with the earlier documents they link to; publishes
-   `dedup_clusters` (each document's decision and parent). Needs every earlier partition indexed.
+3. `cluster_partition`: one task per band-hash range (`sluice.dedup.shuffle`) probes the index (partitions
+   ordered before this one only) and writes its exact links and candidate pairs; the pairs are verified a
+   pair bucket at a time, then connected components of this partition's documents with the earlier
+   documents they link to; publishes `dedup_clusters` (each document's decision and parent), part by
+   part. Needs every earlier partition indexed.
 4. `dedup_partition`: follow parents to each removed document's kept document and publish
    `deduped_documents` (kept documents) and `deduped_removed`. Needs every earlier partition clustered.
 
@@ -15,24 +17,25 @@ scripts and benchmarks: `result.removed` holds every removed row).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import (
+    PAIRS_SCHEMA,
     VerifyTask,
-    candidate_pairs,
-    first_members,
     verify_pairs,
     verify_slices,
 )
-from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, resolve_roots
-from sluice.dedup.index import DedupIndex, IndexIncomplete, partition_rows
+from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, read_cluster_rows, resolve_roots
+from sluice.dedup.index import DedupIndex, IndexEntry, IndexIncomplete
 from sluice.dedup.legacy import migrate_legacy_store
 from sluice.dedup.schemas import (
     CLEANED,
@@ -49,8 +52,18 @@ from sluice.dedup.schemas import (
     cluster_identity,
     minhash_identity,
     order_of,
+    parquet_file,
 )
-from sluice.dedup.signatures import read_signatures, sign_partition, signature_band_rows, signatures_digest
+from sluice.dedup.shuffle import (  # noqa: F401 (exact_links re-exported)
+    EXACT_LINKS_SCHEMA,
+    KeptCheckTask,
+    RangeTask,
+    bucket_pairs,
+    exact_links,
+    kept_duplicates_in_range,
+    range_pairs,
+)
+from sluice.dedup.signatures import sign_partition, signatures_digest
 from sluice.layout import (
     PartitionRef,
     list_partitions,
@@ -61,9 +74,10 @@ from sluice.layout import (
     side_prefix,
     write_manifest,
     write_parquet,
+    write_parquet_groups,
 )
 from sluice.memory import releasing_memory
-from sluice.storage import Store
+from sluice.storage import Store, StoreSpec
 
 
 def earlier_partitions(store: Store, ref: PartitionRef) -> list[PartitionRef]:
@@ -89,8 +103,9 @@ def index_partition(store: Store, ref: PartitionRef, settings: DedupSettings, ex
     if not current["partitions"]:  # first use: compact the per-partition band files of an older version
         migrated = migrate_legacy_store(store, settings, executor, s3)
         current = index.manifest() if migrated else current
-    rows = lambda: partition_rows(read_signatures(store, ref, manifest), ref)  # noqa: E731 - read only if indexed
-    outcome = index.insert(ref, signatures_digest(manifest), rows, manifest["documents"], executor, current)
+    # The build tasks read the partition's rows from its signatures, a hash range at a time.
+    entry = IndexEntry(ref, signatures_digest(manifest), None, manifest["documents"], from_signatures=True)
+    outcome = index.insert_many([entry], executor, current)
     return {**outcome, "documents": manifest["documents"], "index": store.uri(index.prefix), "migrated": migrated}
 
 
@@ -109,31 +124,22 @@ class ClusterResult:
     linked_partitions: list[str] = field(default_factory=list)  # earlier partitions holding a document linked here
 
 
-def exact_links(signatures: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef) -> pl.DataFrame:
-    """(doc, of_partition, of_doc, of_id): each document whose text hash occurs before it (in an earlier
-    partition: `first`, the index's first copies; or earlier in this partition) and that first copy."""
-    from sluice.dedup.schemas import hash_halves
-
-    hi, lo = hash_halves(signatures["text_hash"].to_arrow())
-    docs = signatures.select("doc", "doc_id").with_columns(key=pl.Series(hi, dtype=pl.UInt64), lo=pl.Series(lo, dtype=pl.UInt64))
-    earlier = first.select("key", "lo", of_partition="partition", of_doc="doc", of_id="doc_id")
-    here = docs.group_by("key", "lo").agg(pl.col("doc").min().alias("of_doc"), pl.col("doc_id").sort_by("doc").first().alias("of_id"))
-    linked = docs.join(earlier, on=["key", "lo"], how="left")
-    within = linked.filter(pl.col("of_doc").is_null()).drop("of_partition", "of_doc", "of_id").join(here, on=["key", "lo"])
-    within = within.filter(pl.col("of_doc") != pl.col("doc")).with_columns(of_partition=pl.lit(ref.key))
-    columns = ["doc", "of_partition", "of_doc", "of_id"]
-    return pl.concat([linked.filter(pl.col("of_doc").is_not_null()).select(columns), within.select(columns)]).sort("doc")
-
-
-def _fuzzy_members(index: DedupIndex, signatures: pl.DataFrame, ref: PartitionRef, manifest: dict[str, Any], settings: DedupSettings, executor: Executor) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(this partition's band rows, the earlier bucket members that can be paired with them) as band, hash,
-    partition, doc."""
-    current = signature_band_rows(signatures).with_columns(partition=pl.lit(ref.key))
-    keys = current.select("band", key="hash")
-    earlier = index.probe("bands", keys, ref, manifest, executor).rename({"key": "hash"})
-    earlier = first_members(earlier, max(settings.verify_anchors if settings.verify_min_jaccard is not None else 1, 1))
-    earlier = earlier.select("band", "hash", "partition", "doc")
-    return current.select("band", "hash", "partition", "doc"), earlier
+def _range_reduce(
+    store: Store, ref: PartitionRef, partitions: list[str], ordinals: PartitionOrdinals, settings: DedupSettings, s3: S3Settings | None, executor: Executor
+) -> tuple[pl.DataFrame, int, pl.DataFrame]:
+    """(exact links, candidate pairs, the linked ones as u, v nodes): one task per band-hash range writes
+    its exact links and candidate pairs (`sluice.dedup.shuffle`), then each pair bucket of every range is
+    verified in turn."""
+    tasks = [RangeTask(store.uri(), ref, number, settings, tuple(partitions), s3 or S3Settings()) for number in range(settings.band_ranges)]
+    results = executor.map(range_pairs, tasks)
+    exact = [pl.from_arrow(EXACT_LINKS_SCHEMA.empty_table())] + [pl.from_arrow(read_parquet_file(store, r["exact"])) for r in results if r["exact"] is not None]
+    keys = [result["key"] for result in results if result["key"] is not None]
+    candidates, linked = 0, [pl.DataFrame(schema=PAIRS_SCHEMA)]
+    for bucket in range(settings.band_ranges if keys else 0):
+        pairs = bucket_pairs(store, keys, bucket)
+        candidates += pairs.height
+        linked.append(_verified(pairs, ordinals, store, settings, s3, executor))
+    return pl.concat(exact).sort("doc"), candidates, pl.concat(linked)  # type: ignore[arg-type]
 
 
 def _verified(pairs: pl.DataFrame, ordinals: PartitionOrdinals, store: Store, settings: DedupSettings, s3: S3Settings | None, executor: Executor) -> pl.DataFrame:
@@ -165,10 +171,11 @@ def cluster_partition(
 ) -> ClusterResult:
     """Decide every document of `ref` against the partitions ordered before it (see the package docstring)
     and publish `dedup_clusters`. `earlier`: the partitions that must be indexed (default: every cleaned
-    partition ordered before `ref`); IndexIncomplete names those that are not."""
+    partition ordered before `ref`); IndexIncomplete names those that are not. Holds the linked documents
+    (exact links, verified pairs, their components) and one part's rows, not the partition's."""
     settings = settings or DedupSettings()
     executor = executor or Executor()
-    signatures = read_signatures(store, ref, _signatures_manifest(store, ref, settings))
+    signed = _signatures_manifest(store, ref, settings)
     index = DedupIndex(store, settings, s3)
     manifest = index.manifest()
     missing = index.missing(earlier if earlier is not None else earlier_partitions(store, ref), manifest)
@@ -177,58 +184,83 @@ def cluster_partition(
             f"{ref.key} cannot be deduplicated yet: {len(missing)} partition(s) ordered before it are not in the dedup index "
             f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); materialize dedup_signatures and dedup_index for them first"
         )
-    exact = exact_links(signatures, index.first_copies(signatures["text_hash"].to_arrow(), ref, manifest, executor), ref)
-    current = earlier_rows = pl.DataFrame(schema={"band": pl.UInt8, "hash": pl.UInt64, "partition": pl.String, "doc": pl.Int64})
-    if settings.fuzzy:
-        current, earlier_rows = _fuzzy_members(index, signatures, ref, manifest, settings, executor)
-    ordinals = PartitionOrdinals([ref.key, *exact["of_partition"].to_list(), *earlier_rows["partition"].unique().to_list()])
-    members = ordinals.nodes(pl.concat([current, earlier_rows]))
-    first_new = ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT
-    anchors = 0 if settings.verify_min_jaccard is None else settings.verify_anchors
-    candidates = candidate_pairs(members, first_new, anchors)
-    linked = _verified(candidates, ordinals, store, settings, s3, executor)
+    # Node ids over every partition before this one: the range tasks number documents alike.
+    partitions = [ref.key, *(key for key in manifest["partitions"] if order_of(key) < ref.sort_key())]
+    ordinals = PartitionOrdinals(partitions)
+    exact, candidates, linked = _range_reduce(store, ref, partitions, ordinals, settings, s3, executor)
     exact_edges = ordinals.nodes(ordinals.nodes(exact, partition="of_partition", doc="of_doc", name="u").with_columns(partition=pl.lit(ref.key)), name="v")
     edges = pl.concat([linked.select("u", "v"), exact_edges.select("u", "v")])
     nodes, labels = components(edges.to_numpy(), executor)
-    table = _cluster_table(signatures, ref, ordinals, nodes, labels, exact, settings)
     prefix = partition_prefix(CLUSTERS, ref)
-    entry = write_parquet(store, f"{prefix}/{CLUSTERS_FILE}", table.to_arrow().cast(CLUSTERS_SCHEMA), row_group_size=CLUSTER_ROW_GROUP)
-    kinds = Counter(table["kind"].drop_nulls().to_list())
+    kinds: Counter[str] = Counter()
+    tables = _cluster_tables(store, ref, signed, ordinals, nodes, labels, exact, settings, kinds)
+    entry = write_parquet_groups(store, f"{prefix}/{CLUSTERS_FILE}", regroup(tables, CLUSTER_ROW_GROUP, CLUSTERS_SCHEMA), CLUSTERS_SCHEMA, CLUSTER_ROW_GROUP)
     result_manifest = {
         "asset": CLUSTERS,
         "partition": {"source": ref.source, "snapshot": ref.snapshot},
         "files": [entry],
         "settings": cluster_identity(settings),
-        "documents": table.height,
+        "documents": entry["rows"],
         "removed": {"exact": kinds["exact"], "fuzzy": kinds["fuzzy"]},
         "indexed_before": sum(1 for key in manifest["partitions"] if order_of(key) < ref.sort_key()),
     }
     write_manifest(store, prefix, result_manifest)
     linked_partitions = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
     return ClusterResult(
-        result_manifest, table.height, kinds["exact"], kinds["fuzzy"], candidates.height, linked.height, result_manifest["indexed_before"], linked_partitions
+        result_manifest, entry["rows"], kinds["exact"], kinds["fuzzy"], candidates, linked.height, result_manifest["indexed_before"], linked_partitions
     )
 
 
-def _cluster_table(
-    signatures: pl.DataFrame, ref: PartitionRef, ordinals: PartitionOrdinals, nodes: np.ndarray, labels: np.ndarray, exact: pl.DataFrame, settings: DedupSettings
-) -> pl.DataFrame:
-    """One row per document of `ref` (CLUSTERS_SCHEMA): parent = its component's smallest node."""
+def regroup(tables: Iterable[pa.Table], rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
+    """The tables' rows again as tables of exactly `rows` rows (the last fewer; one empty table when there
+    is no row): written one after another, the row groups of one table written with `row_group_size=rows`."""
+    pending: list[pa.Table] = []
+    held = given = 0
+    for table in tables:
+        pending.append(table.cast(schema))
+        held += table.num_rows
+        if held >= rows:
+            whole = pa.concat_tables(pending)
+            cut = held - held % rows
+            for start in range(0, cut, rows):
+                yield whole.slice(start, rows)
+            given += cut
+            pending, held = [whole.slice(cut)], held - cut
+    if held or not given:
+        yield pa.concat_tables(pending) if pending else schema.empty_table()
+
+
+def _cluster_tables(
+    store: Store, ref: PartitionRef, signed: dict[str, Any], ordinals: PartitionOrdinals, nodes: np.ndarray, labels: np.ndarray, exact: pl.DataFrame,
+    settings: DedupSettings, kinds: Counter[str],
+) -> Iterator[pa.Table]:
+    """The rows of `dedup_clusters` (CLUSTERS_SCHEMA), one table per signed part in doc order; counts the
+    kinds into `kinds`. Parent = the document's component's smallest node."""
     floor = ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT
     graph = pl.DataFrame({"node": nodes, "label": labels}, schema={"node": pl.Int64, "label": pl.Int64})
     sizes = graph.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
+    exact_of = exact.select("doc", exact_of_partition="of_partition", exact_of_id="of_id")
+    prefix = partition_prefix(SIGNATURES, ref)
+    for entry in signed["files"]:
+        part: pl.DataFrame = pl.from_arrow(read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc", "doc_id"]))  # type: ignore[assignment]
+        table = _cluster_rows(part, ordinals, floor, graph, sizes, exact_of, settings)
+        kinds.update(table["kind"].drop_nulls().to_list())
+        yield table.to_arrow()
+
+
+def _cluster_rows(
+    docs: pl.DataFrame, ordinals: PartitionOrdinals, floor: int, graph: pl.DataFrame, sizes: pl.DataFrame, exact_of: pl.DataFrame, settings: DedupSettings
+) -> pl.DataFrame:
+    """`dedup_clusters` rows of some documents (doc, doc_id) of the partition, sorted by doc."""
     docs = (
-        signatures.select("doc", "doc_id")
-        .with_columns(node=pl.col("doc") + floor)
+        docs.with_columns(node=pl.col("doc") + floor)
         .join(graph, on="node", how="left")
         .with_columns(label=pl.coalesce("label", "node"))
         .join(sizes, on="label", how="left")
         .with_columns(pl.col("cluster_size").fill_null(1))
     )
     parents = ordinals.locate(docs["label"].to_numpy())
-    docs = docs.with_columns(parent_partition=parents["partition"], parent_doc=parents["doc"]).join(
-        exact.select("doc", exact_of_partition="of_partition", exact_of_id="of_id"), on="doc", how="left"
-    )
+    docs = docs.with_columns(parent_partition=parents["partition"], parent_doc=parents["doc"]).join(exact_of, on="doc", how="left")
     kind = pl.when(pl.col("exact_of_id").is_not_null()).then(pl.lit("exact")).when(pl.col("label") != pl.col("node")).then(pl.lit("fuzzy"))
     size = pl.col("cluster_size") if settings.fuzzy else pl.lit(None, pl.Int64)
     return docs.select(
@@ -249,18 +281,26 @@ class DedupResult:
     removed_fuzzy: int
     removed_within_partition: int
     removed: pa.Table  # REMOVED_SCHEMA rows
-    kept_hashes: pa.ChunkedArray  # text_hash of every kept document (for the no-duplicates check)
+    kept_hashes_of: Any  # () -> text_hash of every kept document, read from the written parts when asked
     removed_against: dict[str, int] = field(default_factory=dict)  # earlier partition -> removed count
     removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
     cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
     band_index: None = None  # earlier versions listed a per-partition band index here; the index is global now
+    removed_docs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # doc positions of the removed, sorted
+
+    @property
+    def kept_hashes(self) -> pa.ChunkedArray:
+        """text_hash of every kept document, in order (read from the published parts: the asset's check
+        goes by hash range instead, `kept_duplicates`)."""
+        return self.kept_hashes_of()
 
 
-def removed_rows(store: Store, ref: PartitionRef, clusters: pl.DataFrame, text_hashes: pl.DataFrame) -> pl.DataFrame:
-    """REMOVED_SCHEMA rows of the removed documents of `ref`, their kept document resolved through parents."""
-    removed = clusters.filter(pl.col("kind").is_not_null()).join(text_hashes, on="doc", how="left")
+def removed_rows(store: Store, ref: PartitionRef, removed: pl.DataFrame, text_hashes: pl.DataFrame, parents: pl.DataFrame) -> pl.DataFrame:
+    """REMOVED_SCHEMA rows of the removed documents of `ref` (`removed`: their dedup_clusters rows), their
+    kept document resolved through parents (`parents`: doc, doc_id of their parents in `ref`)."""
+    removed = removed.join(text_hashes, on="doc", how="left")
     here = removed.filter(pl.col("parent_partition") == ref.key).join(
-        clusters.select(parent_doc="doc", root_id="doc_id"), on="parent_doc"
+        parents.select(parent_doc="doc", root_id="doc_id"), on="parent_doc"
     ).with_columns(root_partition=pl.col("parent_partition"))
     away = removed.filter(pl.col("parent_partition") != ref.key)
     roots = resolve_roots(store, away.select(partition="parent_partition", doc="parent_doc"))
@@ -282,37 +322,85 @@ def removed_rows(store: Store, ref: PartitionRef, clusters: pl.DataFrame, text_h
 
 
 @releasing_memory
-def dedup_partition(store: Store, ref: PartitionRef, settings: DedupSettings | None = None) -> DedupResult:
-    """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest) and its removed rows
-    (`deduped_removed`), from its `dedup_clusters` and those of the earlier partitions its parents name."""
+def dedup_partition(
+    store: Store, ref: PartitionRef, settings: DedupSettings | None = None, executor: Executor | None = None, s3: S3Settings | None = None
+) -> DedupResult:
+    """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest: one executor task per
+    cleaned part) and its removed rows (`deduped_removed`), from its `dedup_clusters` and those of the
+    earlier partitions its parents name. Holds the removed documents' rows, not the partition's."""
     settings = settings or DedupSettings()
+    executor = executor or Executor()
     clusters_prefix = partition_prefix(CLUSTERS, ref)
     manifest = read_manifest(store, clusters_prefix)
     if manifest is None or manifest.get("settings") != cluster_identity(settings):
         raise FileNotFoundError(f"{store.uri(clusters_prefix)}: no clusters with these dedup settings: materialize dedup_clusters for {ref.key} first")
-    clusters = pl.from_arrow(read_parquet_file(store, f"{clusters_prefix}/{manifest['files'][0]['key']}"))
-    cleaned_prefix = partition_prefix(CLEANED, ref)
+    removed = removed_cluster_rows(store, f"{clusters_prefix}/{manifest['files'][0]['key']}")
     cleaned = required_manifest(store, CLEANED, ref)
-    removed_docs = np.sort(clusters.filter(pl.col("kind").is_not_null())["doc"].to_numpy())  # type: ignore[union-attr]
-    files, kept_hashes, hashes = [], [], []
-    output_prefix = partition_prefix(DEDUPED, ref)
-    for part, entry in enumerate(cleaned["files"]):
-        table = read_parquet_file(store, f"{cleaned_prefix}/{entry['key']}")
-        docs = (np.int64(part) << ROW_BITS) | np.arange(table.num_rows, dtype=np.int64)
-        keep = ~np.isin(docs, removed_docs)
-        kept = table.filter(pa.array(keep)) if table.num_rows else table
-        files.append(write_parquet(store, f"{output_prefix}/part-{part:05d}.parquet", kept))
-        kept_hashes.append(kept.column("text_hash"))
-        hashes.append(pl.DataFrame({"doc": docs, "text_hash": table.column("text_hash").to_numpy(zero_copy_only=False)}, schema={"doc": pl.Int64, "text_hash": pl.String}))
-    rows = removed_rows(store, ref, clusters, pl.concat(hashes) if hashes else pl.DataFrame(schema={"doc": pl.Int64, "text_hash": pl.String}))  # type: ignore[arg-type]
-    removed = rows.to_arrow().cast(REMOVED_SCHEMA)
+    removed_docs = np.sort(removed["doc"].to_numpy())
+    parts = removed_docs >> np.int64(ROW_BITS)
+    tasks = [
+        DedupPartTask(store.uri(), ref, part, entry["key"], removed_docs[parts == part], s3 or S3Settings())
+        for part, entry in enumerate(cleaned["files"])
+    ]
+    results = executor.map(dedup_part, tasks)
+    hashes = pl.concat([pl.DataFrame(schema={"doc": pl.Int64, "text_hash": pl.String}), *(pl.DataFrame(r["removed"], schema={"doc": pl.Int64, "text_hash": pl.String}) for r in results)])
+    here = removed.filter(pl.col("parent_partition") == ref.key)["parent_doc"].unique().to_numpy()
+    parents = read_cluster_rows(store, ref.key, here) if len(here) else pl.DataFrame(schema={"doc": pl.Int64, "doc_id": pl.String})
+    rows = removed_rows(store, ref, removed, hashes, parents)
+    stored = rows.to_arrow().cast(REMOVED_SCHEMA)
     # The file leaves out source and snapshot: they are its Hive partition folders (readers merging both fail).
-    stored = removed.drop_columns(["source", "snapshot"])
-    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", stored), "prefix": side_prefix(REMOVED, ref)}
-    return _dedup_result(ref, files, [removed_entry], clusters.height, rows, removed, kept_hashes)
+    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", stored.drop_columns(["source", "snapshot"])), "prefix": side_prefix(REMOVED, ref)}
+    files = [result["file"] for result in results]
+    result = _dedup_result(ref, files, [removed_entry], manifest["documents"], rows, stored, lambda: _kept_hashes(store, ref, files))
+    result.removed_docs = removed_docs
+    return result
 
 
-def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in: int, rows: pl.DataFrame, removed: pa.Table, kept_hashes: list) -> DedupResult:
+def removed_cluster_rows(store: Store, key: str) -> pl.DataFrame:
+    """The `dedup_clusters` rows of the removed documents (kind not null), read a row group at a time."""
+    frames = [pl.from_arrow(CLUSTERS_SCHEMA.empty_table())]
+    with parquet_file(store, key) as parquet:
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group)
+            frames.append(pl.from_arrow(table.filter(pc.is_valid(table.column("kind")))))
+    return pl.concat(frames)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class DedupPartTask:
+    """Write one cleaned part's kept documents (`dedup_part`)."""
+
+    root_url: str
+    ref: PartitionRef
+    part: int
+    cleaned_key: str
+    removed: np.ndarray  # docs of this part removed, sorted
+    s3: S3Settings = field(default_factory=S3Settings)
+
+    @property
+    def label(self) -> str:
+        return f"{self.ref.key}/{self.cleaned_key}"
+
+
+def dedup_part(task: DedupPartTask) -> dict[str, Any]:
+    """{"file": the written part's entry, "removed": {doc, text_hash} of its removed documents}."""
+    store = StoreSpec(task.root_url, task.s3).open()
+    table = read_parquet_file(store, f"{partition_prefix(CLEANED, task.ref)}/{task.cleaned_key}")
+    docs = (np.int64(task.part) << ROW_BITS) | np.arange(table.num_rows, dtype=np.int64)
+    keep = ~np.isin(docs, task.removed)
+    kept = table.filter(pa.array(keep)) if table.num_rows else table
+    entry = write_parquet(store, f"{partition_prefix(DEDUPED, task.ref)}/part-{task.part:05d}.parquet", kept)
+    gone = table.filter(pa.array(~keep)) if table.num_rows else table
+    return {"file": entry, "removed": {"doc": docs[~keep].tolist(), "text_hash": gone.column("text_hash").to_pylist()}}
+
+
+def _kept_hashes(store: Store, ref: PartitionRef, files: list[dict[str, Any]]) -> pa.ChunkedArray:
+    prefix = partition_prefix(DEDUPED, ref)
+    columns = [read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["text_hash"]).column("text_hash") for entry in files]
+    return pa.chunked_array([chunk for column in columns for chunk in column.chunks], pa.string())
+
+
+def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in: int, rows: pl.DataFrame, removed: pa.Table, kept_hashes_of: Any) -> DedupResult:
     against = rows.filter(pl.col("duplicate_of_partition") != ref.key)["duplicate_of_partition"].value_counts().sort("duplicate_of_partition")
     snapshots = rows.with_columns(snapshot=pl.col("duplicate_of_partition").str.split("/").list.get(1))["snapshot"].value_counts().sort("snapshot")
     clusters = rows.filter(pl.col("cluster_size").is_not_null()).unique("cluster_id")["cluster_size"].value_counts().sort("cluster_size")
@@ -326,7 +414,7 @@ def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in
         removed_fuzzy=kinds["fuzzy"],
         removed_within_partition=rows.filter(pl.col("duplicate_of_partition") == ref.key).height,
         removed=removed,
-        kept_hashes=pa.chunked_array([c for column in kept_hashes for c in column.chunks], pa.string()),
+        kept_hashes_of=kept_hashes_of,
         removed_against=dict(against.iter_rows()),
         removed_against_snapshot=dict(snapshots.iter_rows()),
         cluster_sizes=dict(clusters.iter_rows()),
@@ -341,6 +429,20 @@ def remaining_exact_duplicates(store: Store, ref: PartitionRef, kept_hashes: pa.
     first = DedupIndex(store, settings, s3).first_copies(unique.to_arrow(), ref)
     counts = first["partition"].value_counts().sort("partition")
     return within, dict(counts.iter_rows())
+
+
+def kept_duplicates(
+    store: Store, ref: PartitionRef, removed_docs: np.ndarray, settings: DedupSettings, s3: S3Settings | None = None, executor: Executor | None = None
+) -> tuple[int, dict[str, int]]:
+    """What `remaining_exact_duplicates` counts, over the kept documents of `ref` (all but `removed_docs`),
+    one executor task per text-hash range (`sluice.dedup.shuffle.kept_duplicates_in_range`): no process
+    holds the partition's hashes."""
+    tasks = [KeptCheckTask(store.uri(), ref, number, settings, np.asarray(removed_docs, np.int64), s3 or S3Settings()) for number in range(settings.band_ranges)]
+    within, against = 0, Counter()
+    for range_within, range_against in (executor or Executor()).map(kept_duplicates_in_range, tasks):
+        within += range_within
+        against.update(range_against)
+    return within, dict(sorted(against.items()))
 
 
 def publish_deduped(store: Store, ref: PartitionRef, result: DedupResult, extra: dict[str, Any] | None = None) -> None:
@@ -386,7 +488,7 @@ def deduplicate_partition(
     sign_partition(store, ref, settings, executor, s3)
     index_partition(store, ref, settings, executor, s3)
     cluster_partition(store, ref, settings, executor, s3)
-    result = dedup_partition(store, ref, settings)
+    result = dedup_partition(store, ref, settings, executor, s3)
     publish_deduped(store, ref, result)
     return result
 

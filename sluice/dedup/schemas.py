@@ -7,6 +7,12 @@ Datasets (each its own folder, `<root>/<name>/source=<s>/snapshot=<n>/`, one sch
 - `dedup_shingles` (`shingles-NNNNN.parquet`, side dataset of `dedup_signatures`): every document's
   sorted shingle-hash set, in row groups of SHINGLE_ROW_GROUP documents (verification reads only the
   row groups holding its candidates).
+- `dedup_bands` (`bands-NNNNN.parquet`, side dataset of `dedup_signatures`): every document's LSH band
+  rows (hash, band, doc), sorted by hash, in row groups that never straddle two of `dedup.band_ranges`
+  hash ranges (the shuffle's unit: a clustering task reads one range's row groups, `sluice.dedup.shuffle`).
+- `dedup_hashes` (`hashes-NNNNN.parquet`, side dataset of `dedup_signatures`): every document's text hash
+  as two uint64 halves (`key` high, `lo` low), `doc` and `doc_id`, sorted by key, row groups cut as
+  `dedup_bands`'s (exact duplicates are found per range as near-duplicate candidates are).
 - `dedup_index/minhash=<digest>/`: the global index (`sluice.dedup.index`), unpartitioned.
 - `dedup_clusters` (`clusters.parquet`): per document of the partition, its decision (`kind`: null when
   kept) and its `parent`, the first document of its cluster as this partition saw it (itself when kept),
@@ -39,6 +45,8 @@ from sluice.storage import Store
 CLEANED = "cleaned_documents"
 SIGNATURES = "dedup_signatures"
 SHINGLES = "dedup_shingles"
+BANDS = "dedup_bands"
+HASHES = "dedup_hashes"
 INDEX = "dedup_index"
 CLUSTERS = "dedup_clusters"
 DEDUPED = "deduped_documents"
@@ -61,6 +69,19 @@ def signatures_schema(bands: int) -> pa.Schema:
         ]
     )
 
+
+BANDS_SCHEMA = pa.schema(
+    [pa.field("hash", pa.uint64(), nullable=False), pa.field("band", pa.uint8(), nullable=False), pa.field("doc", pa.int64(), nullable=False)]
+)
+
+HASHES_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.uint64(), nullable=False),
+        pa.field("lo", pa.uint64(), nullable=False),
+        pa.field("doc", pa.int64(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+    ]
+)
 
 SHINGLES_SCHEMA = pa.schema([pa.field("doc", pa.int64(), nullable=False), pa.field("shingles", pa.large_list(pa.uint32()))])
 
@@ -136,6 +157,19 @@ def before(ref: PartitionRef) -> pl.Expr:
 _HEX = np.zeros(256, dtype=np.uint64)
 _HEX[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint64)
 _HEX[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint64)
+
+
+def shard_of(keys: np.ndarray, shards: int) -> np.ndarray:
+    """The hash range of each uint64 key: its top log2(shards) bits (`shards` a power of two)."""
+    bits = shards.bit_length() - 1
+    return (np.asarray(keys, np.uint64) >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(keys), np.int64)
+
+
+def shard_bounds(shard: int, shards: int) -> tuple[int, int]:
+    """The smallest and largest key of a hash range."""
+    bits = shards.bit_length() - 1
+    width = 1 << (64 - bits)
+    return shard * width, (shard + 1) * width - 1
 
 
 def hash_halves(text_hashes: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:

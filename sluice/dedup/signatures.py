@@ -22,7 +22,11 @@ from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import ShingleSets, set_keys
 from sluice.dedup.schemas import (
+    BANDS,
+    BANDS_SCHEMA,
     CLEANED,
+    HASHES,
+    HASHES_SCHEMA,
     PART_BITS,
     ROW_BITS,
     SHINGLE_ROW_GROUP,
@@ -30,7 +34,9 @@ from sluice.dedup.schemas import (
     SHINGLES_SCHEMA,
     SIGNATURES,
     doc_positions,
+    hash_halves,
     minhash_identity,
+    shard_bounds,
     signatures_schema,
 )
 from sluice.layout import (
@@ -42,6 +48,7 @@ from sluice.layout import (
     side_prefix,
     write_manifest,
     write_parquet,
+    write_parquet_groups,
 )
 from sluice.memory import releasing_memory
 from sluice.minhash import MAX_HASH32, MinHasher
@@ -56,6 +63,7 @@ from sluice.tasks import (
     task_digest,
 )
 
+BAND_ROW_GROUP = 1 << 16  # rows per row group of a band sidecar (a range of a 2,500-document part: ~2,200)
 BAND_ROWS_SCHEMA = pa.schema([pa.field("band", pa.uint8(), nullable=False), pa.field("hash", pa.uint64(), nullable=False), pa.field("doc", pa.int64(), nullable=False)])
 
 
@@ -85,6 +93,42 @@ def band_rows(bands: np.ndarray, docs: np.ndarray) -> pa.Table:
     return frame.to_arrow().cast(BAND_ROWS_SCHEMA)
 
 
+def range_tables(table: pa.Table, ranges: int, column: str) -> list[pa.Table]:
+    """A table sorted by the uint64 `column` cut at the `ranges` hash-range boundaries (empty ranges left out)."""
+    keys = table.column(column).to_numpy()
+    bounds = np.searchsorted(keys, np.array([shard_bounds(r, ranges)[0] for r in range(1, ranges)], np.uint64))
+    edges = [0, *bounds.tolist(), table.num_rows]
+    return [table.slice(start, stop - start) for start, stop in zip(edges, edges[1:], strict=False) if stop > start]
+
+
+def band_sidecar(store: Store, ref: PartitionRef, part: int, bands: np.ndarray, docs: np.ndarray, ranges: int) -> dict[str, Any]:
+    """Write one part's band rows (of its documents with words) as `dedup_bands/bands-NNNNN.parquet`;
+    returns its manifest entry (with `prefix`)."""
+    count = bands.shape[1] if bands.ndim == 2 else 0
+    frame = pl.DataFrame(
+        {"hash": bands.reshape(-1).astype(np.uint64), "band": np.tile(np.arange(count, dtype=np.uint8), len(docs)), "doc": np.repeat(np.asarray(docs, np.int64), count)},
+        schema={"hash": pl.UInt64, "band": pl.UInt8, "doc": pl.Int64},
+    ).sort("hash", "band", "doc")
+    table = frame.to_arrow().cast(BANDS_SCHEMA)
+    prefix = side_prefix(BANDS, ref)
+    entry = write_parquet_groups(store, f"{prefix}/bands-{part:05d}.parquet", range_tables(table, ranges, "hash"), BANDS_SCHEMA, BAND_ROW_GROUP)
+    return {**entry, "prefix": prefix}
+
+
+def hash_sidecar(store: Store, ref: PartitionRef, part: int, table: pa.Table, ranges: int) -> dict[str, Any]:
+    """Write one part's text hashes (key, lo, doc, doc_id; `table`: the part's doc_id and text_hash) as
+    `dedup_hashes/hashes-NNNNN.parquet`, sorted by key, cut as the band sidecar; returns its entry."""
+    hi, lo = hash_halves(table.column("text_hash"))
+    frame = pl.DataFrame(
+        {"key": hi, "lo": lo, "doc": doc_positions(part, table.num_rows), "doc_id": table.column("doc_id")},
+        schema={"key": pl.UInt64, "lo": pl.UInt64, "doc": pl.Int64, "doc_id": pl.String},
+    ).sort("key", "lo", "doc")
+    prefix = side_prefix(HASHES, ref)
+    rows = frame.to_arrow().cast(HASHES_SCHEMA)
+    entry = write_parquet_groups(store, f"{prefix}/hashes-{part:05d}.parquet", range_tables(rows, ranges, "key"), HASHES_SCHEMA, BAND_ROW_GROUP, use_dictionary=False)
+    return {**entry, "prefix": prefix}
+
+
 def shingle_table(sets: ShingleSets, part: int) -> pa.Table:
     """Each document's shingle-hash set (sorted unique uint32, the MinHash input), by doc."""
     hashes = (sets.keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
@@ -103,20 +147,23 @@ class SignatureTask:
 
 
 def sign_part(task: SignatureTask) -> dict[str, Any]:
-    """Sign one cleaned part; publish its `part-NNNNN.parquet` (and, with fuzzy dedup, its shingle sidecar).
-    Returns their manifest entries {"signatures": ..., "shingles": ... or None}."""
+    """Sign one cleaned part; publish its `part-NNNNN.parquet` (and, with fuzzy dedup, its shingle and band
+    sidecars; always its text-hash sidecar). Returns their manifest entries {"signatures", "hashes"; "shingles",
+    "bands": ... or None}."""
     store = StoreSpec(task.root_url, task.s3).open()
     table = read_parquet_file(store, f"{partition_prefix(CLEANED, task.ref)}/{task.cleaned_key}", columns=["doc_id", "text_hash", "text"])
     settings = task.settings
     schema = signatures_schema(settings.bands)
     bands_column = pa.nulls(table.num_rows, schema.field("bands").type)
-    shingles = None
+    shingles = band_file = None
+    hashes = hash_sidecar(store, task.ref, task.part, table, settings.band_ranges)
     if settings.fuzzy:
         texts = table.column("text").to_pylist()
         blocks: list[np.ndarray] = [np.empty(0, np.uint64)]
         bands, has_words = band_hashes(texts, settings, lambda start, hashes, counts: blocks.append(set_keys(start, hashes, counts)))
         flat = pa.array(bands.reshape(-1), pa.uint64())
         bands_column = pa.FixedSizeListArray.from_arrays(flat, settings.bands, mask=pa.array(~has_words))
+        band_file = band_sidecar(store, task.ref, task.part, bands[has_words], doc_positions(task.part, table.num_rows)[has_words], settings.band_ranges)
         sets = ShingleSets.from_keys(np.concatenate(blocks), len(texts))
         shingles = write_parquet(
             store, f"{side_prefix(SHINGLES, task.ref)}/shingles-{task.part:05d}.parquet", shingle_table(sets, task.part), row_group_size=SHINGLE_ROW_GROUP,
@@ -127,7 +174,7 @@ def sign_part(task: SignatureTask) -> dict[str, Any]:
         [pa.array(doc_positions(task.part, table.num_rows), pa.int64()), table.column("doc_id"), table.column("text_hash"), bands_column], schema=schema
     )
     entry = write_parquet(store, f"{partition_prefix(SIGNATURES, task.ref)}/part-{task.part:05d}.parquet", signatures, row_group_size=4096)
-    return {"signatures": entry, "shingles": shingles}
+    return {"signatures": entry, "shingles": shingles, "bands": band_file, "hashes": hashes}
 
 
 def cleaned_digest(cleaned_manifest: dict[str, Any]) -> str:
@@ -163,11 +210,16 @@ def sign_partition(
     if len(parts) >= 1 << PART_BITS:
         raise ValueError(f"{ref.key} has {len(parts)} cleaned parts; at most {(1 << PART_BITS) - 1} are supported")
     existing = current_signatures(store, ref, settings, cleaned)
-    if existing is not None:
+    if existing is not None and has_range_sidecars(existing, ref, settings):
         return SignResult(existing, existing["documents"], signed=False, origin="unchanged")
+    # Signed by an earlier version without the range sidecars: signed again (the signature files come out
+    # the same bytes, so the index, keyed by their digest, is not rebuilt).
     # Each part's signing records its completion; a re-run after a kill reuses verified parts (sluice.tasks).
     s3 = s3 or S3Settings()
-    outputs = (("signatures", store.uri(partition_prefix(SIGNATURES, ref))), ("shingles", store.uri(side_prefix(SHINGLES, ref))))
+    outputs = (
+        ("signatures", store.uri(partition_prefix(SIGNATURES, ref))), ("shingles", store.uri(side_prefix(SHINGLES, ref))), ("bands", store.uri(side_prefix(BANDS, ref))),
+        ("hashes", store.uri(side_prefix(HASHES, ref))),
+    )
     jobs = [
         RecordedTask(
             sign_part, task, f"{ref.key}/{task.cleaned_key}", task_digest(SIGNATURES, task, [entry["sha256"]]),
@@ -177,11 +229,18 @@ def sign_partition(
     ]
     results = executor.map(run_recorded, jobs)
     files = [result["signatures"] for result in results]
-    side_files = [result["shingles"] for result in results if result["shingles"] is not None]
+    side_files = [result[name] for name in ("shingles", "bands", "hashes") for result in results if result[name] is not None]
     manifest = publish_signatures(
         store, ref, settings, cleaned, files, side_files, {"task_records": record_listing(SIGNATURES, ref, range(len(parts)))}
     )
     return SignResult(manifest, manifest["documents"], signed=True, origin="signed", tasks=TaskCounts.of(results))
+
+
+def has_range_sidecars(manifest: dict[str, Any], ref: PartitionRef, settings: DedupSettings) -> bool:
+    """Whether a signatures manifest lists every part's text-hash sidecar (and, with fuzzy dedup, band sidecar)."""
+    prefixes = [side_prefix(HASHES, ref), *([side_prefix(BANDS, ref)] if settings.fuzzy else [])]
+    listed = [entry.get("prefix") for entry in manifest.get("side_files", [])]
+    return all(listed.count(prefix) == len(manifest["files"]) for prefix in prefixes)
 
 
 def current_signatures(store: Store, ref: PartitionRef, settings: DedupSettings, cleaned: dict[str, Any]) -> dict[str, Any] | None:
@@ -213,14 +272,16 @@ def publish_signatures(
     return manifest
 
 
-def read_signatures(store: Store, ref: PartitionRef, manifest: dict[str, Any] | None = None) -> pl.DataFrame:
-    """A partition's signatures in doc order: doc, doc_id, text_hash, bands (list, null without words)."""
+def read_signatures(store: Store, ref: PartitionRef, manifest: dict[str, Any] | None = None, columns: list[str] | None = None) -> pl.DataFrame:
+    """A partition's signatures in doc order: doc, doc_id, text_hash, bands (list, null without words), or
+    the `columns` named."""
     prefix = partition_prefix(SIGNATURES, ref)
     manifest = manifest or read_manifest(store, prefix)
     if manifest is None:
         raise FileNotFoundError(f"{store.uri(prefix)} has no manifest: materialize dedup_signatures for {ref.key} first")
-    tables = [read_parquet_file(store, f"{prefix}/{entry['key']}") for entry in manifest["files"]]
+    tables = [read_parquet_file(store, f"{prefix}/{entry['key']}", columns=columns) for entry in manifest["files"]]
     schema = signatures_schema(manifest["minhash"]["bands"])
+    schema = pa.schema([schema.field(name) for name in columns]) if columns is not None else schema
     return pl.from_arrow(pa.concat_tables(tables) if tables else schema.empty_table())  # type: ignore[return-value]
 
 

@@ -137,8 +137,11 @@ STAGES = {
     "cleaned_documents": (
         ("cleaned_documents", "cleaned_dropped", "cleaned_attributes"), "cleaned_documents_tasks", ("part", "dropped", "attributes"), "tasks",
     ),
-    # dedup: the signing tasks are the per-part work (signatures and shingle sets of each cleaned part)
-    "dedup_signatures": (("dedup_signatures", "dedup_shingles"), "dedup_signatures_tasks", ("signatures", "shingles"), "tasks"),
+    # dedup: the signing tasks are the per-part work (signatures, shingle sets, band rows and text hashes by
+    # hash range of each cleaned part)
+    "dedup_signatures": (
+        ("dedup_signatures", "dedup_shingles", "dedup_bands", "dedup_hashes"), "dedup_signatures_tasks", ("signatures", "shingles", "bands", "hashes"), "tasks",
+    ),
     # .docs.parquet files in tokenized_shards, .bin / .idx / .urls in tokenized_binary; none for an empty part
     "tokenized_shards": (("tokenized_shards", "tokenized_binary"), "tokenized_shards_tasks", ("files", "binary_files"), "tasks"),
 }
