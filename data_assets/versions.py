@@ -52,7 +52,7 @@ from sluice.layout import PartitionRef
 # The version of each stage's algorithm: raise it when a change makes the stage write different bytes
 # for the same inputs and settings (CHANGELOG.md says why).
 STAGE_VERSIONS = {
-    "raw_documents": "2", "quality_model": "3", "perplexity_model": "3", "cleaned_documents": "2",
+    "raw_documents": "2", "quality_model": "3", "perplexity_model": "3", "cleaned_documents": "3",
     "dedup_signatures": "1", "dedup_index": "1", "dedup_clusters": "1", "deduped_documents": "1",
     "decontamination": "1", "blocklist": "1", "blocklist_matches": "1", "tokenizer": "1",
     "tokenized_shards": "1", "mixed_dataset": "1", "quality_report": "1",

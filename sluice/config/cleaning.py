@@ -18,10 +18,26 @@ from sluice.config.base import (
 # would take the article with it), nor headings or table parts (their text is content).
 _NOT_CONTAINERS = ":not(html):not(body):not(main):not(article)"
 _NOT_CONTENT = ":not(h1):not(h2):not(h3):not(h4):not(h5):not(h6):not(table):not(thead):not(tbody):not(tr):not(th):not(td):not(dt)"
+# Boxes around the article, named by class (or id) the way themes and plugins name them: author boxes,
+# related / next-post links, share and newsletter prompts, comment forms, footers, sidebars and widgets,
+# paywall and subscription offers, breadcrumbs, copyright and credit lines, print-hidden parts (`noprint`,
+# `d-print-none`), pagination, carousels, ratings, info boxes, modals. Chosen on the development quarter of
+# trafilatura's evaluation pages (scripts/build_trafilatura_pages.py --split dev), each kept only where it
+# removed boilerplate there and lost no article text there or on the Readability set.
+_CHROME_NAMES = (
+    "author", "related", "newsletter", "share", "sociable", "shariff", "comment", "footer", "paywall",
+    "sidebar", "breadcrumb", "copyright", "credit", "subscri", "noprint", "print-none", "next-post", "pagination",
+    "disclaimer", "carousel", "rating", "infobox", "modal",
+)
 DEFAULT_SKIP_ELEMENTS = (
     f"[class*=header]{_NOT_CONTAINERS}{_NOT_CONTENT}",
     f"[class*=promo]{_NOT_CONTAINERS}",
     f"[class*=player]{_NOT_CONTAINERS}",
+    *(f"[class*={name}]{_NOT_CONTAINERS}" for name in _CHROME_NAMES),
+    *(f"[id*={name}]{_NOT_CONTAINERS}" for name in ("author", "comment", "footer", "sidebar")),
+    f"[class~=widget]{_NOT_CONTAINERS}",  # WordPress's sidebar widgets (a page builder's `elementor-widget` is not one)
+    "footer",
+    "[id=respond]",  # WordPress's comment form
 )
 
 
