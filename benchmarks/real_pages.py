@@ -1,6 +1,6 @@
 """Real pages: extraction against trafilatura, and what the default filters keep of real articles.
 
-    python benchmarks/real_pages.py [--repeats 3] [--show-drops] [--corpus-snapshot web/2026-01] [--sets tuned,heldout]
+    python benchmarks/real_pages.py [--repeats 3] [--show-drops] [--corpus-snapshot web/2026-01] [--sets tuned,heldout,dev]
 
 Two sets. The tuned set: `benchmarks/data/readability-pages.tar.xz`, the 93 real pages of Mozilla Readability's
 test set (news, blogs, docs and wikis in English and eight other languages; Apache-2.0, see readability-NOTICE;
@@ -8,7 +8,10 @@ built by scripts/build_readability_pages.py), on which sluice's extraction setti
 source HTML and its article as reviewed HTML; pages marked `readerable: false` are not articles and are left out
 of sections 1 and 2 (91 remain). The held-out set (section 4): `benchmarks/data/trafilatura-pages.tar.xz`, 267
 annotated pages of trafilatura's own evaluation (Apache-2.0, see trafilatura-NOTICE; built by
-scripts/build_trafilatura_pages.py), none in the tuned set, never used to choose a setting.
+scripts/build_trafilatura_pages.py), none in the tuned set, never used to choose a setting. The development set
+(`--sets dev`, not in the default run): `.bench_data/trafilatura-dev-pages.tar.xz`, another quarter of those pages,
+disjoint from the held-out one, on which extraction settings may be chosen; it is not committed (built by
+`scripts/build_trafilatura_pages.py TRAFILATURA_GIT_DIR --split dev`) and scored as section 4, without figures.
 
 1. Extraction. Gold text = the article HTML's text (lxml; block elements end lines: neither extractor's
    code). Per page, token precision / recall / F1 of the extracted text against the gold text, as bags of
@@ -59,6 +62,7 @@ from benchmarks.peers import figure  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "readability-pages.tar.xz"
 HELDOUT = ROOT / "benchmarks" / "data" / "trafilatura-pages.tar.xz"
+DEV = ROOT / ".bench_data" / "trafilatura-dev-pages.tar.xz"  # git-ignored: scripts/build_trafilatura_pages.py --split dev
 MIN_ARTICLE_CHARS = 500
 _BLOCK = frozenset(
     ["p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "tr", "td", "th", "section", "article", "header", "footer", "figure", "figcaption", "dd", "dt", "dl", "hr"]
@@ -114,12 +118,12 @@ def scores(extracted: str, gold: str) -> tuple[float, float, float]:
     return precision, recall, 2 * precision * recall / (precision + recall) if common else 0.0
 
 
-def load_heldout() -> list[dict]:
-    """The held-out pages (name = trafilatura's file name, URL, HTML decoded as the chain would, must-contain
-    `with` and must-not-contain `without` snippets), in URL order."""
+def load_heldout(path: Path = HELDOUT) -> list[dict]:
+    """The held-out pages (or the development set's, `path` = DEV): name = trafilatura's file name, URL, HTML
+    decoded as the chain would, must-contain `with` and must-not-contain `without` snippets, in URL order."""
     from sluice.clean.steps.extract import detect_charset
 
-    with tarfile.open(HELDOUT, "r:xz") as archive:
+    with tarfile.open(path, "r:xz") as archive:
         files = {member.name: archive.extractfile(member).read() for member in archive.getmembers()}  # type: ignore[union-attr]
     pages = []
     for url, item in sorted(json.loads(files["annotations.json"]).items()):
@@ -353,10 +357,14 @@ def heldout_articles(pages: list[dict], vouched: list[str]) -> list[dict]:
     return articles
 
 
-def heldout_section(args: argparse.Namespace) -> None:
-    """Section 4: the held-out set, and its figures."""
-    pages = load_heldout()
-    print(f"\n4. Held out: {len(pages)} annotated pages from {HELDOUT.name} (never used to choose a setting)")
+def heldout_section(args: argparse.Namespace, dev: bool = False) -> None:
+    """Section 4: the held-out set, and its figures; with `dev`, the development set scored the same way,
+    without figures (its pages chose settings, so its scores are no evidence for them)."""
+    pages = load_heldout(DEV if dev else HELDOUT)
+    if dev:
+        print(f"\nDevelopment set: {len(pages)} annotated pages from {DEV.name} (settings may be chosen on it)")
+    else:
+        print(f"\n4. Held out: {len(pages)} annotated pages from {HELDOUT.name} (never used to choose a setting)")
     print("  Extraction: must-contain / must-not-contain snippets, counts pooled over pages (trafilatura's evaluation)")
     results = run_extractors(pages, args.repeats, snippet_result)
     for name, r in results.items():
@@ -376,6 +384,8 @@ def heldout_section(args: argparse.Namespace) -> None:
         if args.show_drops:
             for name, reason, detail in dropped:
                 print(f"      {name[:40]:40s} {reason:30s} {detail[:100]}")
+    if dev:
+        return
 
     config = f"trafilatura evaluation pages (held out), {len(pages)} pages, 1 core"
     figure("real_pages_heldout_extraction_f1", round(ours["f1"], 3), f">= {peer['f1']:.3f} (trafilatura favor_precision's)", config)
@@ -389,17 +399,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per extractor (the best counts)")
     parser.add_argument("--show-drops", action="store_true", help="list every dropped article with its reason")
     parser.add_argument("--corpus-snapshot", default="web/2026-01", help="corpus snapshot of section 3 ('' skips it)")
-    parser.add_argument("--sets", default="tuned,heldout", help="which sets: tuned (sections 1-3), heldout (section 4)")
+    parser.add_argument("--sets", default="tuned,heldout", help="which sets: tuned (sections 1-3), heldout (section 4), dev "
+                        "(the development set, scored as section 4)")
     args = parser.parse_args()
     sets = set(args.sets.split(","))
     from benchmarks.peers import SHARED
 
+    if "dev" in sets and not DEV.exists():
+        parser.error(f"no {DEV} (--sets dev): build it with scripts/build_trafilatura_pages.py TRAFILATURA_GIT_DIR --split dev")
     if "tuned" in sets and args.corpus_snapshot and not any((SHARED / "corpus" / args.corpus_snapshot).glob("*.warc.gz")):
         parser.error(f"no *.warc.gz under {SHARED / 'corpus' / args.corpus_snapshot} (section 3): --corpus-snapshot '' skips it")
     if "tuned" in sets:
         tuned_section(args)
     if "heldout" in sets:
         heldout_section(args)
+    if "dev" in sets:
+        heldout_section(args, dev=True)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,27 @@ from sluice.config.base import (
 # would take the article with it), nor headings or table parts (their text is content).
 _NOT_CONTAINERS = ":not(html):not(body):not(main):not(article)"
 _NOT_CONTENT = ":not(h1):not(h2):not(h3):not(h4):not(h5):not(h6):not(table):not(thead):not(tbody):not(tr):not(th):not(td):not(dt)"
+# Boxes around the article, named by class (or id) the way themes and plugins name them: author boxes,
+# related / next-post links, share and newsletter prompts, comment forms, footers, sidebars and widgets,
+# paywall and subscription offers, breadcrumbs, copyright and credit lines, print-hidden parts (`noprint`,
+# `d-print-none`), pagination, carousels, ratings, info boxes, modals. Chosen on the development quarter of
+# trafilatura's evaluation pages (scripts/build_trafilatura_pages.py --split dev) and checked on the
+# Readability set: each removed boilerplate on one of them, and the list loses no article text on either
+# (docs/benchmarks/results.md, the held-out notes).
+_CHROME_NAMES = (
+    "author", "related", "newsletter", "share", "sociable", "shariff", "comment", "footer", "paywall",
+    "sidebar", "breadcrumb", "copyright", "credit", "subscri", "noprint", "print-none", "next-post", "pagination",
+    "disclaimer", "carousel", "rating", "infobox", "modal",
+)
 DEFAULT_SKIP_ELEMENTS = (
     f"[class*=header]{_NOT_CONTAINERS}{_NOT_CONTENT}",
     f"[class*=promo]{_NOT_CONTAINERS}",
     f"[class*=player]{_NOT_CONTAINERS}",
+    *(f"[class*={name}]{_NOT_CONTAINERS}" for name in _CHROME_NAMES),
+    *(f"[id*={name}]{_NOT_CONTAINERS}" for name in ("author", "comment", "footer", "sidebar")),
+    f"[class~=widget]{_NOT_CONTAINERS}",  # WordPress's sidebar widgets (a page builder's `elementor-widget` is not one)
+    "footer",
+    "[id=respond]",  # WordPress's comment form
 )
 
 
@@ -53,8 +70,8 @@ class ExtractionSettings(_Model):
     second_opinion_below_chars: int = Field(500, ge=0)
     second_opinion_page_chars: int = Field(2000, ge=0)
     # Page chrome left out of resiliparse's main text (CSS selectors, resiliparse's `skip_elements`): site and
-    # article headers (title, byline, share bars; headings and table parts are kept), promotion boxes and
-    # media-player controls. Where skipping leaves less than `second_opinion_below_chars` and under half of
+    # article headers (title, byline, share bars; headings and table parts are kept), promotion boxes,
+    # media-player controls and the boxes around an article (DEFAULT_SKIP_ELEMENTS). Where skipping leaves less than `second_opinion_below_chars` and under half of
     # the unskipped main text, the unskipped text is taken (a page laid out inside such an element keeps its
     # article). Its effect on the real-page set is in docs/benchmarks/results.md; [] turns it off.
     skip_elements: list[str] = Field(default_factory=lambda: list(DEFAULT_SKIP_ELEMENTS))

@@ -63,6 +63,34 @@ def test_the_held_out_set_loads_apart_from_the_tuned_set():
     assert not tuned & {page["html"] for page in pages}  # no page of the tuned set is held out
 
 
+def test_the_development_split_is_disjoint_from_the_held_out_set():
+    import hashlib
+    import importlib.util
+
+    from benchmarks.real_pages import DEV, ROOT, load_heldout
+
+    spec = importlib.util.spec_from_file_location("build_trafilatura_pages", ROOT / "scripts" / "build_trafilatura_pages.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)  # type: ignore[union-attr]
+    heldout_digits, dev_digits = build.SPLITS["heldout"][0], build.SPLITS["dev"][0]
+    assert not set(heldout_digits) & set(dev_digits)
+    assert all(hashlib.sha256(page["url"].encode()).hexdigest()[0] in heldout_digits for page in load_heldout())
+    if not DEV.exists():
+        pytest.skip(f"{DEV} is built on demand (scripts/build_trafilatura_pages.py --split dev)")
+    dev = load_heldout(DEV)
+    assert len(dev) == 252 and all(hashlib.sha256(page["url"].encode()).hexdigest()[0] in dev_digits for page in dev)
+
+
+def test_the_development_set_asked_for_but_not_built_is_an_error_naming_the_build(tmp_path, monkeypatch, capsys):
+    import benchmarks.real_pages as real_pages
+
+    monkeypatch.setattr(real_pages, "DEV", tmp_path / "absent.tar.xz")
+    monkeypatch.setattr("sys.argv", ["real_pages.py", "--sets", "dev"])
+    with pytest.raises(SystemExit):
+        real_pages.main()
+    assert "--split dev" in capsys.readouterr().err
+
+
 def test_snippet_counts_follow_trafilaturas_evaluation():
     from benchmarks.real_pages import snippet_counts
 

@@ -154,6 +154,35 @@ def test_page_chrome_is_skipped_but_headings_and_table_parts_stay():
     assert "Crossing year" not in own and "Share on Facebook" in own
 
 
+# Boxes inside the article's container that resiliparse's heuristic keeps, named as themes and plugins name
+# them (class names seen on trafilatura's evaluation pages: WordPress, its share / newsletter / affiliate
+# plugins, print-hidden parts).
+CHROME_BOXES = {
+    "author box": "<div class='mh-author-box'><p>{marker}</p></div>",
+    "newsletter": "<div class='wp-block-newsletter'><strong>{marker}</strong></div>",
+    "sidebar widget": "<div class='widget widget_text'><div class='textwidget'>{marker}</div></div>",
+    "paywall": "<div class='paywall-template-container'><p>{marker}</p></div>",
+    "breadcrumb": "<div class='breadcrumb-navigation'><span>{marker}</span></div>",
+    "copyright": "<div class='article-copyright'>{marker}</div>",
+    "print-hidden": "<div class='article-main__explore my-4 d-print-none'><p>{marker}</p></div>",
+    "share plugin": "<div class='shariff'><p>{marker}</p></div>",
+    "comment form": "<div id='respond'><h3>Leave a reply</h3><p>{marker}</p></div>",
+    "article footer": "<footer><p>{marker}</p></footer>",
+}
+
+
+@pytest.mark.parametrize("box", CHROME_BOXES.values(), ids=CHROME_BOXES.keys())
+def test_boxes_around_the_article_are_skipped(box):
+    from sluice.clean.steps.extract import extractor_for
+
+    marker = "Marker text of a box that is not the article."
+    half = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    page = f"<html><body><div id='main'><article><h1>River crossing</h1>{half}{box.format(marker=marker)}{half}</article></div></body></html>"
+    assert marker in extractor_for(ExtractionSettings(skip_elements=[]))(page)  # the premise: resiliparse alone keeps it
+    text = extractor_for(ExtractionSettings())(page)
+    assert marker not in text and text.count(SENTENCE) == 24
+
+
 @pytest.mark.parametrize("second_opinion", [None, "trafilatura"])
 @pytest.mark.parametrize(
     "page",
@@ -162,8 +191,10 @@ def test_page_chrome_is_skipped_but_headings_and_table_parts_stay():
         f"<html><body class='has-header promo-page'>{ARTICLE}</body></html>",
         f"<html><body><div class='layout-header-fixed'><div class='content'>{ARTICLE}</div></div></body></html>",
         f"<html><body><div class='promo-wrapper'><div class='story'>{ARTICLE}</div></div></body></html>",
+        f"<html><body><div class='has-sidebar'><div class='entry'>{ARTICLE}</div></div></body></html>",
+        f"<html><body><div id='author-archive'><div class='entry'>{ARTICLE}</div></div></body></html>",
     ],
-    ids=["form-wrapper", "body-class", "header-wrapper", "promo-wrapper"],
+    ids=["form-wrapper", "body-class", "header-wrapper", "promo-wrapper", "sidebar-wrapper", "author-id-wrapper"],
 )
 def test_a_page_laid_out_inside_a_skipped_element_keeps_its_article(page, second_opinion):
     from sluice.clean.steps.extract import extract_resiliparse, extractor_for
