@@ -120,7 +120,7 @@ def test_the_command_rejects_a_selection_before_any_work_and_lists_trace(tmp_pat
     with pytest.raises(SystemExit):
         _main(["--help"])
     usage = capsys.readouterr().out
-    assert "{register,materialize,demo,export,cleanup,trace}" in usage and "sluice trace" in usage and "--select ASSET[,ASSET...]" in usage
+    assert "{register,materialize,demo,export,cleanup,trace,whatif}" in usage and "sluice trace" in usage and "sluice whatif" in usage and "--select ASSET[,ASSET...]" in usage
 
 
 @pytest.mark.slow
