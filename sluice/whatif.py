@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -107,8 +108,9 @@ def unanswerable(current: CleaningSettings, other: CleaningSettings, languages: 
         if getattr(current, key) != getattr(other, key):
             problems.append(f"{key} changed (the text or language every rule sees)")
     for key in ("url_blocklist", "blocklist"):
-        if getattr(other, key) and getattr(other, key) != getattr(current, key):
-            problems.append(f"{key} changed (only the list cleaning used was applied)")
+        changed = _list_change(getattr(current, key), getattr(other, key))
+        if changed:
+            problems.append(f"{key} {changed} (only the list cleaning used was applied)")
     if other.code_share.enabled and other.code_share != current.code_share:
         problems.append("code_share changed (its outcome is recorded for the settings cleaning used)")
     default = _language_changes(current.for_language(""), other.for_language(""))
@@ -117,6 +119,19 @@ def unanswerable(current: CleaningSettings, other: CleaningSettings, languages: 
         own = _language_changes(current.for_language(language), other.for_language(language))
         problems += [f"languages.{language}: {problem}" for problem in own if problem not in default]
     return sorted(set(problems))
+
+
+def _list_change(current: Any, other: Any) -> str:
+    """How a list setting (a file path, or the setting itself) changed: '' when both name the same list, by
+    content where both are files (a copied config names the same list by another path)."""
+    if not other or other == current:
+        return ""
+    if isinstance(other, str) and isinstance(current, str):
+        try:
+            return "" if Path(other).read_bytes() == Path(current).read_bytes() else "changed"
+        except OSError:
+            return f"changed ({other} cannot be read)" if not Path(other).is_file() else "changed"
+    return "changed"
 
 
 def _language_changes(current: CleaningSettings, other: CleaningSettings) -> list[str]:

@@ -263,3 +263,25 @@ def test_a_mix_component_the_change_leaves_too_few_tokens_for_is_named(sample, t
     assert "web would no longer meet its 140000 tokens" in result.table()
     reference = next(row for row in result.budgets if row["component"] == "reference")
     assert reference["met_before"] and reference["met_after"] and reference["available_before"] == reference["available_after"]
+
+
+def test_a_copied_list_by_another_path_is_the_same_list_and_a_changed_or_missing_one_is_named(tmp_path):
+    """A user copies sluice.yaml elsewhere: its url_blocklist then names the same list by another path. whatif
+    compares the lists' bytes, not their paths; another list, or a path that cannot be read, is named."""
+    from sluice.config import CleaningSettings
+    from sluice.whatif import unanswerable
+
+    used, copied, other = tmp_path / "used.txt", tmp_path / "copy" / "used.txt", tmp_path / "other.txt"
+    copied.parent.mkdir()
+    used.write_text("example.com\n")
+    copied.write_text("example.com\n")
+    other.write_text("example.org\n")
+    current = CleaningSettings(url_blocklist=str(used))
+    assert unanswerable(current, CleaningSettings(url_blocklist=str(copied)), ["en"]) == []
+    assert unanswerable(current, CleaningSettings(url_blocklist=str(other)), ["en"]) == [
+        "url_blocklist changed (only the list cleaning used was applied)"
+    ]
+    missing = str(tmp_path / "nowhere.txt")
+    assert unanswerable(current, CleaningSettings(url_blocklist=missing), ["en"]) == [
+        f"url_blocklist changed ({missing} cannot be read) (only the list cleaning used was applied)"
+    ]
