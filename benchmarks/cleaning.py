@@ -14,7 +14,7 @@ process each.
 
 1. Whole chain, same extractor and rule definitions on both sides (`cleaning.preset: datatrove`): sluice's
    (charset, resiliparse extraction within its budget,
-   lid.176 (fastText's prediction from per-word sums, sluice/fasttext_predict.py), Gopher repetition + quality,
+   lid.176 (fastText's prediction from per-word sums, sluice/clean/models/fasttext_predict.py), Gopher repetition + quality,
    C4, FineWeb) against datatrove 0.10.1's (a Resiliparse extractor
    making sluice's resiliparse call with sluice's arguments, see benchmarks/_datatrove.py; LanguageFilter,
    GopherRepetition, GopherQuality, C4Quality, FineWebQuality; all defaults), a fresh process per side and
@@ -133,7 +133,7 @@ def attributes_overhead(pages: list[dict], passes: int) -> tuple[float, float, i
     from sluice.clean.attributes import attributes_row, attributes_schema
     from sluice.clean.steps import Document
     from sluice.config import CleaningSettings
-    from sluice.layout import PARQUET_OPTIONS
+    from sluice.io.layout import PARQUET_OPTIONS
 
     settings = CleaningSettings()
     best = {False: float("inf"), True: float("inf")}
@@ -262,7 +262,7 @@ def write_extras(folder: Path, models: dict[str, dict]) -> Path:
     """The datatrove side's inputs for its issue-19 equivalents (benchmarks/_datatrove.py EXTRAS.json): sluice's
     toxicity word lists (less the terms sluice ignores), one file per language, and the perplexity models."""
     from sluice.config import ToxicitySettings
-    from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
+    from sluice.config.toxicity_lists import LIST_LANGUAGES, load_terms
 
     ignored = set(ToxicitySettings().ignore_terms)
     badwords = {}
@@ -299,9 +299,9 @@ def main() -> None:
         return
 
     from benchmarks.curation_steps import train_models
+    from sluice.clean.models.langid import LanguageIdentifier, default_model_path
     from sluice.clean.steps import Document
     from sluice.clean.steps.extract import DecodeText, extract_resiliparse
-    from sluice.langid import LanguageIdentifier, default_model_path
 
     python = datatrove_python()
     pages = load_pages(args.snapshot, args.pages_per_file)

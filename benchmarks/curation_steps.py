@@ -37,10 +37,10 @@ NEW_STEPS = ("code_share", "toxicity", "perplexity")
 
 def train_models(snapshot: str, scratch: str) -> dict[str, dict]:
     """Per-language KenLM models on the corpus's reference pages (cut-offs from the reference itself)."""
+    from sluice.clean.models.langid import LanguageIdentifier
     from sluice.clean.steps import Document
     from sluice.clean.steps.extract import DecodeText, extract_resiliparse
     from sluice.clean.steps.perplexity import load_model, perplexity, quantile_cutoffs, text_line, train_arpa
-    from sluice.langid import LanguageIdentifier
 
     identifier = LanguageIdentifier()
     lines: dict[str, list[str]] = defaultdict(list)

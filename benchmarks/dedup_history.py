@@ -69,7 +69,7 @@ NEAR_EDIT = 0.02
 
 
 def ref_of(index: int):
-    from sluice.layout import PartitionRef
+    from sluice.io.layout import PartitionRef
 
     return PartitionRef(sorted(SOURCES)[index % len(SOURCES)], f"s{index // len(SOURCES):05d}")
 
@@ -121,7 +121,7 @@ class RequestCounter:
 
     @contextlib.contextmanager
     def local(self) -> Iterator[None]:
-        from sluice.storage import LocalStore
+        from sluice.io.storage import LocalStore
 
         originals = {name: getattr(LocalStore, name) for name in (*self.COUNTED, "local_path")}
 
@@ -172,7 +172,7 @@ def write_history_partition(store, index: int, corpus: Corpus, docs: int, settin
         signatures_schema,
     )
     from sluice.dedup.signatures import band_hashes, shingle_table, signatures_digest
-    from sluice.layout import partition_prefix, side_prefix, write_manifest, write_parquet
+    from sluice.io.layout import partition_prefix, side_prefix, write_manifest, write_parquet
 
     ref = ref_of(index)
     texts = [corpus.text(index, row) for row in range(docs)]
@@ -221,7 +221,7 @@ class History:
 
     def new_partition(self) -> tuple[object, list[tuple[str, str]]]:
         from benchmarks.minhash_corpus import edit_words
-        from sluice.minhash import shingles
+        from sluice.dedup.minhash import shingles
 
         index = self.count
         ref = ref_of(index)
@@ -251,7 +251,6 @@ class History:
 
     def measure_one(self, counter: RequestCounter) -> tuple[int, float, float, int, int]:
         from benchmarks.dedup_oracle import write_cleaned
-        from sluice.compute import Executor
         from sluice.dedup import (
             cluster_partition,
             dedup_partition,
@@ -260,6 +259,7 @@ class History:
             remaining_exact_duplicates,
             sign_partition,
         )
+        from sluice.runtime.compute import Executor
 
         ref, docs = self.new_partition()
         self.texts.update(docs)
@@ -285,7 +285,7 @@ class History:
 def quality(history: History) -> tuple[float, float]:
     """(recall, precision) of the removals over the measured documents, against exact-Jaccard truth."""
     from sluice.clean import normalize_for_hash
-    from sluice.minhash import shingles
+    from sluice.dedup.minhash import shingles
 
     index_of = {ref_of(i).key: i for i in range(history.count)}
 
@@ -321,8 +321,8 @@ def chain_equals_batch() -> tuple[float, int]:
     )
     from benchmarks.minhash_corpus import corpus_texts
     from sluice.dedup import deduplicate_in_order
-    from sluice.layout import PartitionRef
-    from sluice.storage import open_store
+    from sluice.io.layout import PartitionRef
+    from sluice.io.storage import open_store
 
     chain = make_chain(max(corpus_texts(), key=lambda t: len(t.split())))
     print(
@@ -352,7 +352,7 @@ def chain_equals_batch() -> tuple[float, int]:
 @contextlib.contextmanager
 def open_kind(kind: str, folder: str) -> Iterator[tuple[object, object, RequestCounter]]:
     from sluice.config import S3Settings
-    from sluice.storage import open_store, s3_client
+    from sluice.io.storage import open_store, s3_client
 
     counter = RequestCounter()
     if kind == "local":

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 
 from sluice.clean import CLEANED_SCHEMA, normalize_for_hash, text_hash
 from sluice.config import DedupSettings
-from sluice.layout import (
+from sluice.dedup.minhash import MAX_HASH32, MinHasher, shingles
+from sluice.io.layout import (
     PartitionRef,
     entry_key,
     list_partitions,
@@ -29,8 +30,7 @@ from sluice.layout import (
     write_manifest,
     write_parquet,
 )
-from sluice.minhash import MAX_HASH32, MinHasher, shingles
-from sluice.storage import Store
+from sluice.io.storage import Store
 
 Partitions = Sequence[tuple[PartitionRef, Sequence[Sequence[tuple[str, str]]]]]  # ref -> parts -> (doc_id, text)
 

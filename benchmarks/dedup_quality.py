@@ -55,8 +55,8 @@ def write_partitions(folder: str, texts: list[str], partitions: int) -> None:
     import pyarrow as pa
 
     from sluice.clean import CLEANED_SCHEMA, text_hash
-    from sluice.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
-    from sluice.storage import open_store
+    from sluice.io.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
+    from sluice.io.storage import open_store
 
     store = open_store(folder)
     for index in range(partitions):
@@ -79,7 +79,7 @@ def run_shipped_dedup(store, settings) -> None:
     """Deduplicate every cleaned partition in the global order as the deduped_documents asset does:
     `deduplicate_partition`, then publish the partition's manifest. (The one place that calls the dedup API.)"""
     from sluice.dedup import deduplicate_partition
-    from sluice.layout import list_partitions, partition_prefix, write_manifest
+    from sluice.io.layout import list_partitions, partition_prefix, write_manifest
 
     for ref in list_partitions(store, "cleaned_documents"):
         prefix = partition_prefix("deduped_documents", ref)
@@ -90,7 +90,13 @@ def run_shipped_dedup(store, settings) -> None:
 def removed_documents(store) -> pl.DataFrame:
     """What dedup removed (doc_id, kind, duplicate_of), read from the removed-documents files that the
     deduped partitions' manifests publish (wherever they live: `entry_key` follows an entry's `prefix`)."""
-    from sluice.layout import entry_key, list_partitions, partition_prefix, read_manifest, read_parquet_file
+    from sluice.io.layout import (
+        entry_key,
+        list_partitions,
+        partition_prefix,
+        read_manifest,
+        read_parquet_file,
+    )
 
     frames = []
     for ref in list_partitions(store, "deduped_documents"):
@@ -104,7 +110,7 @@ def removed_documents(store) -> pl.DataFrame:
 def whole_dedup(texts: list[str], partitions: int, verify: float | None) -> dict:
     """Deduplicate all partitions in order (fresh storage): CPU and wall seconds, and what was removed."""
     from sluice.config import DedupSettings
-    from sluice.storage import open_store
+    from sluice.io.storage import open_store
 
     with tempfile.TemporaryDirectory(prefix="sluice-dedup-quality-") as folder:
         write_partitions(folder, texts, partitions)
@@ -166,7 +172,7 @@ def main() -> None:
     import numpy as np
 
     from sluice.config import DedupSettings
-    from sluice.minhash import MinHasher, candidate_probability, shingles
+    from sluice.dedup.minhash import MinHasher, candidate_probability, shingles
 
     rng = random.Random(args.seed)
     bases = corpus_texts()[:: args.stride]

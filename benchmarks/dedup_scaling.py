@@ -49,8 +49,8 @@ def generate(folder: str, scale: int, base: int, partition_docs: int) -> None:
 
     from benchmarks.minhash_corpus import corpus_texts, edit_words
     from sluice.clean import CLEANED_SCHEMA, text_hash
-    from sluice.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
-    from sluice.storage import open_store
+    from sluice.io.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
+    from sluice.io.storage import open_store
 
     texts = corpus_texts()[:base]
     store = open_store(folder)
@@ -77,8 +77,8 @@ def generate(folder: str, scale: int, base: int, partition_docs: int) -> None:
 def run(folder: str, verify: float | None) -> dict:
     from sluice.config import DedupSettings
     from sluice.dedup import deduplicate_partition
-    from sluice.layout import list_partitions
-    from sluice.storage import open_store
+    from sluice.io.layout import list_partitions
+    from sluice.io.storage import open_store
 
     store = open_store(folder)
     refs = list_partitions(store, "cleaned_documents")

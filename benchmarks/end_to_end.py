@@ -307,7 +307,7 @@ def bytes_per_stage(storage: Path) -> dict[str, int]:
 
 
 def manifest_rows(store: Any, asset: str) -> int:
-    from sluice.layout import list_partitions, partition_prefix, read_manifest
+    from sluice.io.layout import list_partitions, partition_prefix, read_manifest
 
     return sum(
         entry.get("rows", 0)
@@ -319,7 +319,13 @@ def manifest_rows(store: Any, asset: str) -> int:
 def removed_documents(store: Any) -> dict[str, str]:
     """doc_id -> duplicate_of of every document dedup removed, read from the removed-documents files that the
     deduped partitions' manifests publish (`entry_key` follows an entry into its side folder)."""
-    from sluice.layout import entry_key, list_partitions, partition_prefix, read_manifest, read_parquet_file
+    from sluice.io.layout import (
+        entry_key,
+        list_partitions,
+        partition_prefix,
+        read_manifest,
+        read_parquet_file,
+    )
 
     removed = {}
     for ref in list_partitions(store, "deduped_documents"):
@@ -336,8 +342,8 @@ def near_duplicate_quality(storage: Path | Any, crawl_folder: Path) -> dict[str,
     `storage` is the storage root's folder or an open store."""
     import pyarrow.parquet as pq
 
-    from sluice.layout import list_partitions, partition_prefix, read_manifest, read_parquet_file
-    from sluice.storage import Store, open_store
+    from sluice.io.layout import list_partitions, partition_prefix, read_manifest, read_parquet_file
+    from sluice.io.storage import Store, open_store
 
     store = storage if isinstance(storage, Store) else open_store(str(storage))
     truth = pq.read_table(crawl_folder / "truth.parquet", columns=["record_id", "group", "kind"]).to_pylist()
@@ -365,7 +371,7 @@ def near_duplicate_quality(storage: Path | Any, crawl_folder: Path) -> dict[str,
     shingle_sets: dict[str, set[bytes]] = {}
 
     def similarity(a: str, b: str) -> float:
-        from sluice.minhash import shingles
+        from sluice.dedup.minhash import shingles
 
         for doc_id in (a, b):
             if doc_id not in shingle_sets:
@@ -413,7 +419,7 @@ def run_sluice(scale: float, same_steps: bool = False) -> dict[str, Any]:
     stage_peak_command_rss = {stage: max((own for _, own in samples), default=0) for stage, samples in during.items()}
     peak_time = measured["at_peak"].get("time", 0.0)
     peak_stage = next((stage for stage, spans in intervals.items() if any(start <= peak_time <= end for start, end in spans)), "outside steps")
-    from sluice.storage import open_store
+    from sluice.io.storage import open_store
 
     store = open_store(str(work / "data"))
     counts = {asset: manifest_rows(store, asset) for asset in ("raw_documents", "cleaned_documents", "deduped_documents")}
@@ -499,7 +505,7 @@ def peak_composition(at_peak: dict[str, Any]) -> str:
 
 
 def run_datatrove(sluice_run: dict[str, Any]) -> dict[str, Any]:
-    from sluice.langid import default_model_path
+    from sluice.clean.models.langid import default_model_path
 
     python = datatrove_python()
     scale = sluice_run["scale"]

@@ -47,9 +47,9 @@ from sluice.export import FORMATS, export_split  # noqa: E402
 from sluice.export.parquet import ROW_GROUP_BYTES  # noqa: E402
 from sluice.export.run import WRITERS  # noqa: E402
 from sluice.export.samples import Block  # noqa: E402
+from sluice.io.storage import open_store  # noqa: E402
 from sluice.loader import PACK_TOKENS  # noqa: E402
 from sluice.mix import build_mix  # noqa: E402
-from sluice.storage import open_store  # noqa: E402
 
 SEQ = 2048
 SHARD_BYTES = 64 << 20

@@ -104,8 +104,8 @@ def text_functions() -> dict[str, Callable[[str], object]]:
         GopherRepetitionSettings,
         ToxicitySettings,
     )
-    from sluice.decontaminate import EvalNgrams
-    from sluice.minhash import MinHasher
+    from sluice.dedup.decontaminate import EvalNgrams
+    from sluice.dedup.minhash import MinHasher
     from sluice.words import spaceless_share, tokenize
 
     def doc(text: str) -> Document:
@@ -124,7 +124,7 @@ def text_functions() -> dict[str, Callable[[str], object]]:
     def byte_level_words(text: str) -> object:
         import regex
 
-        from sluice.tokenize import BYTE_LEVEL_PATTERN
+        from sluice.tokens.tokenize import BYTE_LEVEL_PATTERN
 
         return regex.findall(BYTE_LEVEL_PATTERN, text)
 

@@ -192,8 +192,9 @@ def _forget_process_caches() -> None:
     """Drop what a process keeps between documents and tasks (loaded models, the word splitter's chunks, code share's lines):
     a budgeted pass cleans in a fresh worker that has none of them, so an unbudgeted pass that found them
     warm from the previous repeat would charge the loading to the budget."""
-    from sluice import langid, perplexity, toxicity
+    from sluice import perplexity, toxicity
     from sluice.clean import clear_text_caches
+    from sluice.clean.models import langid
 
     langid._MODELS.clear()
     langid._PREDICTORS.clear()
@@ -214,7 +215,7 @@ def budget_overhead(pages: int, repeats: int) -> None:
     from benchmarks.peers import SHARED
     from sluice.clean import CleanTask, clean_part
     from sluice.config import CleaningSettings
-    from sluice.ingest import RAW_SCHEMA
+    from sluice.ingest.raw import RAW_SCHEMA
 
     rows = []
     for path in sorted((SHARED / "corpus" / "web" / "2026-01").glob("*.warc.gz")):

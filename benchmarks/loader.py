@@ -5,7 +5,7 @@ documents: `benchmarks/loader_scale.py`.
     SLUICE_BENCH_ENVS=/work/wt/bench_envs .venv/bin/python benchmarks/loader.py [--tokens 40e6] [--seconds 6]
 
 1. Throughput (CPU, local, warm page cache). One synthetic tokenized source (random uint16 tokens, documents of
-   log-normal length, written with `sluice.shards.ShardWriter`) is mixed by `sluice.mix.build_mix`; the mix's
+   log-normal length, written with `sluice.tokens.shards.ShardWriter`) is mixed by `sluice.mix.build_mix`; the mix's
    token stream is then written as MDS shards (MosaicML Streaming 0.13, `StreamingDataset`, shuffled) and as
    LitData chunks (`optimize` + `TokensLoader(block_size=L+1)`, `StreamingDataset` shuffled), each in its own
    virtual environment (`benchmarks/peers.py`). Each loader delivers [batch, L] int64 `input_ids` + `labels`
@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.peers import ROOT, figure, peer_python  # noqa: E402
 from sluice.config import MixSettings  # noqa: E402
-from sluice.layout import sha256_file  # noqa: E402
+from sluice.io.layout import sha256_file  # noqa: E402
+from sluice.io.storage import open_store  # noqa: E402
 from sluice.loader import MixedTokens, TrainingLoader  # noqa: E402
 from sluice.mix import build_mix  # noqa: E402
-from sluice.shards import ShardWriter  # noqa: E402
-from sluice.storage import open_store  # noqa: E402
+from sluice.tokens.shards import ShardWriter  # noqa: E402
 
 SEQ = 2048
 BATCH = 8

@@ -8,7 +8,7 @@ same distribution as benchmarks/loader.py; ~1.7e8 tokens a shard, below the defa
 2^28), random token ids. Every shard is a hard link to the same .bin/.idx pair: 10^8 distinct documents would
 be 130 GB of tokens, which no page cache here holds, and the figure would measure the disk; with one token
 file the working set of token reads is the same at every size, and what grows is what the loader itself
-touches (the index, the number of shard files). The mix index (`sluice.mixindex`, one range per document,
+touches (the index, the number of shard files). The mix index (`sluice.mix.index`, one range per document,
 ranges shuffled within blocks of ~10^7 documents) and its manifest are written as `sluice.mix` lays them
 out. A size whose files do not fit the free disk is skipped.
 
@@ -72,8 +72,8 @@ def needed_bytes(documents: int) -> int:
 
 def generate(root: Path, documents: int, seed: int = 0) -> None:
     """Shards (real .idx, sparse .bin) and a mix index over all their documents, written chunk by chunk."""
-    from sluice.layout import sha256_file
-    from sluice.mixindex import MixIndexWriter
+    from sluice.io.layout import sha256_file
+    from sluice.mix.index import MixIndexWriter
 
     counts = layout(documents)
     folder = root / PREFIX
@@ -152,8 +152,8 @@ def status_mb(field: str) -> float:
 
 
 def open_loader(root: str, cache: str):
+    from sluice.io.storage import open_store
     from sluice.loader import MixedTokens, TrainingLoader
-    from sluice.storage import open_store
 
     data = MixedTokens(open_store(root), "scale", cache_dir=cache)
     return data, TrainingLoader(data, BATCH, seed=1, prefetch_batches=0)

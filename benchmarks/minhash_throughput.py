@@ -3,7 +3,7 @@
 sluice (`MinHasher.signatures`: normalization, word splitting, shingling, hashing, 112 permutations) against
 datasketch computing the SAME signatures, with the same hash function on the same shingles:
 - `hash shingle_hash32` (the headline): sluice's default `poly` hash, vectorized inside sluice, passed to
-  datasketch as `hashfunc=sluice.minhash.shingle_hash32` (its scalar definition);
+  datasketch as `hashfunc=sluice.dedup.minhash.shingle_hash32` (its scalar definition);
 - `hash sha1`: sluice with `dedup.hash_function: sha1` against datasketch's default (SHA-1).
 Each datasketch way: the documented per-document `MinHash(num_perm=112, seed=1, hashfunc=...)` with
 `update()` per shingle, and `MinHash.bulk` (permutations vectorized per document). datasketch is handed
@@ -65,8 +65,15 @@ def main() -> None:
     import numpy as np
     from datasketch import MinHash
 
-    from sluice import minhash
-    from sluice.minhash import MinHasher, _char_classes, _numeric_table, sha1_hash32, shingle_hash32, shingles
+    from sluice.dedup import minhash
+    from sluice.dedup.minhash import (
+        MinHasher,
+        _char_classes,
+        _numeric_table,
+        sha1_hash32,
+        shingle_hash32,
+        shingles,
+    )
 
     texts = corpus_texts()[: args.docs]
     words = sum(len(t.split()) for t in texts)

@@ -43,9 +43,9 @@ def write_partition(root: Path, source: str, snapshot: str, documents: int, salt
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from sluice.layout import PartitionRef, partition_prefix
-    from sluice.permutation import splitmix64
-    from sluice.shards import DOCS_SCHEMA
+    from sluice.io.layout import PartitionRef, partition_prefix
+    from sluice.mix.permutation import splitmix64
+    from sluice.tokens.shards import DOCS_SCHEMA
 
     ref = PartitionRef(source, snapshot)
     folder = root / partition_prefix("tokenized_shards", ref)
@@ -78,7 +78,7 @@ def write_partition(root: Path, source: str, snapshot: str, documents: int, salt
 
 def write_decontamination(root: Path, config) -> None:
     """Deduplicated-partition manifests and their decontamination flags (~100 documents each) for the mix's spec."""
-    from sluice.decontaminate import (
+    from sluice.dedup.decontaminate import (
         ASSET,
         FLAGS_FILE,
         EvalSpec,
@@ -87,8 +87,8 @@ def write_decontamination(root: Path, config) -> None:
         flags_identity,
         flags_table,
     )
-    from sluice.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
-    from sluice.storage import open_store
+    from sluice.io.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
+    from sluice.io.storage import open_store
 
     store = open_store(str(root / "data"))
     spec = EvalSpec.of(config.mixes["scale"])

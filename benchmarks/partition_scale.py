@@ -282,7 +282,7 @@ def run_size(count: int, compute: str, server: Any = None) -> dict[str, Any]:
     `server` (a SeaweedS3), crawl and storage root in a fresh bucket of it, and the S3 requests the run sent
     (every process, as the server counts them) in `s3_requests`."""
     from sluice.config import S3Settings
-    from sluice.storage import open_store
+    from sluice.io.storage import open_store
 
     crawl = snapshot(count)
     store_kind = "s3" if server else "local"

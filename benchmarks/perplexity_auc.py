@@ -83,6 +83,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from sluice.clean import CleaningPipeline
+    from sluice.clean.models.langid import LanguageIdentifier
     from sluice.clean.steps import Document
     from sluice.clean.steps.extract import DecodeText, extractor_for
     from sluice.clean.steps.perplexity import load_model, perplexity, text_line, train_arpa
@@ -93,7 +94,6 @@ def main() -> None:
         PIISettings,
         ToxicitySettings,
     )
-    from sluice.langid import LanguageIdentifier
 
     identifier = LanguageIdentifier()
     if args.data == "sample":

@@ -96,7 +96,7 @@ def child_main(config: str, stage: str, partition: str, out: str) -> None:
     from data_assets.cli import register_snapshots
     from data_assets.definitions import ASSETS, build_resources
     from data_assets.partitions import multi_key
-    from sluice import workers
+    from sluice.runtime import workers
 
     resources = build_resources(config)
     key = multi_key(*partition.split("|")) if partition != "-" else None
@@ -174,7 +174,7 @@ def kill_after(config: str, stage: str, records: Path, done: int) -> int:
 
 
 def tree(root: Path, folders: tuple[str, ...]) -> dict[str, str]:
-    """SHA-256 of every file of `folders` for web/2026-02 (hashlib.file_digest, as sluice.layout.sha256_file)."""
+    """SHA-256 of every file of `folders` for web/2026-02 (hashlib.file_digest, as sluice.io.layout.sha256_file)."""
     digests = {}
     for folder in folders:
         for path in sorted((root / folder / FOLDER).rglob("*")):

@@ -326,7 +326,7 @@ def use_credentials(monkeypatch, access_key: str, secret_key: str) -> None:
     Shared config/credential files and profiles are masked so a developer's ~/.aws cannot leak in, and
     sluice's per-process client cache is emptied so the next S3 call builds a client with these keys.
     """
-    import sluice.storage
+    import sluice.io.storage
 
     for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -335,4 +335,4 @@ def use_credentials(monkeypatch, access_key: str, secret_key: str) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret_key)
-    sluice.storage._CLIENTS.clear()
+    sluice.io.storage._CLIENTS.clear()

@@ -30,16 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sluice import workers  # noqa: E402
 from sluice.clean import DROPPED_DATASET, CleanTask, clean_part  # noqa: E402
 from sluice.clean.attributes import ATTRIBUTES_DATASET  # noqa: E402
 from sluice.clean.steps.codeshare import CODE_DATASET  # noqa: E402
-from sluice.compute import Executor  # noqa: E402
 from sluice.config import SluiceConfig  # noqa: E402
 from sluice.config.file import load_config  # noqa: E402
 from sluice.dedup import cluster_partition, dedup_partition, index_partition, sign_partition  # noqa: E402
-from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest  # noqa: E402
-from sluice.layout import (  # noqa: E402
+from sluice.ingest.raw import QUARANTINE_DATASET, ingest_file, plan_ingest  # noqa: E402
+from sluice.io.layout import (  # noqa: E402
     PartitionRef,
     list_partitions,
     partition_prefix,
@@ -47,9 +45,11 @@ from sluice.layout import (  # noqa: E402
     required_manifest,
     side_prefix,
 )
-from sluice.shards import BINARY_DATASET  # noqa: E402
-from sluice.storage import Store, open_store  # noqa: E402
-from sluice.tokenize import TokenizeTask, tokenize_part  # noqa: E402
+from sluice.io.storage import Store, open_store  # noqa: E402
+from sluice.runtime import workers  # noqa: E402
+from sluice.runtime.compute import Executor  # noqa: E402
+from sluice.tokens.shards import BINARY_DATASET  # noqa: E402
+from sluice.tokens.tokenize import TokenizeTask, tokenize_part  # noqa: E402
 
 # What each stage writes (top-level datasets of the storage root): removed from its scratch copy.
 OUTPUTS = {

@@ -241,7 +241,7 @@ def main_text(body: bytes) -> str:
 
 def jaccard(a: str, b: str, ngram_size: int = 5) -> float:
     """Exact Jaccard similarity of two texts' word n-gram sets (sluice's normalization and shingling)."""
-    from sluice.minhash import shingles
+    from sluice.dedup.minhash import shingles
 
     first, second = set(shingles(a, ngram_size)), set(shingles(b, ngram_size))
     if not first and not second:

@@ -4,8 +4,8 @@ On the same texts, extracted from `../shared/corpus/` WARC pages, in one run:
   raw        `tokenizers.Tokenizer.encode_batch_fast` on the texts already in memory (ids only, no offsets:
              the same output as sluice's; the headline baseline), and `encode_batch` (with offsets, which
              sluice does not compute) for reference
-  sluice     `sluice.tokenize.tokenize_part`: read a Parquet part, encode, write .bin/.idx/.docs.parquet shards
-             (its word-cache fast path, see sluice/tokenize.py)
+  sluice     `sluice.tokens.tokenize.tokenize_part`: read a Parquet part, encode, write .bin/.idx/.docs.parquet shards
+             (its word-cache fast path, see sluice/tokens/tokenize.py)
   datatrove  `DocumentTokenizer` behind a `ParquetReader`, same file, same tokenizer.json, without and with
              its default in-file document shuffle (in its own virtual environment, see benchmarks/peers.py)
 each with one tokenizer thread (RAYON_NUM_THREADS=1; rate = tokens per CPU second of the process, which other
@@ -53,7 +53,7 @@ RAW_FAST = RAW.replace("encode_batch(", "encode_batch_fast(")
 
 SLUICE = """
 import sys, time, json, os
-from sluice.tokenize import TokenizeTask, tokenize_part
+from sluice.tokens.tokenize import TokenizeTask, tokenize_part
 folder, name = os.path.split(sys.argv[1])
 task = TokenizeTask(folder, name, sys.argv[3], 0, open(sys.argv[2]).read(), "<|endoftext|>")
 start, cpu = time.perf_counter(), time.process_time()
@@ -65,8 +65,8 @@ print(json.dumps({"seconds": elapsed, "cpu_seconds": cpu, "tokens": result["toke
 SLUICE_POOL = """
 import sys, time, json, os
 if __name__ == "__main__":
-    from sluice.compute import LocalPoolExecutor
-    from sluice.tokenize import TokenizeTask, tokenize_part
+    from sluice.runtime.compute import LocalPoolExecutor
+    from sluice.tokens.tokenize import TokenizeTask, tokenize_part
     folder, tokenizer, out, workers = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4])
     parts = sorted(name for name in os.listdir(folder) if name.startswith("part-"))
     tasks = [TokenizeTask(folder, name, out, index, tokenizer, "<|endoftext|>") for index, name in enumerate(parts)]
@@ -156,7 +156,7 @@ def split_parts(parquet: Path, folder: Path, parts: int) -> None:
 def train_tokenizer(parquet: Path, out: Path) -> None:
     import pyarrow.parquet as pq
 
-    from sluice.tokenize import train_bpe
+    from sluice.tokens.tokenize import train_bpe
 
     texts = pq.read_table(parquet, columns=["text"]).column("text").to_pylist()
     out.write_text(train_bpe(iter(texts), 32_000, "<|endoftext|>").to_str())

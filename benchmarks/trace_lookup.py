@@ -40,8 +40,8 @@ BATCH, WORLD = 8, 64
 
 
 def measure(root: Path, steps: int) -> list[float]:
+    from sluice.io.storage import open_store
     from sluice.loader import MixedTokens
-    from sluice.storage import open_store
     from sluice.trace.batch import BatchSpec, batch_segments
 
     data = MixedTokens(open_store(str(root)), "scale", read_mode="pread")
@@ -60,8 +60,8 @@ def full_trace(root: Path, steps: int) -> tuple[list[float], list[float], list[f
     """(seconds per batch, seconds per document, CPU seconds per batch) of `steps` full traces of rank 0's
     batch (CPU time of this process, user + system: what the trace costs whatever else the machine runs)."""
     from sluice.config import load_config
+    from sluice.io.storage import open_store
     from sluice.loader import MixedTokens
-    from sluice.storage import open_store
     from sluice.trace import BatchSpec, trace_batch
 
     config = load_config(str(Path(__file__).resolve().parents[1] / "sluice.yaml"))

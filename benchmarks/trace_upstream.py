@@ -32,9 +32,9 @@ from sluice.config import DedupSettings
 from sluice.dedup.index import FORMAT, DedupIndex, IndexEntry, partition_rows
 from sluice.dedup.schemas import CLUSTERS_SCHEMA, minhash_identity, signatures_schema
 from sluice.dedup.signatures import signatures_digest
-from sluice.ingest import RAW_SCHEMA
-from sluice.layout import MANIFEST, PartitionRef, partition_prefix, write_parquet
-from sluice.storage import Store, open_store
+from sluice.ingest.raw import RAW_SCHEMA
+from sluice.io.layout import MANIFEST, PartitionRef, partition_prefix, write_parquet
+from sluice.io.storage import Store, open_store
 
 SENTENCES = [
     "The committee met on Tuesday to discuss the budget for the coming year and agreed on most items.",

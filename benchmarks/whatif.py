@@ -56,9 +56,9 @@ def generate(root: str, documents: int, file_rows: int) -> None:
 
     from sluice.clean import CleaningPipeline
     from sluice.config import SluiceConfig
-    from sluice.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
-    from sluice.storage import open_store
-    from sluice.whatif import _decision, decision_rule
+    from sluice.io.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
+    from sluice.io.storage import open_store
+    from sluice.whatif.engine import _decision, decision_rule
 
     config = SluiceConfig.model_validate(_config(root))
     names = CleaningPipeline.from_settings(config.cleaning.for_source("web"), attributes=True).attribute_names()
@@ -105,8 +105,8 @@ def generate(root: str, documents: int, file_rows: int) -> None:
 def measure(root: str, out: str) -> dict:
     """One whatif run (this process: POLARS_MAX_THREADS=1 set by the caller): seconds, CPU s, peak RSS."""
     from sluice.config import SluiceConfig
-    from sluice.whatif import what_if
-    from sluice.whatif_report import write
+    from sluice.whatif.engine import what_if
+    from sluice.whatif.report import write
 
     current = SluiceConfig.model_validate(_config(root))
     other = SluiceConfig.model_validate(_config(root, CHANGE))
@@ -130,8 +130,8 @@ def cleaning_rate() -> tuple[float, int]:
     from sluice.clean import CleaningPipeline
     from sluice.clean.steps import Document
     from sluice.config import CleaningSettings, S3Settings
-    from sluice.ingest import ingest_file, plan_ingest
-    from sluice.layout import PartitionRef
+    from sluice.ingest.raw import ingest_file, plan_ingest
+    from sluice.io.layout import PartitionRef
 
     rows = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -57,7 +57,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from data_assets.partitions import ref_of, source_snapshot_partitions, source_view_links
 from data_assets.settings import CONFIG
-from sluice.layout import PartitionRef
+from sluice.io.layout import PartitionRef
 
 GROUP = "sluice"
 

@@ -37,7 +37,7 @@ from sluice.blocklist import (
     matches_identity,
     matches_schema,
 )
-from sluice.layout import (
+from sluice.io.layout import (
     PartitionRef,
     named_prefix,
     partition_prefix,
@@ -171,7 +171,7 @@ def blocked_reader(store, config, blocklist_obj: Blocklist):
     output, refused when that output is missing or was computed for another partition or blocklist version."""
     import pyarrow as pa
 
-    from sluice.layout import read_parquet_file
+    from sluice.io.layout import read_parquet_file
     from sluice.mix import MixError
 
     version = blocklist_obj.sha256

@@ -25,9 +25,10 @@ from data_assets.versions import CLEANING_SETTINGS, CODE_VERSIONS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.clean import DROPPED_DATASET, CleaningStats, CleanTask, clean_part
 from sluice.clean.attributes import ATTRIBUTES_DATASET
+from sluice.clean.quantiles import Quantiles
 from sluice.clean.steps.codeshare import CODE_DATASET
 from sluice.config import CleaningSettings, SluiceConfig
-from sluice.layout import (
+from sluice.io.layout import (
     PartitionRef,
     partition_prefix,
     read_manifest,
@@ -35,9 +36,8 @@ from sluice.layout import (
     side_prefix,
     write_manifest,
 )
-from sluice.quantiles import Quantiles
-from sluice.storage import Store
-from sluice.tasks import (
+from sluice.io.storage import Store
+from sluice.runtime.tasks import (
     RecordedTask,
     TaskCounts,
     record_key,
@@ -184,7 +184,7 @@ def _models(store: Store, cleaning: CleaningSettings, ref: PartitionRef) -> _Mod
 
 def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig, cleaning: CleaningSettings, models: _Models) -> list[RecordedTask]:
     """One recorded cleaning task per raw part. Each records its completion; a re-run reuses the verified
-    outputs of finished tasks (sluice.tasks). A task's identity: its raw part's digest, the quality model's,
+    outputs of finished tasks (sluice.runtime.tasks). A task's identity: its raw part's digest, the quality model's,
     and the source's cleaning settings."""
     raw_manifest = required_manifest(store, "raw_documents", ref)
     routing = cleaning.code_share.enabled and cleaning.code_share.route_above is not None

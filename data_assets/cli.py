@@ -66,7 +66,7 @@ def register_snapshots(
     dynamic partition and record the new partitions' crawl versions."""
     from data_assets.partitions import SNAPSHOTS
     from data_assets.versions import observe
-    from sluice.layout import PartitionRef
+    from sluice.io.layout import PartitionRef
 
     pairs = discover(resources, log) if pairs is None else pairs
     new = new_snapshots(instance, pairs)
@@ -275,12 +275,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def check_before_work() -> int | None:
-    """The whole config check before any work (sluice.preflight.check_config_file: schema, cross-references,
+    """The whole config check before any work (sluice.runtime.preflight.check_config_file: schema, cross-references,
     source folders, the storage root, the files it names), before the code location's modules load the
     config (data_assets.settings would stop at its schema): every problem printed in one list, exit code 2."""
     from resources.settings import resolve_config_path
     from sluice.config import ConfigError
-    from sluice.preflight import check_config_file
+    from sluice.runtime.preflight import check_config_file
 
     try:
         check_config_file(resolve_config_path())
@@ -332,7 +332,7 @@ def _main(argv: list[str] | None = None) -> int:
             print("\n".join(problems), file=sys.stderr)
             return 2
     if args.command == "cleanup":
-        from sluice.maintenance import cleanup
+        from sluice.runtime.maintenance import cleanup
 
         for what, items in cleanup(resources["settings"].config).items():
             print(f"{what}: {len(items)} removed" + "".join(f"\n  {item}" for item in items))

@@ -93,7 +93,7 @@ def code_fingerprint() -> tuple:
     paths.append(Path(config_path))
     try:
         from sluice.config import load_config
-        from sluice.preflight import named_files
+        from sluice.runtime.preflight import named_files
 
         paths += [Path(location) for _, location in named_files(load_config(config_path)) if not location.startswith("s3://")]
     except Exception:  # an invalid config: its own file's change is what to watch (the code server reports it)

@@ -1,7 +1,7 @@
 """`decontamination`: per deduplicated partition, the documents sharing a word n-gram with an evaluation set.
 
 Computed once per partition for every distinct evaluation spec of the configured mixes and reused by every
-mix (`sluice.decontaminate`). Its code version carries the eval sets' content hash (data_assets/versions.py),
+mix (`sluice.dedup.decontaminate`). Its code version carries the eval sets' content hash (data_assets/versions.py),
 so Dagster shows every partition stale when an eval set changes; a run whose partition and eval sets are unchanged reuses the
 published flags instead of rescanning the texts.
 """
@@ -17,7 +17,7 @@ from data_assets.batch import PartitionResult, in_group, run_source_partitions, 
 from data_assets.partitions import source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.decontaminate import (
+from sluice.dedup.decontaminate import (
     ASSET,
     FLAGS_FILE,
     ContaminationTask,
@@ -29,7 +29,7 @@ from sluice.decontaminate import (
     flags_table,
     read_eval_texts,
 )
-from sluice.layout import PartitionRef, partition_prefix, read_manifest, write_manifest, write_parquet
+from sluice.io.layout import PartitionRef, partition_prefix, read_manifest, write_manifest, write_parquet
 
 
 @stage_asset(

@@ -51,8 +51,8 @@ from sluice.dedup import (
     publish_deduped,
     sign_partition,
 )
-from sluice.layout import PartitionRef, partition_prefix
-from sluice.tasks import TaskCounts
+from sluice.io.layout import PartitionRef, partition_prefix
+from sluice.runtime.tasks import TaskCounts
 
 SIGNATURES_ASSET = "dedup_signatures"
 INDEX_ASSET = "dedup_index"

@@ -21,8 +21,8 @@ from data_assets.metadata import markdown_table
 from resources import SluiceSettings
 from sluice.config import SluiceConfig
 from sluice.export import ExportError
+from sluice.io.storage import StorageError, open_store
 from sluice.mix import MixError
-from sluice.storage import StorageError, open_store
 
 
 def default_destination(config: SluiceConfig, mix: str, fmt: str) -> str:

@@ -50,6 +50,6 @@ def known_keys(context: Any, asset: str, prefixes: Iterable[str]) -> dict[str, s
 
 def stage_progress(context: Any, label: str, total: int, unit: str = "files") -> Any:
     """A StageProgress that logs to the run (the UI shows the lines) and draws a bar on a terminal."""
-    from sluice.progress import StageProgress
+    from sluice.runtime.progress import StageProgress
 
     return StageProgress(label, total, context.log.info, unit)

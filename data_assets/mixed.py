@@ -28,11 +28,11 @@ from data_assets.versions import CODE_VERSIONS, MIX_SETTINGS
 from resources import SluiceSettings, StorageResource, TokenizerResource
 from sluice.blocklist import load_configured
 from sluice.config import MixSettings, S3Settings
-from sluice.decontaminate import ASSET as DECONTAMINATION
-from sluice.decontaminate import FLAGS_FILE, EvalSpec, eval_sets_digest, eval_specs, flags_identity
-from sluice.layout import PartitionRef, partition_prefix, read_manifest, read_parquet_file
+from sluice.dedup.decontaminate import ASSET as DECONTAMINATION
+from sluice.dedup.decontaminate import FLAGS_FILE, EvalSpec, eval_sets_digest, eval_specs, flags_identity
+from sluice.io.layout import PartitionRef, partition_prefix, read_manifest, read_parquet_file
+from sluice.io.storage import Store
 from sluice.mix import MixError, build_mix, mix_prefix
-from sluice.storage import Store
 
 ASSET = "mixed_dataset"
 SHARES_CHECK = "realized_shares_match_weights"

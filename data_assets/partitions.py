@@ -22,7 +22,7 @@ from dagster import (
 )
 
 from data_assets.settings import CONFIG
-from sluice.layout import PartitionRef
+from sluice.io.layout import PartitionRef
 
 SNAPSHOTS = "snapshots"
 # Dagster orders the dimensions of a partition key by name: "source" before "time" makes keys `web|2026-01` and

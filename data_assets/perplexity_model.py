@@ -23,7 +23,7 @@ from data_assets.batch import in_group
 from data_assets.metadata import markdown_table
 from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
-from sluice.model_training import PERPLEXITY_ASSET, build_perplexity_models
+from sluice.clean.models.training import PERPLEXITY_ASSET, build_perplexity_models
 
 ASSET = PERPLEXITY_ASSET
 CUTOFF_CHECK = "cutoffs_from_other_sources"

@@ -21,8 +21,8 @@ from data_assets.automation import stage_automation
 from data_assets.batch import in_group
 from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
+from sluice.clean.models.training import QUALITY_ASSET, build_quality_model
 from sluice.clean.steps.quality import MODEL_FILE
-from sluice.model_training import QUALITY_ASSET, build_quality_model
 
 ASSET = QUALITY_ASSET
 ACCURACY_CHECK = "held_out_accuracy_above_chance"

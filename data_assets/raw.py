@@ -21,11 +21,11 @@ from data_assets.partitions import partition_check, source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS, CRAWL, SOURCE_SETTINGS, settings_dep
 from resources import ComputeResource, SluiceSettings, StorageResource
 from sluice.config import SluiceConfig
-from sluice.ingest import QUARANTINE_DATASET, ingest_file, plan_ingest, snapshot_files
-from sluice.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
-from sluice.preflight import source_problem
-from sluice.storage import Store
-from sluice.tasks import (
+from sluice.ingest.raw import QUARANTINE_DATASET, ingest_file, plan_ingest, snapshot_files
+from sluice.io.layout import PartitionRef, partition_prefix, side_prefix, write_manifest
+from sluice.io.storage import Store
+from sluice.runtime.preflight import source_problem
+from sluice.runtime.tasks import (
     RecordedTask,
     TaskCounts,
     record_key,
@@ -115,7 +115,7 @@ def ingest_partition(
 def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig) -> tuple[list[RecordedTask], list[str]]:
     """One recorded task per input file of the source's snapshot folder, and the folder's files of no known
     suffix (not read: listed by name). Each task records its completion; a re-run reuses the verified
-    outputs of finished tasks (sluice.tasks)."""
+    outputs of finished tasks (sluice.runtime.tasks)."""
     source = config.source(ref.source)
     files, unrecognized = snapshot_files(source.location.rstrip("/") + "/" + ref.snapshot, source.format, config.s3)
     tasks = plan_ingest(

@@ -41,7 +41,7 @@ from data_assets.partitions import (
 from data_assets.settings import CONFIG
 from data_assets.versions import CODE_VERSIONS
 from resources import SluiceSettings, StorageResource
-from sluice.layout import read_manifest
+from sluice.io.layout import read_manifest
 from sluice.report import (
     HTML_NAME,
     PNG_NAME,

@@ -19,9 +19,9 @@ from data_assets.partitions import SNAPSHOTS, snapshot_partitions
 from data_assets.versions import current_versions, observations, settings_values
 from resources import SluiceSettings
 from sluice.config import check_snapshot_name
-from sluice.layout import PartitionRef
-from sluice.preflight import source_problem
-from sluice.storage import open_store
+from sluice.io.layout import PartitionRef
+from sluice.io.storage import open_store
+from sluice.runtime.preflight import source_problem
 
 
 def discover_snapshots(settings: SluiceSettings, rejected: list[str] | None = None) -> list[tuple[str, str]]:

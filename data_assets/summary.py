@@ -13,7 +13,7 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterEventType
 from dagster._core.storage.dagster_run import RunsFilter
 
 from data_assets.partitions import SNAPSHOTS, partition_key
-from sluice.layout import PartitionRef
+from sluice.io.layout import PartitionRef
 
 STAGE_ROWS = ("raw_documents", "cleaned_documents", "deduped_documents", "tokenized_shards")
 MAX_ROWS = 40  # partitions listed one per line; the totals cover all of them

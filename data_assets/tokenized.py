@@ -1,4 +1,4 @@
-"""`tokenized_shards`: deduplicated text -> binary token shards + document index (see `sluice.shards`)."""
+"""`tokenized_shards`: deduplicated text -> binary token shards + document index (see `sluice.tokens.shards`)."""
 
 from collections.abc import Iterator
 from typing import Any
@@ -13,10 +13,9 @@ from data_assets.partitions import partition_check, source_snapshot_partitions
 from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource, TokenizerResource
 from sluice.config import SluiceConfig
-from sluice.layout import PartitionRef, partition_prefix, required_manifest, side_prefix, write_manifest
-from sluice.shards import BINARY_DATASET
-from sluice.storage import Store
-from sluice.tasks import (
+from sluice.io.layout import PartitionRef, partition_prefix, required_manifest, side_prefix, write_manifest
+from sluice.io.storage import Store
+from sluice.runtime.tasks import (
     RecordedTask,
     TaskCounts,
     record_key,
@@ -25,7 +24,8 @@ from sluice.tasks import (
     run_recorded,
     task_digest,
 )
-from sluice.tokenize import LENGTH_LABELS, TokenizeTask, shard_manifest, tokenize_part
+from sluice.tokens.shards import BINARY_DATASET
+from sluice.tokens.tokenize import LENGTH_LABELS, TokenizeTask, shard_manifest, tokenize_part
 
 ASSET = "tokenized_shards"
 IDS_CHECK = "token_ids_below_vocab_size"
@@ -90,7 +90,7 @@ def tokenize(
 
 def _jobs(store: Store, ref: PartitionRef, config: SluiceConfig, tok_manifest: dict[str, Any], tokenizer_json: str) -> list[RecordedTask]:
     """One recorded task per deduplicated part. Each records its completion; a re-run reuses the verified
-    shards of finished tasks (sluice.tasks). A task's identity: its deduped part's digest, the tokenizer (in
+    shards of finished tasks (sluice.runtime.tasks). A task's identity: its deduped part's digest, the tokenizer (in
     the task) and the shard settings. The round-trip sample is spread over the parts: each task decodes its
     share from what it wrote."""
     deduped = required_manifest(store, "deduped_documents", ref)
@@ -125,7 +125,7 @@ def _metadata(store: Store, ref: PartitionRef, manifest: dict[str, Any], results
         "bytes_per_token": text_bytes / manifest["tokens"] if manifest["tokens"] else 0.0,
         "shards": len(manifest["shards"]),
         "dtype": manifest["dtype"],
-        # the word-cache fast path of sluice.tokenize, or why this tokenizer does not allow it
+        # the word-cache fast path of sluice.tokens.tokenize, or why this tokenizer does not allow it
         "encoder": f"encode_batch_fast ({unsupported})" if unsupported else "word cache fast path",
         "encoder_fallback_documents": sum(r["fallback_documents"] for r in results),
         "tokenizer_sha256": manifest["tokenizer_sha256"],

@@ -14,7 +14,7 @@ from data_assets.automation import stage_automation
 from data_assets.batch import in_group
 from data_assets.versions import CODE_VERSIONS
 from resources import ComputeResource, SluiceSettings, StorageResource
-from sluice.tokenize import TrainingTask, load_tokenizer, tokenizer_sha256, train_from_store
+from sluice.tokens.tokenize import TrainingTask, load_tokenizer, tokenizer_sha256, train_from_store
 
 ASSET = "tokenizer"
 

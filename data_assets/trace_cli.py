@@ -61,8 +61,8 @@ def load_provenance(patterns: list[str]) -> list[dict[str, Any]]:
 def run_trace(config_path: str, options: dict[str, Any]) -> tuple[Any, dict[str, str]]:
     """Trace what `options` names (the CLI's and the job's keys) and write it; returns (trace, written URIs)."""
     from sluice.config import load_config
-    from sluice.layout import named_prefix
-    from sluice.storage import open_store
+    from sluice.io.layout import named_prefix
+    from sluice.io.storage import open_store
     from sluice.trace import BatchSpec, trace_batch
 
     config = load_config(config_path)

@@ -45,9 +45,9 @@ from data_assets.settings import CONFIG
 from resources import SluiceSettings
 from sluice.blocklist import load_configured
 from sluice.config import SluiceConfig
-from sluice.decontaminate import eval_sets_digest, eval_specs
-from sluice.ingest import list_snapshot_files
-from sluice.layout import PartitionRef
+from sluice.dedup.decontaminate import eval_sets_digest, eval_specs
+from sluice.ingest.raw import list_snapshot_files
+from sluice.io.layout import PartitionRef
 
 # The version of each stage's algorithm: raise it when a change makes the stage write different bytes
 # for the same inputs and settings (CHANGELOG.md says why).

@@ -6,7 +6,7 @@ materialization of the `whatif_report` asset with the answer as metadata.
         config: {other_config: /path/other.yaml, samples: 3}   # out: a local folder (default: beside the storage root's data)
 
 The op compares the other config's cleaning settings with the code location's config from
-cleaned_attributes (sluice.whatif, no run of the graph), writes summary.json, flips.parquet, index.html and
+cleaned_attributes (sluice.whatif.engine, no run of the graph), writes summary.json, flips.parquet, index.html and
 report.png, and records them with the flips table, the totals and what could not be answered.
 """
 
@@ -31,7 +31,7 @@ class WhatIfConfig(Config):
 def _out(settings: SluiceSettings, config: WhatIfConfig) -> str:
     if config.out:
         return config.out
-    from sluice.storage import is_s3
+    from sluice.io.storage import is_s3
 
     root = settings.config.storage.root
     if is_s3(root):
@@ -45,8 +45,8 @@ def whatif_op(context: OpExecutionContext, config: WhatIfConfig, settings: Sluic
     import tempfile
 
     from sluice.config import load_config
-    from sluice.whatif import what_if
-    from sluice.whatif_report import write
+    from sluice.whatif.engine import what_if
+    from sluice.whatif.report import write
 
     other = load_config(config.other_config)
     with tempfile.TemporaryDirectory() as scratch:

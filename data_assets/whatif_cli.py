@@ -1,6 +1,6 @@
 """`sluice whatif --config OTHER.yaml [--out DIR] [--samples N]`: what OTHER's cleaning settings would keep and
 drop, compared with the current config's, from the cleaned_attributes the current config's cleaning wrote
-(sluice.whatif), in seconds and without a Dagster run.
+(sluice.whatif.engine), in seconds and without a Dagster run.
 
 Prints a table of the documents (and tokens) that flip kept->dropped and dropped->kept per source x
 snapshot x language x rule, the new totals and token shares per source, and the changes the attributes
@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from data_assets.trace_cli import config_path
     from sluice.config import ConfigError, load_config
-    from sluice.whatif import what_if
-    from sluice.whatif_report import write
+    from sluice.whatif.engine import what_if
+    from sluice.whatif.report import write
 
     if not Path(args.config).expanduser().is_file():
         print(f"sluice whatif: --config {args.config} does not exist", file=sys.stderr)

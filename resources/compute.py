@@ -5,8 +5,8 @@ from __future__ import annotations
 from dagster import ConfigurableResource
 
 from resources.settings import SluiceSettings
-from sluice.compute import Executor, make_executor
 from sluice.config import ComputeSettings
+from sluice.runtime.compute import Executor, make_executor
 
 
 class ComputeResource(ConfigurableResource):

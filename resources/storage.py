@@ -10,7 +10,7 @@ from __future__ import annotations
 from dagster import ConfigurableResource
 
 from resources.settings import SluiceSettings
-from sluice.storage import Store, open_store
+from sluice.io.storage import Store, open_store
 
 
 class StorageResource(ConfigurableResource):

@@ -27,6 +27,6 @@ class TokenizerResource(ConfigurableResource):
         return store.read_bytes(f"{TOKENIZER_PREFIX}/tokenizer.json").decode("utf-8")
 
     def load(self):
-        from sluice.tokenize import load_tokenizer
+        from sluice.tokens.tokenize import load_tokenizer
 
         return load_tokenizer(self.tokenizer_json())

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dagster import ConfigurableResource
 
 from resources.settings import SluiceSettings
-from sluice.storage import open_store
+from sluice.io.storage import open_store
 
 
 def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:

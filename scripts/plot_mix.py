@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     from sluice.config import load_config
+    from sluice.io.storage import open_store
     from sluice.mix import mix_prefix
-    from sluice.storage import open_store
 
     config = load_config()
     mix = args.mix or sorted(config.mixes)[0]

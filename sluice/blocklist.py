@@ -2,7 +2,7 @@
 
 A text file, one entry per line (`#` starts a comment):
 
-    doc:web/2026-01/handbook-en-US.warc.gz#20      a document id (sluice.ingest's doc_id)
+    doc:web/2026-01/handbook-en-US.warc.gz#20      a document id (sluice.ingest.raw's doc_id)
     url:https://example.com/a/page.html            a URL; `*` and `?` are wildcards (sluice.loader.skip)
     domain:example.com                             the host and all its subdomains (case-insensitive)
     regex:(?i)\bbuy now\b                          a pattern searched in the document's text
@@ -206,8 +206,8 @@ def match_part(task: MatchTask) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     from sluice.config import S3Settings
-    from sluice.layout import local_copy
-    from sluice.storage import StoreSpec
+    from sluice.io.layout import local_copy
+    from sluice.io.storage import StoreSpec
 
     store = StoreSpec(task.input_url, task.s3 or S3Settings()).open()
     columns = ["doc_id", "url"] + (["text"] if task.blocklist.needs_text else [])

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.layout import PartitionRef, partition_prefix, read_manifest, write_manifest
-from sluice.storage import Store
+from sluice.io.layout import PartitionRef, partition_prefix, read_manifest, write_manifest
+from sluice.io.storage import Store
 
 REPORT_DATASET = "quality_report"
 PNG_NAME = "report.png"

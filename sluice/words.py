@@ -235,3 +235,9 @@ def spaceless_share(text: str, n_words: int) -> float:
     if n_words <= 0:
         return 0.0
     return len(NO_SPACE_CHAR.findall(text)) / n_words
+
+
+# datatrove's PUNCTUATION string (datatrove/utils/text.py) plus the ASCII/C1 controls it appends.
+DATATROVE_PUNCTUATION = "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»" + "".join(
+    chr(x) for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b)
+)

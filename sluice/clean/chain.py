@@ -125,8 +125,8 @@ def clear_text_caches() -> None:
     """Forget what the steps remember of earlier texts (the word splitter's chunks, code share's lines,
     language ID's word sums), so a benchmark that cleans the same documents again in one process starts each
     timed pass cold."""
+    from sluice.clean.models.langid import clear_word_cache
     from sluice.clean.steps.codeshare import clear_line_cache
-    from sluice.langid import clear_word_cache
     from sluice.words import clear_chunk_cache
 
     clear_chunk_cache()

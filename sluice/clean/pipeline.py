@@ -21,7 +21,7 @@ class CleaningPipeline:
         self.attributes = attributes
         self.stats = CleaningStats()
         self.stats.reached = {step.name: 0 for step in steps}
-        self.on_step: Any = None  # called with a step's index before it runs (sluice.budget's heartbeat)
+        self.on_step: Any = None  # called with a step's index before it runs (sluice.runtime.budget's heartbeat)
 
     def stage_name(self, index: int) -> str:
         """Name of step `index`; the index after the last step is the output stage (PII re-scan, hash)."""

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sluice.quantiles import Quantiles
+from sluice.clean.quantiles import Quantiles
 
 
 @dataclass

@@ -12,8 +12,8 @@ from sluice.clean.schema import CLEANED_SCHEMA, DROPPED_SCHEMA, cleaned_row, dro
 from sluice.clean.stats import CleaningStats
 from sluice.clean.steps import Document, Route
 from sluice.config import CleaningSettings, S3Settings
-from sluice.layout import ParquetStreamWriter
-from sluice.storage import StoreSpec
+from sluice.io.layout import ParquetStreamWriter
+from sluice.io.storage import StoreSpec
 
 CHUNK_DOCUMENTS = 64  # documents per message from the budgeted worker (what a kill makes it redo, at most)
 CHUNK_BYTES = 8 << 20
@@ -81,7 +81,7 @@ def _documents(path: str, start: int, source: str, snapshot: str) -> Any:
 
 
 def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbeat: Any, send: Any) -> None:
-    """Clean the documents of a part from row `start` (the work function of sluice.budget): sends
+    """Clean the documents of a part from row `start` (the work function of sluice.runtime.budget): sends
     ("chunk", next row, (rows, stats)) every CHUNK_DOCUMENTS documents and ("done", (rows, stats)) at the
     end, where rows are ("kept" | "routed" | "dropped", output row). Rows in `skips` are dropped unprocessed
     with reason `step_timeout:<step>` (or `step_crashed:<step>`)."""
@@ -138,11 +138,11 @@ def clean_documents(part: _PartInput, start: int, skips: dict[int, Any], heartbe
 def clean_part(task: CleanTask) -> dict[str, Any]:
     """Clean one raw part file into `part-NNNNN.parquet` and `dropped-NNNNN.parquet` (and, when code
     share routes, the side dataset's `part-NNNNN.parquet` under `code_url`). With a step budget
-    (`cleaning.step_cpu_budget_s`) the chain runs in a supervised worker process (sluice.budget); without,
+    (`cleaning.step_cpu_budget_s`) the chain runs in a supervised worker process (sluice.runtime.budget); without,
     in this process."""
-    from sluice.budget import NoHeartbeat, supervise
-    from sluice.layout import _remove_tree
-    from sluice.storage import local_temp_dir
+    from sluice.io.layout import _remove_tree
+    from sluice.io.storage import local_temp_dir
+    from sluice.runtime.budget import NoHeartbeat, supervise
 
     input_store = StoreSpec(task.input_url, task.s3).open()
     output_store = StoreSpec(task.output_url, task.s3).open()

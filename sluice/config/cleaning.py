@@ -232,7 +232,7 @@ class ToxicitySettings(_Model):
     @field_validator("extra_languages")
     @classmethod
     def _extra(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from sluice.toxicity_lists import LIST_LANGUAGES
+        from sluice.config.toxicity_lists import LIST_LANGUAGES
 
         for code in value:
             if code not in LIST_LANGUAGES:
@@ -374,7 +374,7 @@ class CleaningSettings(_Model):
     # CPU seconds one step may spend on one document. A step over it (a pathological page in C code that
     # nothing else interrupts) gets the document dropped as `step_timeout:<step>`, kept in the dropped
     # output, and the part goes on: the chain runs in a supervised worker process that is killed and
-    # restarted after that document (sluice.budget). Normal documents take milliseconds. null: the chain
+    # restarted after that document (sluice.runtime.budget). Normal documents take milliseconds. null: the chain
     # runs in the task's own process, unbudgeted.
     step_cpu_budget_s: float | None = Field(10.0, gt=0.0)
     extraction: ExtractionSettings = ExtractionSettings()

@@ -354,7 +354,7 @@ def _validate_leniently(raw: dict[str, Any], max_rounds: int = 8) -> tuple[Sluic
 def config_problems(raw: Any, base_dir: Path | None = None) -> tuple[SluiceConfig | None, list[str]]:
     """Every problem of a parsed YAML document, one `key: problem; fix: ...` line each (literal secrets,
     schema and cross-references together), and the config without its failing values (what the checks of
-    the files and locations it names read, sluice/preflight.py; None when too little of it is valid). Relative
+    the files and locations it names read, sluice/runtime/preflight.py; None when too little of it is valid). Relative
     paths resolve against `base_dir` (default: the current directory)."""
     if not isinstance(raw, dict):
         return None, [f"(top level): must be a mapping, got {type(raw).__name__}; fix: write the config's sections as `key: value` lines"]

@@ -45,7 +45,7 @@ class OrchestrationSettings(_Model):
 
 
 class DedupSettings(_Model):
-    """Near-duplicate detection (MinHash LSH, see sluice.minhash); defaults as datatrove's."""
+    """Near-duplicate detection (MinHash LSH, see sluice.dedup.minhash); defaults as datatrove's."""
 
     fuzzy: bool = True  # False: exact dedup only
     ngram_size: int = Field(5, ge=1, le=64)  # words per shingle

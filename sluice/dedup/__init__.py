@@ -5,7 +5,7 @@
 `doc = part << 24 | row`.
 
 **Rule.** Documents are linked when their normalized text hashes are equal (`sluice.clean.text_hash`) or
-when they are a verified candidate pair (they share an LSH band bucket, `sluice.minhash`, and, with
+when they are a verified candidate pair (they share an LSH band bucket, `sluice.dedup.minhash`, and, with
 `dedup.verify_min_jaccard`, the Jaccard similarity of their shingle sets reaches it; pairs are each bucket
 member with the bucket's first `verify_anchors` members, see `sluice.dedup.candidates`). A document of
 partition P is removed when its connected component in the graph of all documents of P and of the

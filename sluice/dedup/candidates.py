@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.config import DedupSettings, S3Settings
+from sluice.dedup.minhash import MinHasher
 from sluice.dedup.schemas import (
     CLEANED,
     ROW_BITS,
@@ -32,14 +33,13 @@ from sluice.dedup.schemas import (
     parquet_file,
     prefix_of,
 )
-from sluice.layout import read_manifest, read_parquet_file
-from sluice.minhash import MinHasher
-from sluice.storage import StorageError, Store, StoreSpec
+from sluice.io.layout import read_manifest, read_parquet_file
+from sluice.io.storage import StorageError, Store, StoreSpec
 
 # Shingles looked up per block of pairs in `pair_jaccard` (bounds its temporary arrays to ~3 MB).
 _JACCARD_BLOCK = 1 << 16
 # Characters of candidate texts shingled at once when verifying (the tokenizer's arrays grow with it:
-# ~50 bytes per character, as `sluice.minhash._BATCH_CHARS`).
+# ~50 bytes per character, as `sluice.dedup.minhash._BATCH_CHARS`).
 _SHINGLE_BATCH_CHARS = 1 << 18
 # Candidate pairs per verification task, and distinct documents (whose shingle sets a task holds at once):
 # tasks run one after another in process, so this bounds verification's memory whatever the candidates

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from sluice.compute import Executor
+from sluice.dedup.minhash import _fmix64
 from sluice.dedup.schemas import CLUSTERS, CLUSTERS_FILE, parquet_file, prefix_of
-from sluice.minhash import _fmix64
-from sluice.storage import Store
+from sluice.io.storage import Store
+from sluice.runtime.compute import Executor
 
 # Edges per components task; fewer are handled in this process.
 EDGES_PER_TASK = 1 << 22

@@ -76,7 +76,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.ranges import band_rows_between, exact_rows_between
 from sluice.dedup.runs import (  # noqa: F401 (re-exported)
@@ -102,7 +101,7 @@ from sluice.dedup.schemas import (  # noqa: F401 (shard_of, shard_bounds re-expo
     shard_of,
 )
 from sluice.dedup.signatures import signatures_digest
-from sluice.layout import (
+from sluice.io.layout import (
     MANIFEST,
     PARQUET_OPTIONS,
     PartitionRef,
@@ -110,7 +109,8 @@ from sluice.layout import (
     read_manifest,
     sha256_file,
 )
-from sluice.storage import StorageError, Store, StoreSpec, is_s3, local_temp_dir
+from sluice.io.storage import StorageError, Store, StoreSpec, is_s3, local_temp_dir
+from sluice.runtime.compute import Executor
 
 FORMAT = 2
 TABLES = ("exact", "bands")

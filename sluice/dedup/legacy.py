@@ -17,7 +17,6 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.schemas import (
     CLEANED,
@@ -34,7 +33,7 @@ from sluice.dedup.schemas import (
     signatures_schema,
 )
 from sluice.dedup.signatures import current_signatures, publish_signatures, read_signatures, signatures_digest
-from sluice.layout import (
+from sluice.io.layout import (
     PartitionRef,
     list_partitions,
     partition_prefix,
@@ -44,7 +43,8 @@ from sluice.layout import (
     write_manifest,
     write_parquet,
 )
-from sluice.storage import Store
+from sluice.io.storage import Store
+from sluice.runtime.compute import Executor
 
 LEGACY_KEYS = ("ngram_size", "bands", "rows_per_band", "seed", "hash_function")
 

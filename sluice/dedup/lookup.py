@@ -34,8 +34,8 @@ from sluice.dedup.schemas import (
     ref_of,
     signatures_schema,
 )
-from sluice.layout import MANIFEST, PartitionRef, read_manifest
-from sluice.storage import Store
+from sluice.io.layout import MANIFEST, PartitionRef, read_manifest
+from sluice.io.storage import Store
 
 LIMIT = 10_000  # documents looked at before the search stops (the size is then a lower bound)
 

@@ -26,7 +26,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import (
     PAIRS_SCHEMA,
@@ -64,7 +63,7 @@ from sluice.dedup.shuffle import (  # noqa: F401 (exact_links re-exported)
     range_pairs,
 )
 from sluice.dedup.signatures import sign_partition, signatures_digest
-from sluice.layout import (
+from sluice.io.layout import (
     PartitionRef,
     list_partitions,
     partition_prefix,
@@ -76,8 +75,9 @@ from sluice.layout import (
     write_parquet,
     write_parquet_groups,
 )
-from sluice.memory import releasing_memory
-from sluice.storage import Store, StoreSpec
+from sluice.io.storage import Store, StoreSpec
+from sluice.runtime.compute import Executor
+from sluice.runtime.memory import releasing_memory
 
 
 def earlier_partitions(store: Store, ref: PartitionRef) -> list[PartitionRef]:

@@ -29,8 +29,8 @@ from sluice.dedup.schemas import (
     parquet_file,
 )
 from sluice.dedup.signatures import signature_band_rows
-from sluice.layout import PartitionRef, partition_prefix, read_parquet_file, side_prefix
-from sluice.storage import StorageError, Store
+from sluice.io.layout import PartitionRef, partition_prefix, read_parquet_file, side_prefix
+from sluice.io.storage import StorageError, Store
 
 _BAND_FRAME = {"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64}
 EXACT_FRAME = {"key": pl.UInt64, "lo": pl.UInt64, "doc": pl.Int64, "doc_id": pl.String}

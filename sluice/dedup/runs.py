@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.dedup.schemas import parquet_file
-from sluice.storage import Store
+from sluice.io.storage import Store
 
 # The `.rows` side file's record of each table: every fixed-width column but the key (in the `.keys` file).
 ROW_FIELDS = {

@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.config import DedupSettings
-from sluice.layout import PartitionRef, partition_prefix
-from sluice.storage import Store
+from sluice.io.layout import PartitionRef, partition_prefix
+from sluice.io.storage import Store
 
 CLEANED = "cleaned_documents"
 SIGNATURES = "dedup_signatures"

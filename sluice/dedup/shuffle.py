@@ -31,6 +31,7 @@ import pyarrow as pa
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import candidate_pairs, first_members
 from sluice.dedup.index import DedupIndex, shard_bounds
+from sluice.dedup.minhash import _fmix64
 from sluice.dedup.ranges import band_rows_between, exact_rows_between
 from sluice.dedup.schemas import (
     CLUSTERS,
@@ -39,15 +40,14 @@ from sluice.dedup.schemas import (
     PartitionOrdinals,
     parquet_file,
 )
-from sluice.layout import (
+from sluice.io.layout import (
     PartitionRef,
     partition_prefix,
     read_manifest,
     write_parquet,
     write_parquet_groups,
 )
-from sluice.minhash import _fmix64
-from sluice.storage import Store, StoreSpec
+from sluice.io.storage import Store, StoreSpec
 
 PAIRS_ROW_GROUP = 1 << 16
 _ROW_GROUP_SHIFT = np.int64(SHINGLE_ROW_GROUP.bit_length() - 1)

@@ -2,7 +2,7 @@
 
 `sign_partition` publishes the `dedup_signatures` dataset of a partition (`part-NNNNN.parquet`: doc,
 doc_id, text_hash, bands) and its `dedup_shingles` side dataset (`shingles-NNNNN.parquet`: doc,
-shingles), both from one shingling of the texts (`sluice.minhash`). A partition already signed from the
+shingles), both from one shingling of the texts (`sluice.dedup.minhash`). A partition already signed from the
 same cleaned files with the same MinHash settings is not signed again.
 """
 
@@ -18,9 +18,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from sluice.compute import Executor
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import ShingleSets, set_keys
+from sluice.dedup.minhash import MAX_HASH32, MinHasher
 from sluice.dedup.schemas import (
     BANDS,
     BANDS_SCHEMA,
@@ -39,7 +39,7 @@ from sluice.dedup.schemas import (
     shard_bounds,
     signatures_schema,
 )
-from sluice.layout import (
+from sluice.io.layout import (
     PartitionRef,
     partition_prefix,
     read_manifest,
@@ -50,10 +50,10 @@ from sluice.layout import (
     write_parquet,
     write_parquet_groups,
 )
-from sluice.memory import releasing_memory
-from sluice.minhash import MAX_HASH32, MinHasher
-from sluice.storage import Store, StoreSpec
-from sluice.tasks import (
+from sluice.io.storage import Store, StoreSpec
+from sluice.runtime.compute import Executor
+from sluice.runtime.memory import releasing_memory
+from sluice.runtime.tasks import (
     RecordedTask,
     TaskCounts,
     record_key,
@@ -214,7 +214,7 @@ def sign_partition(
         return SignResult(existing, existing["documents"], signed=False, origin="unchanged")
     # Signed by an earlier version without the range sidecars: signed again (the signature files come out
     # the same bytes, so the index, keyed by their digest, is not rebuilt).
-    # Each part's signing records its completion; a re-run after a kill reuses verified parts (sluice.tasks).
+    # Each part's signing records its completion; a re-run after a kill reuses verified parts (sluice.runtime.tasks).
     s3 = s3 or S3Settings()
     outputs = (
         ("signatures", store.uri(partition_prefix(SIGNATURES, ref))), ("shingles", store.uri(side_prefix(SHINGLES, ref))), ("bands", store.uri(side_prefix(BANDS, ref))),

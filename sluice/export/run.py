@@ -14,10 +14,10 @@ from sluice.export.parquet import ParquetShards
 from sluice.export.samples import DocIdTable, ExportError, iter_blocks
 from sluice.export.shard_writer import ShardWriter
 from sluice.export.webdataset import WebDatasetShards
-from sluice.layout import MANIFEST, _remove_tree, write_manifest
+from sluice.io.layout import MANIFEST, _remove_tree, write_manifest
+from sluice.io.storage import StorageError, Store, local_temp_dir
 from sluice.loader import IGNORE_INDEX, MixedTokens
 from sluice.mix import ShardTable, mix_prefix
-from sluice.storage import StorageError, Store, local_temp_dir
 
 FORMAT = "sluice-export"
 VERSION = 1

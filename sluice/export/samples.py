@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.export.errors import ExportError
-from sluice.layout import read_parquet_file
+from sluice.io.layout import read_parquet_file
+from sluice.io.storage import Store
 from sluice.loader import PACK_TOKENS, GlobalOrder, MixedTokens, pack_arrays
 from sluice.loader.packing import reads_of
-from sluice.storage import Store
 
 
 class DocIdTable:

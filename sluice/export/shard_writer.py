@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from sluice.export.samples import Block
-from sluice.layout import sha256_file
-from sluice.storage import Store
+from sluice.io.layout import sha256_file
+from sluice.io.storage import Store
 
 
 class ShardWriter(ABC):

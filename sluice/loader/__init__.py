@@ -7,7 +7,7 @@
     for batch in loader: ...                                # input_ids, labels, position_ids, cu_seqlens, ...
 
 The package, in reading order:
-    data.py          `MixedTokens`: a split's manifest, index (`sluice.mixindex`, read with pread, fetched into
+    data.py          `MixedTokens`: a split's manifest, index (`sluice.mix.index`, read with pread, fetched into
                      the local cache from S3) and token reads; opened lazily in every process
     order.py         the global order: per-epoch Feistel permutations, positions -> samples, rank slices
     cache.py         shard access: local files in place; on S3 ranged GETs of the samples' token spans, planned

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from sluice.shards import ShardError, sha256_path
-from sluice.storage import StorageError, Store
+from sluice.io.storage import StorageError, Store
+from sluice.tokens.shards import ShardError, sha256_path
 
 
 def _max_open_shards() -> int:
@@ -51,7 +51,7 @@ class ShardRef:
 
     prefix: str  # the tokenized partition's folder (its manifest)
     name: str
-    binary_prefix: str = ""  # folder of its .bin / .idx (sluice.shards.binary_folder); "" = `prefix`
+    binary_prefix: str = ""  # folder of its .bin / .idx (sluice.tokens.shards.binary_folder); "" = `prefix`
 
     @property
     def bin_key(self) -> str:

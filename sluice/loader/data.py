@@ -1,6 +1,6 @@
 """`MixedTokens`: one split of a built mix as random-access samples, opened lazily in every process.
 
-The split's token stream is its index's ranges concatenated (`sluice.mixindex`); sample i is stream
+The split's token stream is its index's ranges concatenated (`sluice.mix.index`); sample i is stream
 [i*L, i*L + L + 1). Nothing of the index's size is loaded: the index file is read per lookup, on a local
 store in place and from S3 through a copy in the local cache (downloaded once per host and index version,
 its SHA-256 checked against the mix manifest).
@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from sluice.layout import sha256_file
+from sluice.io.layout import sha256_file
+from sluice.io.storage import StorageError, Store
 from sluice.loader.cache import SPAN_THREADS, LocalShards, ShardCache, ShardRef, SpanCache
 from sluice.mix import ShardTable, mix_prefix
-from sluice.mixindex import MixIndex, RemoteMixIndex
-from sluice.shards import ShardError, binary_folder
-from sluice.storage import StorageError, Store
+from sluice.mix.index import MixIndex, RemoteMixIndex
+from sluice.tokens.shards import ShardError, binary_folder
 
 MMAP_MAX_BYTES = 1 << 30  # read_mode="auto": local mixes up to this size (index + shards) are memory-mapped
 
@@ -279,14 +279,14 @@ class MixedTokens:
 
     # -- document identity (skip lists, trace)
     def locate_documents(self, doc_ids: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
-        """doc_id -> [(shard id, document index)] in this mix's shards (`sluice.lineage.locate_in_mix`)."""
-        from sluice.lineage import RowReader, locate_in_mix
+        """doc_id -> [(shard id, document index)] in this mix's shards (`sluice.mix.lineage.locate_in_mix`)."""
+        from sluice.mix.lineage import RowReader, locate_in_mix
 
         with RowReader(self.store) as reader:
             return locate_in_mix(reader, self.refs.table.all(), list(doc_ids))
 
     def _url_file(self, shard: int):
-        from sluice.shards import UrlFile
+        from sluice.tokens.shards import UrlFile
 
         files = self.__dict__.setdefault("_url_files", {})
         url_file = files.get(shard)

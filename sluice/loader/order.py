@@ -1,7 +1,7 @@
 """The global order: which sample every stream position holds, and which positions each rank reads.
 
 Epoch e visits the N samples in `EpochPermutation(N, seed, e, block_size)` order (a Feistel permutation, O(1)
-to build and to evaluate at any position; `sluice.permutation`). The epochs laid end to end form one global
+to build and to evaluate at any position; `sluice.mix.permutation`). The epochs laid end to end form one global
 stream of sample positions: position q is epoch q // N, sample perm_e(q % N). A run that starts (or resumes)
 at position p cuts the stream into global batches of G = batch_size * world_size samples: global batch k is
 positions [p + k*G, p + (k+1)*G), and rank r takes the r-th slice of batch_size positions. So every rank's
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sluice.permutation import EpochPermutation
+from sluice.mix.permutation import EpochPermutation
 
 
 class GlobalOrder:

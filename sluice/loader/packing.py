@@ -16,7 +16,7 @@ With provenance on (`TrainingLoader(provenance=True)`), a batch also carries
 
     provenance          int64 [segments, 5], row i describing segment i (tokens cu_seqlens[i] ..
                         cu_seqlens[i+1] of the flattened inputs), columns `PROVENANCE_COLUMNS`:
-                        record      index of the segment's record in the mix index (`sluice.mixindex`)
+                        record      index of the segment's record in the mix index (`sluice.mix.index`)
                         shard       shard id in the mix manifest's `shards`
                         doc         document index in that shard (its .idx / .docs.parquet row)
                         token_begin, token_end   the segment's tokens inside the document: doc tokens

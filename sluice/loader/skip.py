@@ -23,7 +23,7 @@ Cost. Positions and steps are merged into sorted ranges: the j-th kept position 
 sample, as the stream is read: each rank (and each DataLoader worker) evaluates every position of the
 global batch it cuts (G samples per step, not B) with one index probe per sample and, for URL patterns and
 domains, one read of the URL of each document not matched yet (the shards' `.urls` side files,
-`sluice.shards`; a small per-process cache). No corpus scan at resume, memory bounded by one chunk of
+`sluice.tokens.shards`; a small per-process cache). No corpus scan at resume, memory bounded by one chunk of
 positions; finding where step s starts after a checkpoint at step c evaluates (s - c) x G positions.
 
 URL patterns are shell-style wildcards (`*` any run of characters, `?` one), matched against the whole URL

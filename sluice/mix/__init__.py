@@ -3,7 +3,7 @@
 A mix gives each component -- a source (`web`) or a source's documents in one language (`web:en`) -- a
 share of a token budget. A share of each source's documents (chosen by a hash of the document id, so the
 same ones for every mix and rebuild) is held out for validation, and documents flagged by decontamination
-(`decontamination` partitions, `sluice.decontaminate`) are left out of both splits. Each component repeats
+(`decontamination` partitions, `sluice.dedup.decontaminate`) are left out of both splits. Each component repeats
 its documents whole for floor(E) epochs and takes a seeded fraction of them for the rest, the last document
 cut so the target is met exactly; E may not exceed `max_epochs` (`MixError` names the component). Copies
 are placed by seeded keys so every component is spread evenly over the stream and no two copies of one
@@ -19,7 +19,7 @@ Output (one `mixed_dataset` partition, `mix=<name>`):
     mixed_dataset/mix=<name>/_manifest.json    the shard table's name and size, components (weight, target, tokens, epochs, validation,
                                 removed), splits {train, validation: {index, ranges_count, tokens, samples}},
                                 dtype, seed, sequence_length, check values
-    mixed_index/mix=<name>/train.idx, validation.idx    what the loader reads (format: `sluice.mixindex`)
+    mixed_index/mix=<name>/train.idx, validation.idx    what the loader reads (format: `sluice.mix.index`)
     mixed_index/mix=<name>/shards.parquet    the shards the indexes name, one row per shard id, read by row
                                 group (`sluice.mix.shard_table`)
     mixed_contaminated/mix=<name>/contaminated.parquet  documents left out: doc_id, source, partition, matched_ngrams

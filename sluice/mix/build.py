@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.config import MixSettings, split_weight_key
-from sluice.layout import _remove_tree, named_prefix, sha256_file, write_manifest, write_parquet
+from sluice.io.layout import _remove_tree, named_prefix, sha256_file, write_manifest, write_parquet
+from sluice.io.storage import Store, local_temp_dir
 from sluice.mix.order import KeyedBuckets, SplitStats, emit_copies, emit_validation, write_split
 from sluice.mix.plan import HIST_BITS, ComponentPlan, MixError, plan_component, settle_cut, targets
 from sluice.mix.scan import FlagReader, Scan, iter_spill, scan_sources
 from sluice.mix.shard_table import SHARD_TABLE
-from sluice.storage import Store, local_temp_dir
 
 MIXED = "mixed_dataset"
 INDEX = "mixed_index"

@@ -5,7 +5,7 @@ in [0, 1), so each file holds about `BUCKET_ROWS` = 2^19 ranges) and read back o
 `write_split` then walks the buckets in order, makes sure no two copies of one document fall in the same
 sample (a sample is stream tokens [s*L, s*L + L]; a copy that would share one with another copy of its
 document is swapped with a range half a bucket away, and the check counts what is left), and writes the index
-(`sluice.mixindex`) and the Parquet view of the ranges, gathering the values the mix's checks use.
+(`sluice.mix.index`) and the Parquet view of the ranges, gathering the values the mix's checks use.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sluice.mix.index import MixIndexWriter
 from sluice.mix.plan import ComponentPlan, validation_keys
-from sluice.mixindex import MixIndexWriter
 
 EMIT = np.dtype(
     [

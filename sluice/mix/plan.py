@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sluice.permutation import _key, splitmix64
+from sluice.mix.permutation import _key, splitmix64
 
 HIST_BITS = 16
 HIST_BINS = 1 << HIST_BITS

@@ -21,11 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sluice.config import MixSettings, split_weight_key
-from sluice.layout import PartitionRef, list_partitions, local_copy, partition_prefix, read_manifest
+from sluice.io.layout import PartitionRef, list_partitions, local_copy, partition_prefix, read_manifest
+from sluice.io.storage import Store
 from sluice.mix.plan import HIST_BINS, HIST_BITS, MixError, component_key, draws, validation_threshold
 from sluice.mix.shard_table import SHARD_TABLE, ShardTableWriter
-from sluice.shards import binary_folder, doc_hashes
-from sluice.storage import Store
+from sluice.tokens.shards import binary_folder, doc_hashes
 
 TOKENIZED = "tokenized_shards"
 SPILL = np.dtype(

@@ -2,7 +2,7 @@
 
     mixed_index/mix=<name>/shards.parquet   id, prefix, binary_prefix, name, source, partition, documents,
                                             tokens, part, first_row (`SCHEMA`); row i is shard id i (the
-                                            `shard` of the index records, `sluice.mixindex`); row groups of
+                                            `shard` of the index records, `sluice.mix.index`); row groups of
                                             `ROW_GROUP` rows, so shard i is in row group i // ROW_GROUP
 
 The mix manifest names the table (`shard_table`: key, prefix, rows, row_group, tokens, sha256) instead of
@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sluice.storage import RangedFile, Store
+from sluice.io.storage import RangedFile, Store
 
 SHARD_TABLE = "shards.parquet"
 ROW_GROUP = 65536

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from sluice.io.storage import Store
+from sluice.mix.index import MixIndex
 from sluice.mix.plan import MixError
 from sluice.mix.shard_table import ShardTable
-from sluice.mixindex import MixIndex
-from sluice.shards import binary_folder
-from sluice.storage import Store
+from sluice.tokens.shards import binary_folder
 
 
 def split_index(store: Store, manifest: dict[str, Any], split: str, file_reader: Callable[[str], str]) -> MixIndex:

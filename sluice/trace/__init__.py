@@ -22,7 +22,7 @@ indexed partition, later copies included: `sluice.dedup.lookup`), its token coun
 the traced span. Output: a text table, JSON, Parquet and Markdown (`Trace`).
 
 Cost: the positions are computed, not searched; each sample is one probe of the mix index; each document is
-read from one row group of its shard's docs, deduplicated part and raw part (`sluice.lineage`), its cluster by
+read from one row group of its shard's docs, deduplicated part and raw part (`sluice.mix.lineage`), its cluster by
 probes of the dedup index. Nothing grows with the number of documents or partitions of the mix
 (benchmarks/trace_lookup.py).
 """

@@ -1,4 +1,4 @@
-"""One traced document: its rows in every stage, read by probes (`sluice.lineage`), and its filter values."""
+"""One traced document: its rows in every stage, read by probes (`sluice.mix.lineage`), and its filter values."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import numpy as np
 
 from sluice.config import SluiceConfig
 from sluice.dedup.lookup import GlobalCluster
-from sluice.layout import PartitionRef
-from sluice.lineage import (
+from sluice.io.layout import PartitionRef
+from sluice.io.storage import StorageError
+from sluice.loader.data import MixedTokens
+from sluice.mix.lineage import (
     DEDUPED,
     DocId,
     RowReader,
@@ -20,9 +22,7 @@ from sluice.lineage import (
     raw_record,
     shard_part,
 )
-from sluice.loader.data import MixedTokens
-from sluice.shards import binary_folder
-from sluice.storage import StorageError
+from sluice.tokens.shards import binary_folder
 
 CLEANED_COLUMNS = [
     "doc_id", "url", "fetch_date", "language", "language_score", "n_chars", "pii_redactions", "quality_score", "code_share",
@@ -50,7 +50,7 @@ class DocumentTracer:
         self.tokenizer = None
         self.tokenizer_note = None
         if tokenizer_json is not None:
-            from sluice.tokenize import load_tokenizer, tokenizer_sha256
+            from sluice.tokens.tokenize import load_tokenizer, tokenizer_sha256
 
             if tokenizer_sha256(tokenizer_json) != data.manifest.get("tokenizer_sha256"):
                 self.tokenizer_note = "the published tokenizer is not the one the mix's shards were tokenized with: no preview"
@@ -81,7 +81,7 @@ class DocumentTracer:
         return int(bounds[0]), int(bounds[1])
 
     def reader_local(self, key: str):
-        from sluice.layout import local_copy
+        from sluice.io.layout import local_copy
 
         return local_copy(self.store, key)
 

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.config import SluiceConfig
+from sluice.io.storage import Store
 from sluice.loader.data import MixedTokens
-from sluice.storage import Store
 from sluice.trace.batch import BatchSpec, Segment, batch_segments
 from sluice.trace.documents import DocumentTracer, local_tokenizer_json, settings_digest
 
@@ -194,7 +194,7 @@ def _trace_ids(data: MixedTokens, tracer: DocumentTracer, spec: BatchSpec, start
     for doc_id in spec.doc_ids:
         places = found.get(doc_id) or []
         if not places:
-            from sluice.lineage import absent_reason
+            from sluice.mix.lineage import absent_reason
 
             source, _, rest = doc_id.partition("/")
             documents.append({"doc_id": doc_id, "source": source, "snapshot": rest.split("/", 1)[0], "segments": [],

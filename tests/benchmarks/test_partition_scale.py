@@ -7,7 +7,7 @@ import re
 import pytest
 
 from benchmarks import partition_scale
-from sluice.minhash import shingles
+from sluice.dedup.minhash import shingles
 from tests.support.bench import run_benchmark
 
 
@@ -102,10 +102,10 @@ def test_a_run_process_peak_is_given_per_step_it_ran():
 def test_the_s3_request_counter_counts_what_every_client_sent(monkeypatch):
     """`SeaweedS3.request_counts` (partition_scale's `--store s3` figures) is the server's own counter: the
     bucket's creation, 3 PUTs, 2 ranged GETs (one through sluice's presigned path) and a listing, exactly."""
-    import sluice.storage
+    import sluice.io.storage
     from benchmarks.s3_server import shared_server, use_credentials
     from sluice.config import S3Settings
-    from sluice.storage import open_store
+    from sluice.io.storage import open_store
 
     with shared_server() as server:
         bucket = server.create_bucket("counted")
@@ -117,7 +117,7 @@ def test_the_s3_request_counter_counts_what_every_client_sent(monkeypatch):
         try:
             assert open_store(f"s3://{bucket}", S3Settings(endpoint_url=server.endpoint_url)).read_range("k1", 3, 2) == b"34"
         finally:
-            sluice.storage._CLIENTS.clear()
+            sluice.io.storage._CLIENTS.clear()
         client.list_objects_v2(Bucket=bucket)
         assert server.request_counts(bucket) == {"PUT": 4, "GET": 2, "LIST": 1}
         assert server.request_counts("no-such-bucket") == {}

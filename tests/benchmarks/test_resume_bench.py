@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks.resume import make_crawl, record_parts
 from sluice.config import WarcOptions
-from sluice.readers import RawRecord, read_warc
+from sluice.ingest.readers import RawRecord, read_warc
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "web" / "2026-02"
 

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import synth_crawl
 from sluice.config import WarcOptions
-from sluice.readers import RawRecord, read_warc
+from sluice.ingest.readers import RawRecord, read_warc
 
 SAMPLE_WEB = Path(__file__).resolve().parents[2] / "sample_data" / "web"
 

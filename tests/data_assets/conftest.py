@@ -21,8 +21,8 @@ def s3_server() -> Iterator[SeaweedS3]:
 @pytest.fixture
 def s3_credentials(s3_server, monkeypatch) -> Iterator[SeaweedS3]:
     """The server's keys in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for this test (and its worker processes)."""
-    import sluice.storage
+    import sluice.io.storage
 
     use_credentials(monkeypatch, s3_server.access_key, s3_server.secret_key)
     yield s3_server
-    sluice.storage._CLIENTS.clear()  # clients built with this test's keys must not outlive it
+    sluice.io.storage._CLIENTS.clear()  # clients built with this test's keys must not outlive it

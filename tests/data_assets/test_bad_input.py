@@ -257,7 +257,7 @@ def test_quarantined_file_share_check_blocks_when_too_many_files_are_unreadable(
     # The command's summary shows the partition's real counts either way, and why it failed.
     from data_assets import summary
     from sluice.config import load_config
-    from sluice.layout import PartitionRef
+    from sluice.io.layout import PartitionRef
 
     lines: list[str] = []
     summary.print_partitions(summary.collect(dagster_instance, load_config(config), [PartitionRef("web", SNAPSHOT)]), out=lines.append)
@@ -310,7 +310,7 @@ def test_arc_files_are_read_and_files_of_no_known_suffix_are_listed(make_config,
 
     from data_assets import summary
     from sluice.config import load_config
-    from sluice.layout import PartitionRef
+    from sluice.io.layout import PartitionRef
 
     lines: list[str] = []
     summary.print_partitions(summary.collect(dagster_instance, load_config(config), [PartitionRef("web", SNAPSHOT)]), out=lines.append)

@@ -27,7 +27,7 @@ from dagster import DagsterInstance
 
 from data_assets.cli import register_snapshots
 from data_assets.definitions import build_resources
-from sluice.storage import remove_stale_scratch
+from sluice.io.storage import remove_stale_scratch
 from tests.conftest import PROJECT_ROOT, base_config, tree_digest, write_config
 from tests.support.graph import graph_instance, materialize_graph
 

@@ -13,8 +13,8 @@ from dagster import materialize
 
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import SNAPSHOTS, multi_key
-from sluice.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
-from sluice.storage import open_store
+from sluice.io.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
+from sluice.io.storage import open_store
 
 PASSAGE = (
     "then analyzes its contents, and automatically fetches the file or files referenced within. Once everything has "
@@ -70,7 +70,7 @@ def test_flags_are_reused_until_the_partition_or_the_eval_sets_change(setup):
 
 def test_mixes_refuse_missing_or_stale_flags(setup):
     from data_assets.mixed import partition_flags
-    from sluice.decontaminate import EvalSpec
+    from sluice.dedup.decontaminate import EvalSpec
     from sluice.mix import MixError
 
     store, _, run, resources = setup

@@ -9,7 +9,7 @@ from benchmarks.dedup_oracle import write_all
 from data_assets.deduped import STAGE_ASSETS
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import SNAPSHOTS, multi_key
-from sluice.storage import open_store
+from sluice.io.storage import open_store
 from tests.sluice.dedup.test_dedup import ORDER, long_texts, planted_partitions  # noqa: F401 - the module-scoped fixture
 from tests.support.results import checks_of, metadata_of
 

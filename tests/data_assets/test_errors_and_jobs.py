@@ -17,7 +17,7 @@ from data_assets.freshness import Plan
 from data_assets.partitions import SNAPSHOTS, multi_key
 from resources.run_tags import run_labels
 from sluice.config import ConfigError, load_config
-from sluice.preflight import location_problems
+from sluice.runtime.preflight import location_problems
 from tests.conftest import PROJECT_ROOT, SAMPLE, base_config, write_config
 from tests.support.graph import config_env, graph_instance, run_backfill
 

@@ -10,7 +10,7 @@ from data_assets.definitions import build_resources, defs
 from data_assets.export import export_job
 from sluice.config import S3Settings
 from sluice.export import export_split
-from sluice.storage import open_store
+from sluice.io.storage import open_store
 from tests.conftest import tree_digest
 from tests.data_assets.test_s3 import s3_digest, upload_tree
 from tests.support.mix_fixture import build_test_mix

@@ -154,7 +154,7 @@ def test_cleaning_metadata_explains_every_decision(local_run):
             reason: count for reason, count in drops.items() if count
         }
         assert set(dropped.columns) >= {"doc_id", "url", "step", "reason", "detail", "text"}
-        # The median comes from a fixed-size summary (sluice.quantiles): the lower median, within 1 %; both
+        # The median comes from a fixed-size summary (sluice.clean.quantiles): the lower median, within 1 %; both
         # rounded to 4 significant digits, units from 1000 up (data_assets/batch.py).
         lower_median = float(kept["n_chars"].quantile(0.5, "lower"))
         assert abs(cleaned["median_chars_out"] - lower_median) <= 0.0105 * lower_median + 0.5
@@ -237,7 +237,7 @@ def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
         stored_partitions,
     )
     from sluice.config import DedupSettings
-    from sluice.storage import open_store
+    from sluice.io.storage import open_store
 
     folder, report, _ = local_run
     fuzzy = {key: meta["deduped_documents"]["removed_fuzzy"] for key, meta in report["partitions"].items()}
@@ -364,7 +364,7 @@ def test_training_loader_resource_yields_shifted_batches(local_run):
 
 
 def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
-    """The word-cache fast path of sluice.tokenize on every cleaned document of the bundled sample gives
+    """The word-cache fast path of sluice.tokens.tokenize on every cleaned document of the bundled sample gives
     `tokenizer.encode(text).ids`, and every shard document is that of its deduplicated text plus EOS."""
     import glob
     import json
@@ -373,8 +373,8 @@ def test_every_sample_document_tokenizes_to_the_tokenizers_ids(local_run):
     import numpy as np
     import polars as pl
 
-    from sluice.shards import ShardView
-    from sluice.tokenize import WordCachedEncoder, load_tokenizer
+    from sluice.tokens.shards import ShardView
+    from sluice.tokens.tokenize import WordCachedEncoder, load_tokenizer
 
     folder, report, _ = local_run
     data = folder / "data"

@@ -1,7 +1,7 @@
 """Resume and retries on Ray (issue 20): a partition's per-file stages on a two-node Ray cluster on 127.0.0.1.
 
 - A Ray worker process SIGKILLed while it runs one of the partition's tasks: Ray's own task retries
-  (`max_retries`, sluice.compute.RayExecutor) run that task again; the run succeeds, the tasks that had
+  (`max_retries`, sluice.runtime.compute.RayExecutor) run that task again; the run succeeds, the tasks that had
   finished before the kill are not run again (their completion records keep their inode and modification
   time), and the published outputs equal an uninterrupted run's byte for byte.
 - The run process (the Ray driver) SIGKILLed once about half of the partition's tasks have completion

@@ -67,8 +67,8 @@ def test_report_records_each_source_view_partition_once_per_change(tmp_path):
     from dagster import materialize
 
     from data_assets.report import quality_report, source_views
-    from sluice.layout import PartitionRef
-    from sluice.storage import open_store
+    from sluice.io.layout import PartitionRef
+    from sluice.io.storage import open_store
     from tests.conftest import base_config, write_config
     from tests.sluice.test_report import publish
 

@@ -1,4 +1,4 @@
-"""A killed partition resumes where it stopped (sluice.tasks): the run process of a stage is SIGKILLed (with
+"""A killed partition resumes where it stopped (sluice.runtime.tasks): the run process of a stage is SIGKILLed (with
 its worker processes) once about half of the partition's files are done; the re-run runs only the tasks
 that had not finished and publishes outputs byte-identical to an uninterrupted run's.
 

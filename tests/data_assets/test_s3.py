@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from dagster import materialize
 
-import sluice.storage
+import sluice.io.storage
 from benchmarks.s3_server import SeaweedS3, use_credentials
 from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
@@ -101,7 +101,7 @@ def runs(s3_server, tmp_path_factory, sample_graph) -> Runs:
             s3_report = run_whole_graph(s3_config(folder, s3_server, bucket), folder / "home-s3")
             local_report, local_tree = sample_graph.report, sample_graph.digest  # the same graph on local folders
         finally:
-            sluice.storage._CLIENTS.clear()
+            sluice.io.storage._CLIENTS.clear()
     client = s3_server.client()
     return Runs(
         bucket=bucket,
@@ -129,7 +129,7 @@ def test_s3_outputs_equal_local_outputs_byte_for_byte(runs):
     assert len(runs.local_tree) > 40
     assert sorted(runs.s3_tree) == sorted(runs.local_tree)  # every file, same relative paths
     differing = sorted(key for key in runs.local_tree if runs.s3_tree[key] != runs.local_tree[key])
-    # Completion records (sluice.tasks) name a crawl file by its store's identity (local: size + mtime; S3:
+    # Completion records (sluice.runtime.tasks) name a crawl file by its store's identity (local: size + mtime; S3:
     # ETag), so raw ingest's differ between the stores; every published file is identical.
     assert [key for key in differing if not key.startswith("raw_documents_tasks/")] == []
 
@@ -187,10 +187,10 @@ def test_wrong_secret_fails_raw_documents_with_a_clear_message(s3_server, dagste
             raise_on_error=False,
         )
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
     assert not result.success
     text = failure_text(result)
-    assert f"s3://{bucket}/crawl/web" in text, text  # one line naming the location (sluice.preflight) and why
+    assert f"s3://{bucket}/crawl/web" in text, text  # one line naming the location (sluice.runtime.preflight) and why
     assert any(code in text for code in ACCESS_DENIED_CODES), text
     assert wrong_secret not in text and s3_server.secret_key not in text
     assert list_keys(s3_server.client(), bucket, "out/") == []  # nothing was published
@@ -213,7 +213,7 @@ def test_read_only_identity_fails_raw_documents_on_the_first_write(s3_server, da
             raise_on_error=False,
         )
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
     assert not result.success
     text = failure_text(result)
     assert f"cannot write s3://{bucket}/out/raw_documents/source=web/snapshot=2026-01/" in text, text

@@ -18,12 +18,12 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 import sluice.config
-import sluice.storage
+import sluice.io.storage
 from benchmarks.s3_server import use_credentials
 from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
 from data_assets.partitions import multi_key
-from sluice.layout import entry_key
+from sluice.io.layout import entry_key
 from tests.conftest import base_config, write_config
 from tests.data_assets.test_s3 import failure_text, list_keys, s3_digest, upload_sample
 from tests.support.fault_proxy import FaultProxy
@@ -118,7 +118,7 @@ def test_store_down_for_good_fails_clearly_and_publishes_nothing_half_written(s3
         try:
             results = run_partition(config, tmp_path / "home", [("reference", "2026-01")], raise_on_error=False, registered=go_down_later)
         finally:
-            sluice.storage._CLIENTS.clear()
+            sluice.io.storage._CLIENTS.clear()
     result = results[-1]
     assert not result.success
     text = failure_text(result)
@@ -152,7 +152,7 @@ def test_whole_graph_under_injected_faults_equals_fault_free_run(s3_server, tmp_
         with FaultProxy(s3_server.endpoint_url, fault_rate=0.10, seed=11) as proxy:
             whole_graph(proxy.endpoint_url, "faulty", "h2", max_attempts=12)
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
     print(f"fault proxy, whole graph: {dict(proxy.counts)}")
     assert proxy.counts["slowdown"] + proxy.counts["reset"] >= 10
     client = s3_server.client()
@@ -162,7 +162,7 @@ def test_whole_graph_under_injected_faults_equals_fault_free_run(s3_server, tmp_
 
 
 def test_cleanup_aborts_interrupted_multipart_uploads_only_under_the_root(s3_credentials, bucket):
-    from sluice.storage import open_store
+    from sluice.io.storage import open_store
 
     client = s3_credentials.client()
     inside = client.create_multipart_upload(Bucket=bucket, Key="out/raw_documents/part-00000.parquet")

@@ -1,4 +1,4 @@
-"""The check before a run (sluice.preflight.check_config_file) on S3: an unlistable source prefix, a storage
+"""The check before a run (sluice.runtime.preflight.check_config_file) on S3: an unlistable source prefix, a storage
 root in a bucket that does not exist and a named S3 file that is not there come in the same list as the
 schema's problems, each with its key; an endpoint that cannot be reached is reported in seconds, not after
 the run's full retry budget."""
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-import sluice.storage
+import sluice.io.storage
 from sluice.config import ConfigError
-from sluice.preflight import check_config_file
+from sluice.runtime.preflight import check_config_file
 from tests.conftest import base_config, write_config
 
 
@@ -48,7 +48,7 @@ def test_an_unreachable_endpoint_is_reported_in_seconds(s3_credentials, tmp_path
         with pytest.raises(ConfigError) as error:
             check_config_file(path)
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
     elapsed = time.monotonic() - start
     keys = [line.strip().split(": ")[0] for line in str(error.value).splitlines()[1:]]
     assert keys == ["compute.max_workerz", "sources[0].location (source 'web')", "storage.root", "mixes.default.eval_sets[0]"]

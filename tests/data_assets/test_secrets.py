@@ -15,7 +15,7 @@ import urllib.parse
 from dagster import materialize
 from dagster._serdes import serialize_value
 
-import sluice.storage
+import sluice.io.storage
 from benchmarks.s3_server import use_credentials
 from data_assets.cli import register_snapshots
 from data_assets.definitions import ASSETS, build_resources
@@ -62,7 +62,7 @@ def test_planted_secret_never_reaches_logs_metadata_errors_or_outputs(s3_server,
             raise_on_error=False,
         )
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
     assert good.success and not bad.success
 
     texts = run_texts(dagster_instance, good.run_id) + run_texts(dagster_instance, bad.run_id)

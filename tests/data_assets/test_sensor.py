@@ -78,7 +78,7 @@ def test_sensor_on_an_instance_the_command_brought_up_to_date_records_nothing(tm
     """What `sluice materialize` records (every partition's crawl and settings versions) is what the sensor
     would: switched on afterwards, its first tick finds nothing new."""
     from sluice.config import load_config
-    from sluice.layout import PartitionRef
+    from sluice.io.layout import PartitionRef
 
     config = make_config()
     dagster_instance.add_dynamic_partitions(SNAPSHOTS, ["2026-01", "2026-02"])

@@ -27,8 +27,8 @@ import pytest
 from data_assets.cli import register_snapshots
 from data_assets.definitions import build_resources
 from sluice.config import load_config
+from sluice.io.storage import open_store
 from sluice.loader import MixedTokens, TrainingLoader
-from sluice.storage import open_store
 from sluice.trace import BatchSpec, trace_batch
 from sluice.trace.batch import batch_provenance
 from tests.conftest import base_config, write_config

@@ -405,8 +405,8 @@ def scored_webserver(tmp_path_factory) -> Iterator[Webserver]:
     from data_assets.definitions import build_resources
     from data_assets.partitions import SNAPSHOTS
     from data_assets.report import quality_report, source_views
-    from sluice.layout import PartitionRef
-    from sluice.storage import open_store
+    from sluice.io.layout import PartitionRef
+    from sluice.io.storage import open_store
     from tests.conftest import base_config, write_config
     from tests.sluice.test_report import publish
 

@@ -1,5 +1,5 @@
-"""`sluice whatif` and the `whatif_report` job, the Dagster-facing sides of sluice.whatif, on the sample
-cleaned with attributes (tests/sluice/test_whatif.py's fixture)."""
+"""`sluice whatif` and the `whatif_report` job, the Dagster-facing sides of sluice.whatif.engine, on the sample
+cleaned with attributes (tests/sluice/whatif/test_engine.py's fixture)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import polars as pl
 
 from sluice.clean.attributes import ATTRIBUTES_DATASET
-from tests.sluice.test_whatif import _changed, sample  # noqa: F401 - the module-scoped fixture
+from tests.sluice.whatif.test_engine import _changed, sample  # noqa: F401 - the module-scoped fixture
 
 
 def test_the_command_prints_the_flips_and_writes_summary_and_flips(sample, tmp_path, monkeypatch, capsys):  # noqa: F811 - the imported fixture
@@ -74,9 +74,9 @@ def test_partitions_cleaned_before_the_attributes_existed_are_named_and_a_missin
 
     from data_assets.cli import main
     from sluice.config import CONFIG_ENV_VAR, SluiceConfig
-    from sluice.layout import read_manifest, write_manifest
-    from sluice.storage import open_store
-    from sluice.whatif import what_if
+    from sluice.io.layout import read_manifest, write_manifest
+    from sluice.io.storage import open_store
+    from sluice.whatif.engine import what_if
 
     raw, root, _ = sample
     copy = tmp_path / "data"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import polars as pl
 
 from sluice.config import load_config
-from sluice.layout import PartitionRef, entry_key, list_partitions, partition_prefix, read_manifest
-from sluice.storage import open_store
-from sluice.whatif import attribute_partitions, what_if
+from sluice.io.layout import PartitionRef, entry_key, list_partitions, partition_prefix, read_manifest
+from sluice.io.storage import open_store
+from sluice.whatif.engine import attribute_partitions, what_if
 
 
 def test_the_materialized_sample_has_attributes_whose_decisions_are_its_cleaned_outputs(sample_graph, tmp_path):

@@ -6,7 +6,7 @@ import importlib.util
 
 import torch
 
-from sluice.storage import open_store
+from sluice.io.storage import open_store
 from tests.conftest import PROJECT_ROOT, base_config, write_config
 from tests.support.mix_fixture import build_test_mix
 

@@ -14,8 +14,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot_mix.py"
 
 
 def test_plot_is_a_png_of_the_mix(tmp_path):
+    from sluice.io.storage import open_store
     from sluice.mix import build_mix
-    from sluice.storage import open_store
 
     store = open_store(str(tmp_path / "data"))
     write_partition(store, "web", "s1", [(f"w{i}", "en", 50) for i in range(200)])

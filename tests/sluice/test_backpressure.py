@@ -23,8 +23,8 @@ RECORD_TEXT = 8 << 10
 MEASURE = textwrap.dedent(
     """
     import json, os, random, resource, sys, time
-    import sluice.ingest as ingest
-    from sluice.ingest import IngestTask, ingest_file
+    import sluice.ingest.raw as ingest
+    from sluice.ingest.raw import IngestTask, ingest_file
 
     folder, records, unbounded = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
     if unbounded:

@@ -24,7 +24,7 @@ import pytest
 import zstandard
 
 from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
-from sluice.readers import Quarantined, RawRecord, read_records
+from sluice.ingest.readers import Quarantined, RawRecord, read_records
 from tests.conftest import PROJECT_ROOT
 
 LIMIT = 1 << 20
@@ -188,9 +188,9 @@ def test_jsonl_line_bomb_is_quarantined(name):
 
 @pytest.mark.parametrize("name", ["x.jsonl.gz", "x.jsonl.zst", "x.jsonl.bz2"])
 def test_jsonl_stream_that_expands_too_far_stops(monkeypatch, name):
-    import sluice.readers
+    import sluice.ingest.readers
 
-    monkeypatch.setattr(sluice.readers, "EXPANSION_FLOOR_BYTES", 4 * LIMIT)
+    monkeypatch.setattr(sluice.ingest.readers, "EXPANSION_FLOOR_BYTES", 4 * LIMIT)
     data = COMPRESSORS[name](jsonl_with_bomb(BOMB))
     records, quarantined, peak = read(data, name, "jsonl", JsonlOptions(max_line_bytes=LIMIT, max_expansion_ratio=100))
     assert [r.source_id for r in records] == ["0"]
@@ -222,9 +222,9 @@ def test_parquet_page_bomb_row_group_is_quarantined_unread(compression):
 def test_parquet_cell_over_the_limit_is_caught_when_page_headers_cannot_be_read(monkeypatch):
     """The cell check behind the page check: with the page headers unreadable (largest_page -> None), an
     over-long cell is still quarantined, alone, after Arrow read its page."""
-    import sluice.parquet_pages
+    import sluice.io.parquet_pages
 
-    monkeypatch.setattr(sluice.parquet_pages, "largest_page", lambda stream, chunk: None)
+    monkeypatch.setattr(sluice.io.parquet_pages, "largest_page", lambda stream, chunk: None)
     texts = ["short"] * 3 + ["y" * 5000] + ["short"] * 3
     records, quarantined, _ = read(parquet_bytes(texts, row_group_size=100), "x.parquet", "parquet", ParquetOptions(max_record_bytes=4096))
     assert [r.source_id for r in records] == ["0", "1", "2", "4", "5", "6"]
@@ -235,7 +235,7 @@ ARROW_PEAK = """
 import io, sys
 import pyarrow as pa
 from sluice.config import ParquetOptions
-from sluice.readers import read_records
+from sluice.ingest.readers import read_records
 data = open(sys.argv[1], "rb").read()
 items = list(read_records(io.BytesIO(data), "x.parquet", "parquet", ParquetOptions(max_record_bytes=int(sys.argv[2])), {}))
 print(pa.default_memory_pool().max_memory(), len(items))

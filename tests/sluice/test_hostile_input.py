@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from sluice.clean import Document
 from sluice.clean.steps.extract import ExtractHtml
 from sluice.config import JsonlOptions, ParquetOptions, WarcOptions
-from sluice.ingest import IngestTask, ingest_file
-from sluice.readers import Quarantined, RawRecord, read_records
-from tests.sluice.test_readers import WARC_FILES, compress, warc_members, warcio_responses
+from sluice.ingest.raw import IngestTask, ingest_file
+from sluice.ingest.readers import Quarantined, RawRecord, read_records
+from tests.sluice.ingest.test_readers import WARC_FILES, compress, warc_members, warcio_responses
 
 EXAMPLES = int(os.environ.get("SLUICE_HYPOTHESIS_EXAMPLES", "25"))
 PROPERTY = settings(max_examples=EXAMPLES, deadline=20_000, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
@@ -287,7 +287,7 @@ FOOTER_MUTATIONS = """
 import io
 import pyarrow as pa, pyarrow.parquet as pq
 from sluice.config import ParquetOptions
-from sluice.readers import RawRecord, read_records
+from sluice.ingest.readers import RawRecord, read_records
 texts = [f"row {i} é 漢" for i in range(20)]
 sink = io.BytesIO()
 pq.write_table(pa.table({"id": [str(i) for i in range(20)], "text": texts}), sink, row_group_size=8, write_page_checksum=True)
@@ -323,8 +323,8 @@ def test_every_single_byte_footer_mutation_is_read_or_quarantined_without_aborti
 
 
 def test_footer_decoder_agrees_with_pyarrow_on_intact_files():
-    """sluice.parquet_pages.row_groups (the reader's own footer decoder) against pyarrow's metadata."""
-    from sluice.parquet_pages import row_groups
+    """sluice.io.parquet_pages.row_groups (the reader's own footer decoder) against pyarrow's metadata."""
+    from sluice.io.parquet_pages import row_groups
 
     table = pa.table({"id": [str(i) for i in range(50)], "text": [f"t{i}" * (i + 1) for i in range(50)], "n": list(range(50))})
     for compression in ("none", "zstd"):

@@ -149,8 +149,8 @@ DECONTAMINATION_ALPHABET = WINDOW_ALPHABET + "℡ﬁßＡｂ\u1100\u1161\u11a8�
 @PROPERTY
 @given(st.lists(st.one_of(hostile_text, st.text(DECONTAMINATION_ALPHABET, max_size=80)), max_size=6).map("".join), st.integers(1, 40))
 def test_decontamination_word_windows_concatenate_to_words(text, window):
-    from sluice.decontaminate import word_windows
-    from sluice.decontaminate import words as eval_words
+    from sluice.dedup.decontaminate import word_windows
+    from sluice.dedup.decontaminate import words as eval_words
 
     pieces = list(word_windows(text, window))
     assert [word for piece in pieces for word in piece] == eval_words(text)
@@ -159,7 +159,7 @@ def test_decontamination_word_windows_concatenate_to_words(text, window):
 def reference_matches(eval_texts: list[str], text: str, n: int) -> int:
     """Windows of n consecutive words of `text` equal to n consecutive words of an evaluation text (tuples in a
     set: no hashing, no ids)."""
-    from sluice.decontaminate import words as eval_words
+    from sluice.dedup.decontaminate import words as eval_words
 
     grams = set()
     for eval_text in eval_texts:
@@ -175,7 +175,7 @@ VOCABULARY_TEXT = st.lists(st.sampled_from(["a", "b", "c", "Ab", "中", "文", "
 @PROPERTY
 @given(st.lists(VOCABULARY_TEXT, min_size=1, max_size=3), VOCABULARY_TEXT, st.integers(1, 4), st.integers(1, 12), st.integers(1, 7))
 def test_decontamination_matches_in_windows_and_chunks_equal_the_reference(eval_texts, text, n, window, chunk):
-    from sluice import decontaminate
+    from sluice.dedup import decontaminate
 
     saved = decontaminate._WINDOW_CHARS, decontaminate._HASH_CHUNK
     decontaminate._WINDOW_CHARS, decontaminate._HASH_CHUNK = window, chunk

@@ -25,7 +25,7 @@ RE_FUNCTIONS = {"compile", "match", "search", "sub", "subn", "findall", "findite
 
 
 def _tokenize_patterns() -> list[tuple[str, int]]:
-    from sluice.tokenize import BYTE_LEVEL_PATTERN, CHARACTER_CLASSES
+    from sluice.tokens.tokenize import BYTE_LEVEL_PATTERN, CHARACTER_CLASSES
 
     return [(translate_regex_module(BYTE_LEVEL_PATTERN), 0)] + [(translate_regex_module(c + "+"), 0) for c in CHARACTER_CLASSES]
 
@@ -39,7 +39,7 @@ def _user_blocklist_patterns() -> list[tuple[str, int]]:
 
 # Call sites whose pattern is computed at run time: (file, enclosing function) -> the patterns it can get.
 DYNAMIC = {
-    ("sluice/tokenize.py", "__init__"): _tokenize_patterns,
+    ("sluice/tokens/tokenize.py", "__init__"): _tokenize_patterns,
     ("sluice/blocklist.py", "__post_init__"): _user_blocklist_patterns,
     ("sluice/blocklist.py", "__setstate__"): _user_blocklist_patterns,
     ("sluice/blocklist.py", "parse"): _user_blocklist_patterns,
@@ -50,7 +50,7 @@ ALLOWED = {
     # GPT-2's pre-tokenizer pattern (what `tokenizers` itself runs): rule 4 sees `\s+(?!\S)` able to fail
     # after a whitespace run, but giving back one character always satisfies the lookahead (the next
     # character is then whitespace), so a run is consumed by the first attempt and never rescanned.
-    translate_regex_module(__import__("sluice.tokenize", fromlist=["x"]).BYTE_LEVEL_PATTERN),
+    translate_regex_module(__import__("sluice.tokens.tokenize", fromlist=["x"]).BYTE_LEVEL_PATTERN),
 }
 
 
@@ -168,7 +168,7 @@ def test_the_scan_sees_the_patterns_it_must():
     assert "sluice.words.MULTILINGUAL_TOKEN" in patterns
     assert "sluice.words.HAS_LETTER" in patterns  # kept as `.search` only
     assert any(label.startswith("sluice/clean/steps/pii.py:") for label in patterns)  # re.findall(r"\d+", ...)
-    assert any(label.startswith("sluice/tokenize.py:") for label in patterns)
+    assert any(label.startswith("sluice/tokens/tokenize.py:") for label in patterns)
     assert len(patterns) >= 30
 
 

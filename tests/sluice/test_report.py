@@ -6,9 +6,9 @@ import io
 
 import pytest
 
-from sluice.layout import PartitionRef, partition_prefix, read_manifest, write_manifest
+from sluice.io.layout import PartitionRef, partition_prefix, read_manifest, write_manifest
+from sluice.io.storage import open_store
 from sluice.report import collect, render_html, render_png, sketch_svg, source_totals, write_report
-from sluice.storage import open_store
 
 pytest.importorskip("matplotlib")
 

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from sluice.config import ConfigError, load_config
-from sluice.layout import PartitionRef, named_prefix
-from sluice.storage import StorageError, open_store
+from sluice.io.layout import PartitionRef, named_prefix
+from sluice.io.storage import StorageError, open_store
 from tests.conftest import base_config
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.compute import TASK_RETRIES, LocalPoolExecutor, TaskLost
+from sluice.runtime.compute import TASK_RETRIES, LocalPoolExecutor, TaskLost
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Build a real mix (sluice.mix.build_mix over shards written by sluice.shards.ShardWriter) for loader tests.
+"""Build a real mix (sluice.mix.build_mix over shards written by sluice.tokens.shards.ShardWriter) for loader tests.
 
 Documents hold distinct, recognizable tokens; `stream_oracle` rebuilds the mix's token stream by plain
 concatenation of the ranges (independent of the loader), and `range_offsets_oracle` the document boundaries.
@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.config import MixSettings
-from sluice.layout import PartitionRef, partition_prefix, sha256_file, side_prefix
+from sluice.io.layout import PartitionRef, partition_prefix, sha256_file, side_prefix
+from sluice.io.storage import Store
 from sluice.mix import build_mix
-from sluice.shards import BINARY_DATASET, ShardWriter, binary_folder, write_urls
-from sluice.storage import Store
+from sluice.tokens.shards import BINARY_DATASET, ShardWriter, binary_folder, write_urls
 
 EOS = 0
 VOCAB = 50_000

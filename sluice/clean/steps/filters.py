@@ -34,7 +34,7 @@ import numpy as np
 from sluice.clean.steps import Document, Drop, Step
 from sluice.clean.steps.codeshare import is_code_line
 from sluice.config import C4Settings, FineWebQualitySettings, GopherQualitySettings, GopherRepetitionSettings
-from sluice.minhash import PUNCTUATION as MINHASH_PUNCTUATION
+from sluice.words import DATATROVE_PUNCTUATION as MINHASH_PUNCTUATION
 from sluice.words import PUNCTUATION, STOP_WORDS
 
 ASCII_TERMINAL = (".", "?", "!", '"', "'")

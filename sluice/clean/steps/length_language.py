@@ -56,7 +56,7 @@ class LanguageFilter(Step):
         model_path: str | None,
         min_scores: dict[str, float] | None = None,
     ) -> None:
-        from sluice.langid import LanguageIdentifier
+        from sluice.clean.models.langid import LanguageIdentifier
 
         self.languages = set(languages)
         self.min_score = min_score

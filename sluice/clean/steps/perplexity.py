@@ -232,7 +232,7 @@ class ModelFetcher:
 
     def __call__(self, key: str) -> str:
         if key not in self._paths:
-            from sluice.storage import StoreSpec
+            from sluice.io.storage import StoreSpec
 
             self._paths[key] = StoreSpec(self.url, self.s3).open().fetch(key, self.scratch)  # type: ignore[arg-type]
         return self._paths[key]

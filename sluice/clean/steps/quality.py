@@ -4,7 +4,7 @@ Training (the `quality_model` asset): positives are the documents of `quality_mo
 curated source), negatives a seeded random sample of the raw documents of every other source; both go
 through the same decode + extraction steps as cleaning (no filters), so the model sees texts as the
 cleaning chain does. The sample is chosen by the smallest xxhash of `seed:doc_id` before anything is
-extracted (sluice.model_training: deterministic, independent of the order the files are read in, its cost
+extracted (sluice.clean.models.training: deterministic, independent of the order the files are read in, its cost
 bounded by `max_negatives`); training is single-threaded with a fixed seed, so the same raw data and
 settings give the same model.
 

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from sluice.clean.steps import Document, Drop, Step
 from sluice.config import ToxicitySettings
-from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
+from sluice.config.toxicity_lists import LIST_LANGUAGES, load_terms
 
 
 class TermMatcher:

@@ -1,4 +1,4 @@
-"""A copied config's problems come in one list before anything runs (sluice.preflight.check_config_file):
+"""A copied config's problems come in one list before anything runs (sluice.runtime.preflight.check_config_file):
 schema, cross-references and the files and folders it names together, each line naming its key and a fix."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.config import ConfigError
-from sluice.preflight import check_config_file
+from sluice.runtime.preflight import check_config_file
 from tests.conftest import base_config, write_config
 
 

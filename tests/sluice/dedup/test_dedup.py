@@ -25,10 +25,10 @@ from benchmarks.dedup_oracle import (
 )
 from sluice.config import DedupSettings
 from sluice.dedup.schemas import CLUSTERS, REMOVED_SCHEMA, SHINGLES
-from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_manifest, read_parquet_file
-from sluice.storage import Store, open_store
-from sluice.tasks import records_prefix
-from tests.sluice.test_minhash import sample_texts
+from sluice.io.layout import PartitionRef, list_partitions, partition_prefix, read_manifest, read_parquet_file
+from sluice.io.storage import Store, open_store
+from sluice.runtime.tasks import records_prefix
+from tests.sluice.dedup.test_minhash import sample_texts
 
 ORDER = [PartitionRef("reference", "2026-01"), PartitionRef("web", "2026-01"), PartitionRef("reference", "2026-02"), PartitionRef("web", "2026-02")]
 
@@ -226,7 +226,7 @@ def test_each_partition_is_signed_once(planted, monkeypatch):
     assert signed == [] and texts_read == []
     last = ORDER[3]
     shutil.rmtree(planted.uri(partition_prefix("dedup_signatures", last)))
-    # Its own signing tasks' completion records go too, so it signs again (sluice.tasks would reuse them).
+    # Its own signing tasks' completion records go too, so it signs again (sluice.runtime.tasks would reuse them).
     planted.delete(planted.list_files(records_prefix("dedup_signatures", last)))
     dedup.deduplicate_partition(planted, last)
     cleaned = read_manifest(planted, partition_prefix("cleaned_documents", last))["files"]
@@ -275,7 +275,7 @@ class RecordingPool:
     backend = "local"
 
     def __init__(self, workers: int) -> None:
-        from sluice.compute import LocalPoolExecutor
+        from sluice.runtime.compute import LocalPoolExecutor
 
         self.pool = LocalPoolExecutor(workers)
         self.stages: list[tuple[str, int]] = []
@@ -429,7 +429,7 @@ def test_dedup_config_errors_name_key_and_allowed_values(make_config):
 def test_components_split_by_hash_range_equal_one_pass_and_union_find():
     """Connected components (smallest node as label): scipy in one pass, and split into hash-range tasks
     whose spanning forests are merged pairwise, both equal a union-find over the edges."""
-    from sluice.compute import Executor
+    from sluice.runtime.compute import Executor
 
     rng = np.random.default_rng(5)
     nodes = rng.choice(1 << 40, 300, replace=False).astype(np.int64)

@@ -19,7 +19,7 @@ from benchmarks.dedup_oracle import edit, write_all
 from sluice.config import DedupSettings
 from sluice.dedup.index import DedupIndex, IndexEntry, partition_rows, partition_table
 from sluice.dedup.schemas import DEDUPED
-from sluice.layout import (
+from sluice.io.layout import (
     PartitionRef,
     partition_prefix,
     read_manifest,
@@ -27,7 +27,7 @@ from sluice.layout import (
     write_manifest,
     write_parquet,
 )
-from sluice.storage import LocalStore, open_store
+from sluice.io.storage import LocalStore, open_store
 from tests.conftest import tree_digest
 
 

@@ -18,12 +18,12 @@ from sluice.clean import normalize_for_hash
 from sluice.config import DedupSettings
 from sluice.dedup.index import DedupIndex
 from sluice.dedup.lookup import global_cluster, global_clusters
+from sluice.dedup.minhash import shingles
 from sluice.dedup.schemas import CLUSTERS
-from sluice.layout import PartitionRef, list_partitions, partition_prefix, read_parquet_file
-from sluice.minhash import shingles
-from sluice.storage import Store, open_store
+from sluice.io.layout import PartitionRef, list_partitions, partition_prefix, read_parquet_file
+from sluice.io.storage import Store, open_store
 from tests.sluice.dedup.test_dedup import REFS, planted_partitions
-from tests.sluice.test_minhash import sample_texts
+from tests.sluice.dedup.test_minhash import sample_texts
 
 
 def reference_components(store: Store, bound: float = 0.8) -> dict[str, list[str]]:

@@ -16,8 +16,8 @@ from sluice.dedup.candidates import candidate_pairs, first_members
 from sluice.dedup.schemas import BANDS, CLUSTERS, CLUSTERS_FILE, HASHES, SIGNATURES, PartitionOrdinals
 from sluice.dedup.shuffle import RangeTask, bucket_pairs, range_pairs
 from sluice.dedup.signatures import read_signatures, signature_band_rows
-from sluice.layout import MANIFEST, partition_prefix, read_manifest
-from sluice.storage import open_store
+from sluice.io.layout import MANIFEST, partition_prefix, read_manifest
+from sluice.io.storage import open_store
 from tests.sluice.dedup.test_dedup import ORDER, long_texts, planted, run_incremental  # noqa: F401 - module-scoped fixtures
 
 

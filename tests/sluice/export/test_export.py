@@ -16,8 +16,8 @@ import pytest
 
 from sluice.export import FORMATS, ExportError, export_split
 from sluice.export.mds import INDEX
+from sluice.io.storage import open_store
 from sluice.loader import IGNORE_INDEX, MixedTokens, TrainingLoader
-from sluice.storage import open_store
 from tests.conftest import tree_digest
 from tests.support.mix_fixture import build_test_mix, mix_shards, stream_oracle
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sluice.export import export_split
-from sluice.storage import open_store
+from sluice.io.storage import open_store
 from tests.sluice.export.test_export import SEQ, loader_rows, read_json
 from tests.support.mix_fixture import build_test_mix
 

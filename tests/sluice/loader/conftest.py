@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from sluice.io.storage import open_store
 from sluice.loader import MixedTokens
-from sluice.storage import open_store
 from tests.support.mix_fixture import build_test_mix
 
 SEQ = 64  # the test mix's sequence length

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from sluice.io.storage import open_store
 from sluice.loader import IGNORE_INDEX, MixedTokens, ShardCache, SpanCache, TrainingLoader
-from sluice.mixindex import RemoteMixIndex
-from sluice.shards import ShardError, binary_folder
-from sluice.storage import open_store
+from sluice.mix.index import RemoteMixIndex
+from sluice.tokens.shards import ShardError, binary_folder
 from tests.sluice.loader.conftest import SEQ
 from tests.support.counting_store import CountingStore
 from tests.support.mix_fixture import (
@@ -373,7 +373,7 @@ def s3_mix(mix_root):
 
 
 def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_path, monkeypatch):
-    import sluice.storage
+    import sluice.io.storage
     from benchmarks.s3_server import use_credentials
     from sluice.config import S3Settings
 
@@ -396,13 +396,13 @@ def test_s3_shards_stream_through_a_byte_limited_cache(s3_mix, mix_root, tmp_pat
         on_disk = sum(entry.stat().st_size for entry in os.scandir(remote.shards().cache_dir))
         assert on_disk <= limit
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
 
 
 def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, tmp_path, monkeypatch):
     """Against a real S3 server: ranged GETs of just the samples' spans, a cache of 1% of the shards, the
     same batches as the local mix, and S3 bytes (counted around the store) at most twice the tokens served."""
-    import sluice.storage
+    import sluice.io.storage
     from benchmarks.s3_server import use_credentials
     from sluice.config import S3Settings
 
@@ -434,14 +434,14 @@ def test_s3_span_reads_stay_proportional_to_the_tokens_served(s3_mix, mix_root, 
                                cache_dir=str(tmp_path / "s3b"), cache_bytes=limit)
         assert same_batches(take(TrainingLoader(botocore, 8, seed=6, mask_document_boundaries=True), steps), got)
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_s3_span_reads_through_forked_dataloader_workers_match(s3_mix, mix_root, tmp_path, monkeypatch):
     """DataLoader workers forked after the parent has read through S3 open their own connections (a pooled
     socket shared across a fork would mix up responses): the same batches as the local mix."""
-    import sluice.storage
+    import sluice.io.storage
     from benchmarks.s3_server import use_credentials
     from sluice.config import S3Settings
 
@@ -456,11 +456,11 @@ def test_s3_span_reads_through_forked_dataloader_workers_match(s3_mix, mix_root,
         assert same_batches(take(TrainingLoader(remote, 4, seed=2, rank=1, world_size=2, num_workers=2), steps), expected)
         assert remote.tokens(0, 10).tolist() == local.tokens(0, 10).tolist()
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
 
 
 def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
-    import sluice.storage
+    import sluice.io.storage
     from benchmarks.s3_server import use_credentials
     from sluice.config import S3Settings
 
@@ -480,7 +480,7 @@ def test_s3_shard_corrupt_in_the_bucket_is_named(s3_mix, tmp_path, monkeypatch):
         finally:
             store.write_bytes(victim.bin_key, original)
     finally:
-        sluice.storage._CLIENTS.clear()
+        sluice.io.storage._CLIENTS.clear()
 
 
 def test_batches_are_placed_on_the_requested_device(data):
@@ -495,7 +495,7 @@ def test_batches_are_placed_on_the_requested_device(data):
 CRASHING_TRAINER = """
 import os, sys, time
 from sluice.loader import MixedTokens, TrainingLoader
-from sluice.storage import open_store
+from sluice.io.storage import open_store
 data = MixedTokens(open_store(sys.argv[1]), "test", cache_dir=sys.argv[2])
 batches = iter(TrainingLoader(data, 4, seed=2, num_workers=2, num_epochs=None))
 for _ in range(20):

@@ -9,7 +9,7 @@ import os
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from sluice.storage import open_store
+from sluice.io.storage import open_store
 from tests.conftest import base_config, write_config
 from tests.support.mix_fixture import build_test_mix
 

@@ -18,12 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from sluice.io.storage import open_store
 from sluice.loader import MixedTokens, TrainingLoader
 from sluice.loader.order import GlobalOrder
 from sluice.loader.packing import PROVENANCE_COLUMNS
 from sluice.loader.skip import SkipList, kth_kept, wildcard_match
-from sluice.shards import binary_folder
-from sluice.storage import open_store
+from sluice.tokens.shards import binary_folder
 from tests.sluice.loader.conftest import SEQ
 from tests.support.mix_fixture import fixture_url, mix_shards, stream_oracle
 

@@ -2,7 +2,7 @@
 copies of an upsampled document never in one sample, and the binary index equal to its documented layout.
 
 Oracles are independent of the builder: documents are traced back through the shards' own `.idx` offsets
-and `.docs.parquet` tables, and the index file is read with numpy from the layout in `sluice.mixindex`."""
+and `.docs.parquet` tables, and the index file is read with numpy from the layout in `sluice.mix.index`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
-from sluice.layout import PartitionRef, partition_prefix, write_manifest
+from sluice.io.layout import PartitionRef, partition_prefix, write_manifest
 from sluice.mix import MixError, build_mix, mix_prefix, targets
-from sluice.shards import DOCS_SCHEMA, ShardWriter
+from sluice.tokens.shards import DOCS_SCHEMA, ShardWriter
 from tests.support.mix_fixture import mix_shards
 
 
@@ -68,7 +68,7 @@ def write_partition(store, source, snapshot, documents, vocab_size=1000, tokeniz
 
 @pytest.fixture
 def store(tmp_path):
-    from sluice.storage import open_store
+    from sluice.io.storage import open_store
 
     return open_store(str(tmp_path / "data"))
 
@@ -226,7 +226,7 @@ def test_same_inputs_give_the_same_index_bytes(store):
 
 
 def index_by_layout(path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
-    """Header, records and sample table read with numpy from the layout documented in sluice.mixindex."""
+    """Header, records and sample table read with numpy from the layout documented in sluice.mix.index."""
     header_type = np.dtype([("magic", "S8"), ("version", "<u4"), ("record_bytes", "<u4"), ("ranges", "<u8"), ("tokens", "<u8"),
                             ("sequence_length", "<u8"), ("samples", "<u8"), ("records_at", "<u8"), ("samples_at", "<u8")])
     record_type = np.dtype([("offset", "<u8"), ("start", "<u8"), ("shard", "<u4"), ("doc", "<u4"), ("length", "<u4"), ("component", "<u2"), ("copy", "<u2")])

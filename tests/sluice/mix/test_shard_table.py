@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from sluice.io.storage import open_store
 from sluice.mix import ShardTable
 from sluice.mix.shard_table import write_shard_table
-from sluice.storage import open_store
 from tests.support.counting_store import CountingStore
 
 ROWS, GROUP = 200_000, 5_000

@@ -28,7 +28,7 @@ from sluice.config import (
     GopherRepetitionSettings,
     WarcOptions,
 )
-from sluice.readers import RawRecord, read_warc
+from sluice.ingest.readers import RawRecord, read_warc
 from sluice.trace.measures import (
     Measures,
     _c4,

@@ -392,7 +392,7 @@ def test_c4_keeps_and_drops_as_before(text, max_word_length, min_sentences, mult
 def test_language_prediction_from_the_documents_chunks_is_the_same():
     """LanguageFilter hands over the text's cached split(); texts over the prediction's 10,000 characters
     are split from their cut as before."""
-    from sluice.langid import PREDICT_CHARS, LanguageIdentifier
+    from sluice.clean.models.langid import PREDICT_CHARS, LanguageIdentifier
 
     identifier = LanguageIdentifier()
     short = "Le chat dort sur le canapé pendant que la pluie tombe.\nIl fait froid."

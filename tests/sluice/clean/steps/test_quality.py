@@ -8,12 +8,18 @@ import random
 import pyarrow as pa
 import xxhash
 
+from sluice.clean.models.training import (
+    RawRow,
+    extract_rows,
+    extracted_raw_documents,
+    raw_rows,
+    seeded_sample,
+)
 from sluice.clean.steps import Document
 from sluice.clean.steps.quality import QualityScorer, split_by_text, train_model
 from sluice.config import QualityModelSettings
-from sluice.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
-from sluice.model_training import RawRow, extract_rows, extracted_raw_documents, raw_rows, seeded_sample
-from sluice.storage import open_store
+from sluice.io.layout import PartitionRef, partition_prefix, write_manifest, write_parquet
+from sluice.io.storage import open_store
 
 TOPICS = ["river", "mill", "market", "winter", "garden", "travellers", "hills", "bread", "wool", "bridge"]
 
@@ -104,8 +110,8 @@ def test_copies_of_a_page_are_never_on_both_sides_of_the_held_out_split():
 def test_perplexity_cutoff_candidates_are_each_languages_smallest_hashes(tmp_path):
     """add_cutoff_candidates against the oracle: every document extracted, per language its smallest id hashes
     (the common language fills its sample exactly; the rare one keeps only its documents among the candidates)."""
+    from sluice.clean.models.training import add_cutoff_candidates
     from sluice.clean.steps.perplexity import SeededSample
-    from sluice.model_training import add_cutoff_candidates
 
     store = open_store(str(tmp_path))
     ref = PartitionRef("web", "2026-01")

@@ -12,7 +12,7 @@ from sluice.clean.steps.codeshare import CODE_DATASET, CodeShare, code_line_coun
 from sluice.clean.steps.pii import PIIRedactor
 from sluice.clean.steps.toxicity import TermMatcher, ToxicityFilter
 from sluice.config import CleaningSettings, CodeShareSettings, ToxicitySettings
-from sluice.toxicity_lists import LIST_LANGUAGES, load_terms
+from sluice.config.toxicity_lists import LIST_LANGUAGES, load_terms
 from sluice.words import NO_SPACE_CHAR, tokenize
 
 PROSE = {

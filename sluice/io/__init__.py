@@ -1,0 +1,1 @@
+"""Bytes in and out: local and S3 stores, bounded decompression, Parquet page guards, where each dataset lives."""

@@ -1,0 +1,1 @@
+"""Tokenization: training the tokenizer and writing token shards."""

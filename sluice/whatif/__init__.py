@@ -1,0 +1,1 @@
+"""Filter experiments: another config's cleaning decisions from the stored attributes, and their report."""
