@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,6 @@ class StageCpu:
         self.samples: list[tuple[float, float]] = []  # (when, CPU seconds since the previous sample)
 
     def __call__(self, root: int, tree: dict[int, tuple[int, float]], when: float | None = None) -> None:
-        import time
-
         grown = sum(max(0.0, cpu - self.last.get(pid, 0.0)) for pid, (_, cpu) in tree.items())
         self.last.update({pid: cpu for pid, (_, cpu) in tree.items()})
         self.samples.append((time.time() if when is None else when, grown))
