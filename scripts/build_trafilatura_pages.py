@@ -74,13 +74,10 @@ def page_file(repo: str, name: str) -> bytes | None:
     return None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("repo", help="git directory of a copy of github.com/adbar/trafilatura")
-    parser.add_argument("--split", choices=sorted(SPLITS), default="heldout")
-    args = parser.parse_args()
-    repo = args.repo
-    digits, out, purpose = SPLITS[args.split]
+def build(repo: str, split: str, out: Path | None = None) -> Path:
+    """Write the archive of `split` (`SPLITS`) from the trafilatura git directory `repo`; return its path."""
+    digits, default_out, purpose = SPLITS[split]
+    out = out or default_out
     commit = git(repo, "rev-parse", "HEAD").decode().strip()
     evaldata = json.loads(git(repo, "show", "HEAD:tests/evaldata.json"))
     tuned_hashes, tuned_urls = tuned_pages()
@@ -117,6 +114,15 @@ def main() -> None:
         f"{purpose}\n"
     )
     print(f"{out}: {len(chosen)} pages, {out.stat().st_size} bytes (commit {commit}); left out as tuned: {overlap}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repo", help="git directory of a copy of github.com/adbar/trafilatura")
+    parser.add_argument("--split", choices=sorted(SPLITS), default="heldout")
+    args = parser.parse_args()
+    build(args.repo, args.split)
 
 
 if __name__ == "__main__":

@@ -63,22 +63,71 @@ def test_the_held_out_set_loads_apart_from_the_tuned_set():
     assert not tuned & {page["html"] for page in pages}  # no page of the tuned set is held out
 
 
-def test_the_development_split_is_disjoint_from_the_held_out_set():
-    import hashlib
+def _build_script():
     import importlib.util
 
-    from benchmarks.real_pages import DEV, ROOT, load_heldout
+    from benchmarks.real_pages import ROOT
 
     spec = importlib.util.spec_from_file_location("build_trafilatura_pages", ROOT / "scripts" / "build_trafilatura_pages.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)  # type: ignore[union-attr]
+    return build
+
+
+def _first_digit(url: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(url.encode()).hexdigest()[0]
+
+
+def test_the_two_splits_built_from_one_repository_share_no_page(tmp_path):
+    """Both archives built by the script from a git repository laid out as trafilatura's evaluation."""
+    import json
+    import subprocess
+    import tarfile
+
+    build = _build_script()
+    work = tmp_path / "trafilatura"
+    (work / "tests" / "eval").mkdir(parents=True)
+    evaldata = {}
+    for i in range(64):
+        url = f"https://example.org/page-{i}"
+        evaldata[url] = {"file": f"page-{i}.html", "with": ["a"], "without": ["b"]}
+        (work / "tests" / "eval" / f"page-{i}.html").write_text(f"<html><p>page {i}</p></html>")
+    (work / "tests" / "evaldata.json").write_text(json.dumps(evaldata))
+    (work / "LICENSE").write_text("Apache License 2.0")
+    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "eval"], check=True)
+    urls = {}
+    for split in ("heldout", "dev"):
+        out = build.build(str(work / ".git"), split, tmp_path / split / f"{split}-pages.tar.xz")
+        with tarfile.open(out, "r:xz") as archive:
+            urls[split] = set(json.load(archive.extractfile("annotations.json")))  # type: ignore[arg-type]
+            assert {m.name for m in archive.getmembers()} == {"annotations.json"} | {f"pages/{evaldata[u]['file']}" for u in urls[split]}
+    expected = {split: {u for u in evaldata if _first_digit(u) in build.SPLITS[split][0]} for split in urls}
+    assert urls == expected and urls["heldout"] and urls["dev"]  # chosen by the URL alone
+    assert not urls["heldout"] & urls["dev"]
+
+
+def test_the_held_out_archive_holds_only_its_split():
+    from benchmarks.real_pages import load_heldout
+
+    build = _build_script()
     heldout_digits, dev_digits = build.SPLITS["heldout"][0], build.SPLITS["dev"][0]
     assert not set(heldout_digits) & set(dev_digits)
-    assert all(hashlib.sha256(page["url"].encode()).hexdigest()[0] in heldout_digits for page in load_heldout())
+    assert all(_first_digit(page["url"]) in heldout_digits for page in load_heldout())
+
+
+@pytest.mark.may_skip  # the development archive is built from a clone of trafilatura's repository, never shipped
+def test_the_built_development_archive_holds_only_its_split():
+    from benchmarks.real_pages import DEV, load_heldout
+
     if not DEV.exists():
         pytest.skip(f"{DEV} is built on demand (scripts/build_trafilatura_pages.py --split dev)")
     dev = load_heldout(DEV)
-    assert len(dev) == 252 and all(hashlib.sha256(page["url"].encode()).hexdigest()[0] in dev_digits for page in dev)
+    assert len(dev) == 252 and all(_first_digit(page["url"]) in _build_script().SPLITS["dev"][0] for page in dev)
 
 
 def test_the_development_set_asked_for_but_not_built_is_an_error_naming_the_build(tmp_path, monkeypatch, capsys):
