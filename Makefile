@@ -57,7 +57,7 @@ docs-screenshots: setup
 # Every benchmark, then the results table of docs/benchmarks/results.md rewritten from their figure: lines (peers
 # install on first use).
 # `make bench BENCHMARKS="cleaning perplexity_auc"` re-runs some: the other scripts' rows are kept, with their dates.
-BENCHMARKS ?= hostile_text cleaning curation_steps perplexity_auc tokenization minhash_throughput dedup_quality dedup_scaling loader loader_scale provenance trace_lookup whatif mix_scale end_to_end orchestration dagster_run_floor dagster_scale partition_scale real_pages
+BENCHMARKS ?= hostile_text cleaning curation_steps perplexity_auc tokenization minhash_throughput dedup_quality dedup_scaling components loader loader_scale provenance trace_lookup whatif mix_scale end_to_end orchestration dagster_run_floor dagster_scale partition_scale real_pages
 BENCH_SCALES ?= 1 4 16
 BENCH_PARTITION_SIZES ?= 10000 100000 1000000
 BENCH_RESULTS := .bench_data/results

@@ -1,11 +1,9 @@
 """Clusters: connected components of the linked documents, and the kept document each removed one leads to.
 
-**Components** (`components`): `scipy.sparse.csgraph.connected_components` over the edges. Above
-`EDGES_PER_TASK` edges the work is split by hash range of the edges' first node into executor tasks (local
-pool or Ray); each task reduces its edges to a spanning forest (each node linked to its component's
-smallest node), and forests are merged pairwise in further tasks until one is left. A forest has fewer
-edges than nodes, so no process holds all edges; the labels (smallest node of each component) are the same
-whatever the split.
+**Components** (`components`): `scipy.sparse.csgraph.connected_components` over the edges, each node
+labelled with its component's smallest node, in this process while the partition's linked edges number at
+most `EDGES_PER_TASK`; above that, `dedup_clusters` runs them as rounds of executor tasks over edge files
+(`sluice.dedup.stars`), whose labels are the same.
 
 **Roots** (`resolve_roots`): every document's `parent` (in `dedup_clusters`) is the first document of the
 cluster its partition saw, itself when kept. Following parents through earlier partitions' `dedup_clusters`
@@ -15,18 +13,14 @@ row groups holding the documents asked for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import polars as pl
 
-from sluice.dedup.minhash import _fmix64
 from sluice.dedup.schemas import CLUSTERS, CLUSTERS_FILE, parquet_file, prefix_of
 from sluice.io.storage import Store
-from sluice.runtime.compute import Executor
 
-# Edges per components task; fewer are handled in this process.
-EDGES_PER_TASK = 1 << 22
+# Linked edges above which a partition's components run as star rounds of tasks (`sluice.dedup.stars`).
+EDGES_PER_TASK = 1 << 20
 # Rows per row group of `dedup_clusters` (root resolution reads only the groups holding its documents).
 CLUSTER_ROW_GROUP = 4096
 MAX_ROOT_STEPS = 100_000
@@ -53,35 +47,14 @@ def forest(edges: np.ndarray) -> np.ndarray:
     return np.stack([roots[others], nodes[others]], axis=1)
 
 
-@dataclass(frozen=True)
-class ForestTask:
-    edges: np.ndarray  # (k, 2) int64
-
-
-def forest_task(task: ForestTask) -> np.ndarray:
-    return forest(task.edges)
-
-
-def components(edges: np.ndarray, executor: Executor | None = None, edges_per_task: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(nodes, label): every node of the edges and the smallest node of its component."""
+def components(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes, label): every node of the (k, 2) edges and the smallest node of its component."""
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    limit = edges_per_task or EDGES_PER_TASK
-    if len(edges) > limit and executor is not None:
-        ranges = -(-len(edges) // limit)
-        bucket = (_fmix64(edges[:, 0].astype(np.uint64)) % np.uint64(ranges)).astype(np.int64)
-        order = np.argsort(bucket, kind="stable")
-        chunks = np.split(edges[order], np.searchsorted(bucket[order], np.arange(1, ranges)))
-        forests = executor.map(forest_task, [ForestTask(chunk) for chunk in chunks])
-        while len(forests) > 1:
-            pairs = [np.concatenate(forests[i : i + 2]) for i in range(0, len(forests), 2)]
-            forests = executor.map(forest_task, [ForestTask(pair) for pair in pairs])
-        edges = forests[0]
     final = forest(edges)
-    nodes = np.unique(np.asarray(edges).reshape(-1))
+    nodes = np.unique(edges.reshape(-1))
     labels = nodes.copy()
     if len(final):
-        at = np.searchsorted(nodes, final[:, 1])
-        labels[at] = final[:, 0]
+        labels[np.searchsorted(nodes, final[:, 1])] = final[:, 0]
     return nodes, labels
 
 

@@ -4,9 +4,10 @@
 2. `index_partition`: the partition's exact hashes and band keys into the global index (`sluice.dedup.index`).
 3. `cluster_partition`: one task per band-hash range (`sluice.dedup.shuffle`) probes the index (partitions
    ordered before this one only) and writes its exact links and candidate pairs; the pairs are verified a
-   pair bucket at a time, then connected components of this partition's documents with the earlier
-   documents they link to; publishes `dedup_clusters` (each document's decision and parent), part by
-   part. Needs every earlier partition indexed.
+   pair bucket at a time and written as edges, then connected components of this partition's documents
+   with the earlier documents they link to (in this process, or as star rounds of tasks above
+   `EDGES_PER_TASK` edges: `sluice.dedup.stars`); publishes `dedup_clusters` (each document's decision
+   and parent), part by part, one part range's labels at a time. Needs every earlier partition indexed.
 4. `dedup_partition`: follow parents to each removed document's kept document and publish
    `deduped_documents` (kept documents) and `deduped_removed`. Needs every earlier partition clustered.
 
@@ -17,7 +18,7 @@ scripts and benchmarks: `result.removed` holds every removed row).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.config import DedupSettings, S3Settings
+from sluice.dedup import clusters as clusters_module
 from sluice.dedup.candidates import (
-    PAIRS_SCHEMA,
     VerifyTask,
     verify_pairs,
     verify_slices,
@@ -57,12 +58,17 @@ from sluice.dedup.shuffle import (  # noqa: F401 (exact_links re-exported)
     EXACT_LINKS_SCHEMA,
     KeptCheckTask,
     RangeTask,
+    both_ways,
     bucket_pairs,
     exact_links,
     kept_duplicates_in_range,
+    part_bucket,
     range_pairs,
+    read_buckets,
+    write_bucketed,
 )
 from sluice.dedup.signatures import sign_partition, signatures_digest
+from sluice.dedup.stars import read_labels, star_components
 from sluice.io.layout import (
     PartitionRef,
     list_partitions,
@@ -124,22 +130,47 @@ class ClusterResult:
     linked_partitions: list[str] = field(default_factory=list)  # earlier partitions holding a document linked here
 
 
+@dataclass
+class RangeOutputs:
+    """What the range tasks and the pair buckets' verification wrote (`_range_reduce`): file keys and counts."""
+
+    exact: list[str]  # exact links, cut by part range (EXACT_LINKS_SCHEMA)
+    edges: list[str]  # graph edges (exact links and verified pairs), each under both nodes (PAIRS_FILE_SCHEMA)
+    exact_links: int
+    candidates: int
+    linked: int  # verified pairs
+
+    @property
+    def edge_count(self) -> int:
+        return self.exact_links + self.linked
+
+
+def linked_key(ref: PartitionRef, bucket: int) -> str:
+    return f"{partition_prefix(CLUSTERS, ref)}/linked-{bucket:05d}.parquet"
+
+
 def _range_reduce(
     store: Store, ref: PartitionRef, partitions: list[str], ordinals: PartitionOrdinals, settings: DedupSettings, s3: S3Settings | None, executor: Executor
-) -> tuple[pl.DataFrame, int, pl.DataFrame]:
-    """(exact links, candidate pairs, the linked ones as u, v nodes): one task per band-hash range writes
-    its exact links and candidate pairs (`sluice.dedup.shuffle`), then each pair bucket of every range is
-    verified in turn."""
+) -> RangeOutputs:
+    """One task per band-hash range writes its exact links and candidate pairs (`sluice.dedup.shuffle`),
+    then each pair bucket of every range is verified in turn and its linked pairs written as edges (this
+    process holds one pair bucket at a time)."""
     tasks = [RangeTask(store.uri(), ref, number, settings, tuple(partitions), s3 or S3Settings()) for number in range(settings.band_ranges)]
     results = executor.map(range_pairs, tasks)
-    exact = [pl.from_arrow(EXACT_LINKS_SCHEMA.empty_table())] + [pl.from_arrow(read_parquet_file(store, r["exact"])) for r in results if r["exact"] is not None]
     keys = [result["key"] for result in results if result["key"] is not None]
-    candidates, linked = 0, [pl.DataFrame(schema=PAIRS_SCHEMA)]
+    linked_keys, candidates, linked = [], 0, 0
     for bucket in range(settings.band_ranges if keys else 0):
         pairs = bucket_pairs(store, keys, bucket)
         candidates += pairs.height
-        linked.append(_verified(pairs, ordinals, store, settings, s3, executor))
-    return pl.concat(exact).sort("doc"), candidates, pl.concat(linked)  # type: ignore[arg-type]
+        kept = _verified(pairs, ordinals, store, settings, s3, executor)
+        linked += kept.height
+        if kept.height:
+            edges = both_ways(kept["u"].to_numpy(), kept["v"].to_numpy(), settings.band_ranges)
+            linked_keys.append(write_bucketed(store, linked_key(ref, bucket), edges))
+    return RangeOutputs(
+        [r["exact"] for r in results if r["exact"]], [r["exact_edges"] for r in results if r["exact_edges"]] + linked_keys,
+        sum(r["exact_rows"] for r in results), candidates, linked,
+    )
 
 
 def _verified(pairs: pl.DataFrame, ordinals: PartitionOrdinals, store: Store, settings: DedupSettings, s3: S3Settings | None, executor: Executor) -> pl.DataFrame:
@@ -187,13 +218,11 @@ def cluster_partition(
     # Node ids over every partition before this one: the range tasks number documents alike.
     partitions = [ref.key, *(key for key in manifest["partitions"] if order_of(key) < ref.sort_key())]
     ordinals = PartitionOrdinals(partitions)
-    exact, candidates, linked = _range_reduce(store, ref, partitions, ordinals, settings, s3, executor)
-    exact_edges = ordinals.nodes(ordinals.nodes(exact, partition="of_partition", doc="of_doc", name="u").with_columns(partition=pl.lit(ref.key)), name="v")
-    edges = pl.concat([linked.select("u", "v"), exact_edges.select("u", "v")])
-    nodes, labels = components(edges.to_numpy(), executor)
+    outputs = _range_reduce(store, ref, partitions, ordinals, settings, s3, executor)
+    labels_of, linked_partitions = _labels(store, ref, outputs, ordinals, len(signed["files"]), settings, s3, executor)
     prefix = partition_prefix(CLUSTERS, ref)
     kinds: Counter[str] = Counter()
-    tables = _cluster_tables(store, ref, signed, ordinals, nodes, labels, exact, settings, kinds)
+    tables = _cluster_tables(store, ref, signed, ordinals, labels_of, outputs.exact, settings, kinds)
     entry = write_parquet_groups(store, f"{prefix}/{CLUSTERS_FILE}", regroup(tables, CLUSTER_ROW_GROUP, CLUSTERS_SCHEMA), CLUSTERS_SCHEMA, CLUSTER_ROW_GROUP)
     result_manifest = {
         "asset": CLUSTERS,
@@ -205,10 +234,35 @@ def cluster_partition(
         "indexed_before": sum(1 for key in manifest["partitions"] if order_of(key) < ref.sort_key()),
     }
     write_manifest(store, prefix, result_manifest)
-    linked_partitions = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
     return ClusterResult(
-        result_manifest, entry["rows"], kinds["exact"], kinds["fuzzy"], candidates, linked.height, result_manifest["indexed_before"], linked_partitions
+        result_manifest, entry["rows"], kinds["exact"], kinds["fuzzy"], outputs.candidates, outputs.linked, result_manifest["indexed_before"], linked_partitions
     )
+
+
+LABELS_FRAME = {"node": pl.Int64, "label": pl.Int64, "cluster_size": pl.Int64}
+
+
+def _labels(
+    store: Store, ref: PartitionRef, outputs: RangeOutputs, ordinals: PartitionOrdinals, parts: int, settings: DedupSettings, s3: S3Settings | None,
+    executor: Executor,
+) -> tuple[Callable[[int], pl.DataFrame], list[str]]:
+    """(the (node, label, cluster_size) rows of `ref`'s linked documents of one part range, the earlier
+    partitions holding a linked document). Components in this process up to `EDGES_PER_TASK` edges, else
+    as star rounds of tasks (`sluice.dedup.stars`); the labels are the same."""
+    buckets, ordinal = settings.band_ranges, ordinals.ordinal[ref.key]
+    if outputs.edge_count > clusters_module.EDGES_PER_TASK:
+        stars = star_components(store, partition_prefix(CLUSTERS, ref), outputs.edges, buckets, ordinal, parts, executor, s3)
+        earlier = [ordinals.keys[o] for o in stars.ordinals if o != ordinal]
+        return (lambda bucket: read_labels(store, stars.keys, bucket)), earlier
+    tables = [read_parquet_file(store, key, columns=["u", "v"]) for key in outputs.edges]
+    edges = pl.concat([pl.DataFrame(schema={"u": pl.Int64, "v": pl.Int64}), *(pl.from_arrow(t) for t in tables)]).filter(pl.col("u") < pl.col("v"))  # type: ignore[arg-type]
+    nodes, labels = components(edges.to_numpy())
+    graph = pl.DataFrame({"node": nodes, "label": labels}, schema={"node": pl.Int64, "label": pl.Int64})
+    graph = graph.with_columns(cluster_size=pl.len().over("label").cast(pl.Int64)).filter(pl.col("node") // (1 << PartitionOrdinals.SHIFT) == ordinal)
+    docs = graph["node"].to_numpy() & np.int64((1 << PartitionOrdinals.SHIFT) - 1)
+    graph = graph.with_columns(bucket=pl.Series(part_bucket(docs, parts, buckets), dtype=pl.Int32))
+    earlier = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
+    return (lambda bucket: graph.filter(pl.col("bucket") == bucket).select(*LABELS_FRAME)), earlier
 
 
 def regroup(tables: Iterable[pa.Table], rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
@@ -231,33 +285,34 @@ def regroup(tables: Iterable[pa.Table], rows: int, schema: pa.Schema) -> Iterato
 
 
 def _cluster_tables(
-    store: Store, ref: PartitionRef, signed: dict[str, Any], ordinals: PartitionOrdinals, nodes: np.ndarray, labels: np.ndarray, exact: pl.DataFrame,
+    store: Store, ref: PartitionRef, signed: dict[str, Any], ordinals: PartitionOrdinals, labels_of: Callable[[int], pl.DataFrame], exact_keys: list[str],
     settings: DedupSettings, kinds: Counter[str],
 ) -> Iterator[pa.Table]:
     """The rows of `dedup_clusters` (CLUSTERS_SCHEMA), one table per signed part in doc order; counts the
-    kinds into `kinds`. Parent = the document's component's smallest node."""
+    kinds into `kinds`. Holds one part range's labels and exact links at a time. Parent = the document's
+    component's smallest node."""
     floor = ordinals.ordinal[ref.key] << PartitionOrdinals.SHIFT
-    graph = pl.DataFrame({"node": nodes, "label": labels}, schema={"node": pl.Int64, "label": pl.Int64})
-    sizes = graph.group_by("label").agg(pl.len().cast(pl.Int64).alias("cluster_size"))
-    exact_of = exact.select("doc", exact_of_partition="of_partition", exact_of_id="of_id")
     prefix = partition_prefix(SIGNATURES, ref)
-    for entry in signed["files"]:
-        part: pl.DataFrame = pl.from_arrow(read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc", "doc_id"]))  # type: ignore[assignment]
-        table = _cluster_rows(part, ordinals, floor, graph, sizes, exact_of, settings)
+    parts, held = len(signed["files"]), None
+    for part, entry in enumerate(signed["files"]):
+        bucket = int(part_bucket(np.array([part << ROW_BITS]), parts, settings.band_ranges)[0])
+        if bucket != held:
+            graph = labels_of(bucket)
+            exact = read_buckets(store, exact_keys, bucket, EXACT_LINKS_SCHEMA)
+            exact_of, held = exact.select("doc", exact_of_partition="of_partition", exact_of_id="of_id"), bucket
+        docs: pl.DataFrame = pl.from_arrow(read_parquet_file(store, f"{prefix}/{entry['key']}", columns=["doc", "doc_id"]))  # type: ignore[assignment]
+        table = _cluster_rows(docs, ordinals, floor, graph, exact_of, settings)
         kinds.update(table["kind"].drop_nulls().to_list())
         yield table.to_arrow()
 
 
-def _cluster_rows(
-    docs: pl.DataFrame, ordinals: PartitionOrdinals, floor: int, graph: pl.DataFrame, sizes: pl.DataFrame, exact_of: pl.DataFrame, settings: DedupSettings
-) -> pl.DataFrame:
-    """`dedup_clusters` rows of some documents (doc, doc_id) of the partition, sorted by doc."""
+def _cluster_rows(docs: pl.DataFrame, ordinals: PartitionOrdinals, floor: int, graph: pl.DataFrame, exact_of: pl.DataFrame, settings: DedupSettings) -> pl.DataFrame:
+    """`dedup_clusters` rows of some documents (doc, doc_id) of the partition, sorted by doc; `graph`: the
+    (node, label, cluster_size) of the linked ones."""
     docs = (
         docs.with_columns(node=pl.col("doc") + floor)
         .join(graph, on="node", how="left")
-        .with_columns(label=pl.coalesce("label", "node"))
-        .join(sizes, on="label", how="left")
-        .with_columns(pl.col("cluster_size").fill_null(1))
+        .with_columns(label=pl.coalesce("label", "node"), cluster_size=pl.col("cluster_size").fill_null(1))
     )
     parents = ordinals.locate(docs["label"].to_numpy())
     docs = docs.with_columns(parent_partition=parents["partition"], parent_doc=parents["doc"]).join(exact_of, on="doc", how="left")

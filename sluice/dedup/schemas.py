@@ -53,7 +53,7 @@ DEDUPED = "deduped_documents"
 REMOVED = "deduped_removed"
 
 ROW_BITS = 24  # doc = part << ROW_BITS | row
-PART_BITS = 16  # a partition holds at most 2^16 - 1 cleaned parts: doc < 2^40
+PART_BITS = 20  # a partition holds at most 2^20 - 1 cleaned parts (crawl files): doc < 2^44
 SHINGLE_ROW_GROUP = 128
 CLUSTERS_FILE = "clusters.parquet"
 REMOVED_FILE = "removed.parquet"
@@ -197,13 +197,16 @@ def doc_positions(part: int, rows: int) -> np.ndarray:
 
 class PartitionOrdinals:
     """Integer node ids for documents of a few partitions, ordered as the global order: node = ordinal <<
-    40 | doc, the ordinal being the partition's rank among the given keys (so the smallest node of a set
-    is its first document)."""
+    44 | doc (`SHIFT`), the ordinal being the partition's rank among the given keys (so the smallest node of a
+    set is its first document). A signed 64-bit node leaves 19 bits for the ordinal (`MAX_PARTITIONS`)."""
 
     SHIFT = ROW_BITS + PART_BITS
+    MAX_PARTITIONS = 1 << (63 - SHIFT)
 
     def __init__(self, keys: list[str]) -> None:
         self.keys = sorted(set(keys), key=order_of)
+        if len(self.keys) > self.MAX_PARTITIONS:
+            raise ValueError(f"{len(self.keys)} partitions in one dedup order; node ids hold at most {self.MAX_PARTITIONS}")
         self.ordinal = {key: index for index, key in enumerate(self.keys)}
 
     def frame(self) -> pl.DataFrame:

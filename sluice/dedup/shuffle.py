@@ -12,8 +12,10 @@ signatures -> buckets -> clusters, each a set of tasks over files).
    published), cut again into `band_ranges` pair buckets by the pair's later document (`pair_bucket`).
 3. **Pair buckets** (`bucket_pairs`): a pair whose documents share buckets in several ranges is in several
    range files, always in the same pair bucket; one bucket's pairs of every range file, made unique, are
-   verified as before (`verify_pairs` tasks). So the run process holds one pair bucket at a time, the
-   verified edges and its per-document cluster table, never the partition's band rows.
+   verified as before (`verify_pairs` tasks) and written as edges. So the run process holds one pair
+   bucket at a time, never the partition's band rows. The edge files (`both_ways`) and the exact links
+   (`part_bucket`) are bucketed files too (`write_bucketed` / `read_buckets`), for the components
+   (`sluice.dedup.stars`) and the clusters writer.
 
 Memory of a range task: its range's band rows, probe results and members, about documents x bands /
 band_ranges rows (~17 bytes each stored, a few copies at the peak while sorting and joining).
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup.candidates import candidate_pairs, first_members
@@ -35,6 +38,7 @@ from sluice.dedup.minhash import _fmix64
 from sluice.dedup.ranges import band_rows_between, exact_rows_between
 from sluice.dedup.schemas import (
     CLUSTERS,
+    ROW_BITS,
     SHINGLE_ROW_GROUP,
     SIGNATURES,
     PartitionOrdinals,
@@ -44,7 +48,6 @@ from sluice.io.layout import (
     PartitionRef,
     partition_prefix,
     read_manifest,
-    write_parquet,
     write_parquet_groups,
 )
 from sluice.io.storage import Store, StoreSpec
@@ -56,12 +59,31 @@ PAIRS_FILE_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False), p
 
 EXACT_LINKS_SCHEMA = pa.schema(
     [
+        pa.field("bucket", pa.int32(), nullable=False),  # the doc's part range (`part_bucket`)
         pa.field("doc", pa.int64(), nullable=False),
         pa.field("of_partition", pa.string(), nullable=False),
         pa.field("of_doc", pa.int64(), nullable=False),
         pa.field("of_id", pa.string(), nullable=False),
     ]
 )
+
+
+def node_bucket(nodes: np.ndarray, buckets: int) -> np.ndarray:
+    """The node-hash bucket of each node."""
+    return (_fmix64(np.asarray(nodes, np.int64).astype(np.uint64)) % np.uint64(buckets)).astype(np.int32)
+
+
+def part_bucket(docs: np.ndarray, parts: int, buckets: int) -> np.ndarray:
+    """The part range of each doc of a partition of `parts` parts: contiguous runs of parts, in order."""
+    part = np.asarray(docs, np.int64) >> np.int64(ROW_BITS)
+    return (part * buckets // max(parts, 1)).astype(np.int32)
+
+
+def both_ways(u: np.ndarray, v: np.ndarray, buckets: int) -> pa.Table:
+    """Edges stored under both nodes (PAIRS_FILE_SCHEMA rows: bucket of the first node, node, neighbour)."""
+    first, second = np.concatenate([u, v]).astype(np.int64), np.concatenate([v, u]).astype(np.int64)
+    return pa.table({"bucket": node_bucket(first, buckets), "u": first, "v": second}, schema=PAIRS_FILE_SCHEMA)
+
 
 
 def exact_links(docs: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef) -> pl.DataFrame:
@@ -81,15 +103,27 @@ def exact_key(ref: PartitionRef, number: int) -> str:
     return f"{partition_prefix(CLUSTERS, ref)}/exact-{number:05d}.parquet"
 
 
-def _range_exact(store: Store, task: RangeTask, manifest: dict[str, Any], low: int, high: int) -> str | None:
-    """Write the range's exact links (EXACT_LINKS_SCHEMA) to its exact file; its key (None without links)."""
+def exact_edges_key(ref: PartitionRef, number: int) -> str:
+    return f"{partition_prefix(CLUSTERS, ref)}/exact-edges-{number:05d}.parquet"
+
+
+def _range_exact(store: Store, task: RangeTask, manifest: dict[str, Any], low: int, high: int) -> dict[str, Any]:
+    """Write the range's exact links twice: cut by the doc's part range (EXACT_LINKS_SCHEMA, for the
+    clusters writer) and as graph edges stored under both nodes (for the components). Returns {"exact",
+    "exact_edges": the keys (None without links), "exact_rows": links}."""
     docs = exact_rows_between(store, task.ref, manifest, low, high)
     first = DedupIndex(store, task.settings, task.s3).first_copies_of(docs.select("key", "lo"), task.ref)
     links = exact_links(docs, first, task.ref)
     if not links.height:
-        return None
-    write_parquet(store, exact_key(task.ref, task.number), links.to_arrow().cast(EXACT_LINKS_SCHEMA))
-    return exact_key(task.ref, task.number)
+        return {"exact": None, "exact_edges": None, "exact_rows": 0}
+    ranges = task.settings.band_ranges
+    links = links.with_columns(bucket=pl.Series(part_bucket(links["doc"].to_numpy(), len(manifest["files"]), ranges), dtype=pl.Int32))
+    write_bucketed(store, exact_key(task.ref, task.number), links.select(EXACT_LINKS_SCHEMA.names).to_arrow().cast(EXACT_LINKS_SCHEMA))
+    ordinals = PartitionOrdinals(list(task.partitions))
+    here = ordinals.ordinal[task.ref.key] << PartitionOrdinals.SHIFT
+    of = ordinals.nodes(links, partition="of_partition", doc="of_doc", name="of_node")["of_node"].to_numpy()
+    write_bucketed(store, exact_edges_key(task.ref, task.number), both_ways(links["doc"].to_numpy() + here, of, ranges))
+    return {"exact": exact_key(task.ref, task.number), "exact_edges": exact_edges_key(task.ref, task.number), "exact_rows": links.height}
 
 
 @dataclass(frozen=True)
@@ -150,9 +184,9 @@ def pairs_key(ref: PartitionRef, number: int) -> str:
 
 
 def range_pairs(task: RangeTask) -> dict[str, Any]:
-    """One range's reduce: its exact links to its exact file and (fuzzy dedup) its candidate pairs (u, v
-    nodes) to its pairs file, cut by pair bucket. Returns {"exact": the exact file, "key": the pairs file
-    (each None when empty), "pairs": pairs written, "band_rows": the range's band rows here}."""
+    """One range's reduce: its exact links to its exact files (`_range_exact`) and (fuzzy dedup) its
+    candidate pairs (u, v nodes) to its pairs file, cut by pair bucket. Returns `_range_exact`'s keys and
+    {"key": the pairs file (None when empty), "pairs": pairs written, "band_rows": the range's band rows here}."""
     store = StoreSpec(task.root_url, task.s3).open()
     manifest = read_manifest(store, partition_prefix(SIGNATURES, task.ref))
     if manifest is None:
@@ -160,7 +194,7 @@ def range_pairs(task: RangeTask) -> dict[str, Any]:
     low, high = shard_bounds(task.number, task.settings.band_ranges)
     exact = _range_exact(store, task, manifest, low, high)
     pairs = _range_pairs(store, task, manifest, low, high) if task.settings.fuzzy else {"key": None, "pairs": 0, "band_rows": 0}
-    return {"exact": exact, **pairs}
+    return {**exact, **pairs}
 
 
 def _range_pairs(store: Store, task: RangeTask, manifest: dict[str, Any], low: int, high: int) -> dict[str, Any]:
@@ -176,19 +210,32 @@ def _range_pairs(store: Store, task: RangeTask, manifest: dict[str, Any], low: i
         return {"key": None, "pairs": 0, "band_rows": current.height}
     bucket = pair_bucket(pairs["v"].to_numpy(), ranges)
     table = pairs.with_columns(bucket=pl.Series(bucket, dtype=pl.Int32)).sort("bucket", "v", "u").select("bucket", "u", "v").to_arrow().cast(PAIRS_FILE_SCHEMA)
-    key = pairs_key(task.ref, task.number)
-    cuts = np.flatnonzero(np.diff(table.column("bucket").to_numpy())) + 1
-    edges = [0, *cuts.tolist(), table.num_rows]
-    write_parquet_groups(store, key, [table.slice(a, b - a) for a, b in zip(edges, edges[1:], strict=False)], PAIRS_FILE_SCHEMA, PAIRS_ROW_GROUP)
+    key = write_bucketed(store, pairs_key(task.ref, task.number), table)
     return {"key": key, "pairs": pairs.height, "band_rows": current.height}
 
 
-def bucket_pairs(store: Store, keys: list[str], bucket: int) -> pl.DataFrame:
-    """(u, v) pairs of one pair bucket from every range's pairs file, unique, sorted by (u, v)."""
-    frames = [pl.DataFrame(schema={"u": pl.Int64, "v": pl.Int64})]
+def read_buckets(store: Store, keys: list[str], bucket: int, schema: pa.Schema) -> pl.DataFrame:
+    """The rows of one bucket of bucketed files (`write_bucketed`: the row groups whose first column, the
+    bucket, has that minimum), every column of `schema`."""
+    frames = [pl.from_arrow(schema.empty_table())]
     for key in keys:
         with parquet_file(store, key) as parquet:
             groups = [g for g in range(parquet.num_row_groups) if parquet.metadata.row_group(g).column(0).statistics.min == bucket]
             if groups:
-                frames.append(pl.from_arrow(parquet.read_row_groups(groups, columns=["u", "v"])))  # type: ignore[arg-type]
-    return pl.concat(frames).unique().sort("u", "v")
+                frames.append(pl.from_arrow(parquet.read_row_groups(groups, columns=schema.names)))
+    return pl.concat(frames)  # type: ignore[arg-type]
+
+
+def bucket_pairs(store: Store, keys: list[str], bucket: int) -> pl.DataFrame:
+    """(u, v) pairs of one pair bucket from every range's pairs file, unique, sorted by (u, v)."""
+    return read_buckets(store, keys, bucket, PAIRS_FILE_SCHEMA).select("u", "v").unique().sort("u", "v")
+
+
+def write_bucketed(store: Store, key: str, table: pa.Table) -> str:
+    """Write `table` (first column `bucket`) sorted by bucket, each bucket starting a row group (so that
+    `read_buckets` reads one bucket's rows only); returns the key."""
+    table = table.take(pc.sort_indices(table, [("bucket", "ascending")]))
+    cuts = np.flatnonzero(np.diff(table.column("bucket").to_numpy())) + 1
+    edges = [0, *cuts.tolist(), table.num_rows]
+    write_parquet_groups(store, key, [table.slice(a, b - a) for a, b in zip(edges, edges[1:], strict=False)], table.schema, PAIRS_ROW_GROUP)
+    return key

@@ -328,7 +328,7 @@ def test_ray_backend_gives_identical_outputs(sample_graph, tmp_path_factory, mon
     import sluice.dedup.clusters
 
     # Connected components split into Ray tasks too (the sample's graphs are below the threshold).
-    monkeypatch.setattr(sluice.dedup.clusters, "EDGES_PER_TASK", 4)
+    monkeypatch.setattr(sluice.dedup.clusters, "EDGES_PER_TASK", 4)  # large/small star rounds as Ray tasks
     try:
         other, report, _ = run_graph(tmp_path_factory, "ray", compute={"backend": "ray", "max_workers": 2})
     finally:

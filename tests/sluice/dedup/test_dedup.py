@@ -297,12 +297,12 @@ def test_process_pool_gives_byte_identical_outputs(planted, tmp_path, monkeypatc
     inline = tree_digest(alone.uri())
     other = open_store(str(tmp_path / "other"))
     write_all(other, partitions)
-    monkeypatch.setattr(dedup.clusters, "EDGES_PER_TASK", 4)  # components split by hash range, forests merged
+    monkeypatch.setattr(dedup.clusters, "EDGES_PER_TASK", 4)  # components as large/small star rounds of tasks
     pool = RecordingPool(2)
     run_incremental(other, settings, executor=pool)
     assert tree_digest(other.uri()) == inline
     stages = {name for name, _ in pool.stages}
-    assert {"run_recorded", "build_run", "forest_task"} <= stages
+    assert {"run_recorded", "build_run", "star_round"} <= stages
     assert ("verify_pairs" in stages) == (verify is not None)
     assert ("run_recorded", 2) in pool.stages  # one signing task per cleaned part (with its completion record)
 
@@ -426,15 +426,9 @@ def test_dedup_config_errors_name_key_and_allowed_values(make_config):
     assert load_config(make_config()).dedup == DedupSettings()  # sluice.yaml states the defaults
 
 
-def test_components_split_by_hash_range_equal_one_pass_and_union_find():
-    """Connected components (smallest node as label): scipy in one pass, and split into hash-range tasks
-    whose spanning forests are merged pairwise, both equal a union-find over the edges."""
-    from sluice.runtime.compute import Executor
-
-    rng = np.random.default_rng(5)
-    nodes = rng.choice(1 << 40, 300, replace=False).astype(np.int64)
-    edges = nodes[rng.integers(0, 300, (400, 2))]
-    parent = {int(n): int(n) for n in nodes}
+def _union_find(edges: np.ndarray) -> dict[int, int]:
+    """Each node of the edges -> the smallest node of its component (the oracle)."""
+    parent = {int(n): int(n) for n in np.unique(edges)}
 
     def find(x: int) -> int:
         while parent[x] != x:
@@ -445,15 +439,82 @@ def test_components_split_by_hash_range_equal_one_pass_and_union_find():
     for u, v in edges.tolist():
         a, b = find(u), find(v)
         parent[max(a, b)] = min(a, b)
+    return {node: find(node) for node in parent}
+
+
+def test_components_in_one_pass_equal_union_find():
+    rng = np.random.default_rng(5)
+    nodes = rng.choice(1 << 40, 300, replace=False).astype(np.int64)
+    edges = nodes[rng.integers(0, 300, (400, 2))]
     one_nodes, one_labels = dedup.components(edges)
-    assert {int(n): find(int(n)) for n in one_nodes} == dict(zip(one_nodes.tolist(), one_labels.tolist(), strict=True))
-    forest_tasks = []
+    assert dict(zip(one_nodes.tolist(), one_labels.tolist(), strict=True)) == _union_find(edges)
+
+
+@pytest.mark.parametrize(("seed", "shape"), [(5, "random"), (6, "path"), (7, "stars")])
+def test_star_rounds_over_files_equal_union_find(tmp_path, seed, shape):
+    """Components as large/small star rounds of tasks over bucketed edge files: every node of partition 1
+    gets the smallest node of its component and the component's size, as a union-find gives, and no task
+    read the whole edge list."""
+    from collections import Counter
+
+    from sluice.dedup.schemas import PartitionOrdinals
+    from sluice.dedup.shuffle import both_ways, bucket_pairs, write_bucketed
+    from sluice.dedup.stars import StarTask, read_labels, star_components
+    from sluice.runtime.compute import Executor
+
+    rng = np.random.default_rng(seed)
+    shift = PartitionOrdinals.SHIFT
+    nodes = np.concatenate([rng.choice(4 << 24, 200, replace=False) + (ordinal << shift) for ordinal in (0, 1, 2)]).astype(np.int64)
+    if shape == "random":
+        edges = nodes[rng.integers(0, len(nodes), (500, 2))]
+    elif shape == "path":  # one long chain in a shuffled order
+        order = rng.permutation(nodes)
+        edges = np.stack([order[:-1], order[1:]], axis=1)
+    else:  # a few large stars whose centres are not their smallest node, linked to each other
+        centres = nodes[rng.integers(0, len(nodes), 5)]
+        spokes = np.stack([centres[rng.integers(0, 5, len(nodes))], nodes], axis=1)
+        edges = np.concatenate([spokes, np.stack([centres[:-1], centres[1:]], axis=1)])
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    store = open_store(str(tmp_path))
+    buckets = 4
+    inputs = [
+        write_bucketed(store, f"in/edges-{i}.parquet", both_ways(chunk[:, 0], chunk[:, 1], buckets))
+        for i, chunk in enumerate(np.array_split(edges, 3))
+    ]
+    held = []
 
     class Recording(Executor):
         def map(self, fn, tasks):
-            forest_tasks.append(max(len(task.edges) for task in tasks))
+            held.extend(bucket_pairs(store, list(t.inputs), t.bucket).height for t in tasks if isinstance(t, StarTask))
             return super().map(fn, tasks)
 
-    split_nodes, split_labels = dedup.components(edges, Recording(), edges_per_task=50)
-    assert np.array_equal(split_nodes, one_nodes) and np.array_equal(split_labels, one_labels)
-    assert len(forest_tasks) >= 3 and max(forest_tasks) < len(edges)  # several rounds; no task held all edges
+    result = star_components(store, "scratch", inputs, buckets, 1, 4, Recording())  # 4 parts: docs < 4 << ROW_BITS
+    labels = pl.concat([read_labels(store, result.keys, bucket) for bucket in range(buckets)])
+    oracle = _union_find(edges)
+    sizes = Counter(oracle.values())
+    expected = {node: (root, sizes[root]) for node, root in oracle.items() if node >> shift == 1}
+    assert {node: (label, size) for node, label, size in labels.iter_rows()} == expected
+    assert labels["node"].is_sorted()
+    assert result.ordinals == sorted({node >> shift for node in oracle})
+    assert result.rounds >= 1 and result.max_task_rows == max(held) < 2 * len(edges)  # its bucket's rows, not the graph
+
+
+def test_node_ids_keep_the_global_order_past_65535_parts():
+    """A partition of a CommonCrawl snapshot has ~90,000 crawl files: docs of parts past 2^16 still map to
+    node ids in the global order (partition rank, then doc) and back, and refuse a partition count that
+    would overflow a signed 64-bit node."""
+    from sluice.dedup.schemas import PART_BITS, ROW_BITS, PartitionOrdinals, doc_positions
+    from sluice.dedup.shuffle import part_bucket
+
+    assert (1 << PART_BITS) - 1 >= 90_000
+    ordinals = PartitionOrdinals(["web/2026-02", "web/2026-01", "cc/2026-01"])
+    docs = np.concatenate([doc_positions(part, 3) for part in (0, 65_535, 65_536, 90_000, (1 << PART_BITS) - 1)])
+    frame = pl.DataFrame({"partition": [k for k in ordinals.keys for _ in docs], "doc": np.tile(docs, 3)})
+    nodes = ordinals.nodes(frame)["node"].to_numpy()
+    order = sorted(range(len(nodes)), key=lambda i: (ordinals.keys.index(frame["partition"][i]), int(frame["doc"][i])))
+    assert np.argsort(nodes, kind="stable").tolist() == order and (nodes >= 0).all()  # no overflow to negative
+    assert ordinals.locate(nodes).equals(frame)
+    assert part_bucket(docs[::3], 1 << PART_BITS, 16).tolist() == [0, 0, 1, 1, 15]  # contiguous part ranges
+    assert docs.max() >> ROW_BITS == (1 << PART_BITS) - 1
+    with pytest.raises(ValueError, match="at most"):
+        PartitionOrdinals([f"web/{i:07d}" for i in range(PartitionOrdinals.MAX_PARTITIONS + 1)])
