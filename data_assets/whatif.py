@@ -45,12 +45,13 @@ def whatif_op(context: OpExecutionContext, config: WhatIfConfig, settings: Sluic
     import tempfile
 
     from sluice.config import load_config
+    from sluice.runtime.compute import make_executor
     from sluice.whatif.engine import what_if
     from sluice.whatif.report import write
 
     other = load_config(config.other_config)
     with tempfile.TemporaryDirectory() as scratch:
-        result = what_if(settings.config, other, scratch)
+        result = what_if(settings.config, other, scratch, make_executor(settings.config.compute))  # one task per attributes file
         table = result.table(config.samples)
         written = write(result, _out(settings, config), config.samples)
     context.log.info(table)

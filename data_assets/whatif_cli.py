@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from data_assets.trace_cli import config_path
     from sluice.config import ConfigError, load_config
+    from sluice.runtime.compute import make_executor
     from sluice.whatif.engine import what_if
     from sluice.whatif.report import write
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         current, other = load_config(config_path()), load_config(str(Path(args.config).expanduser()))
         with tempfile.TemporaryDirectory() as scratch:
-            result = what_if(current, other, scratch)
+            result = what_if(current, other, scratch, make_executor(current.compute))  # one task per attributes file
             print(result.table(args.samples))
             written = write(result, args.out, args.samples)
     except (ConfigError, ValueError, KeyError, FileNotFoundError) as error:

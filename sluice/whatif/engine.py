@@ -29,6 +29,7 @@ import polars as pl
 
 from sluice.clean.attributes import ATTRIBUTES_DATASET
 from sluice.config import CleaningSettings, SluiceConfig
+from sluice.runtime.compute import Executor
 
 KEPT, DROPPED, ROUTED, UNKNOWN = "kept", "dropped", "routed", "unknown"
 ROUTE_REASON = "code_routed"  # sluice.clean.steps.codeshare's Route
@@ -301,8 +302,65 @@ class WhatIf:
         return "\n".join(lines)
 
 
-def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str) -> WhatIf:
-    """Compare `other`'s cleaning settings with `config`'s over the attributes of `config`'s storage."""
+@dataclass(frozen=True)
+class JudgeTask:
+    """One attributes file judged under both configs' settings of its source (`judge_file`)."""
+
+    path: str  # a local attributes file
+    source: str
+    snapshot: str
+    current: CleaningSettings
+    changed: CleaningSettings
+    languages: tuple[str, ...]  # the source's languages (the per-language settings in the rules)
+    out: str  # where its flips go
+
+    @property
+    def label(self) -> str:
+        return f"whatif {self.source}/{self.snapshot} {Path(self.path).name}"
+
+
+FLIPS_SCHEMA = {
+    "doc_id": pl.String, "source": pl.String, "snapshot": pl.String, "language": pl.String, "before": pl.String, "after": pl.String,
+    "rule": pl.String, "before_rule": pl.String, "tokens": pl.Int64,
+}
+COUNTS = ("documents", "kept_before", "kept_after", "tokens_before", "tokens_after", "unknown", "inconsistent")
+
+
+def judge_file(task: JudgeTask) -> dict[str, Any]:
+    """{"by_language": {language: the COUNTS}, "flips": the flips file (None without flips)}. A task holds
+    one attributes file's decisions and writes its flips itself."""
+    frame = scan_attributes([Partition(task.source, task.snapshot, [task.path])]).with_columns(language=pl.col("language").fill_null(""))
+    judged = (
+        frame.with_columns(
+            before_rule=pl.col("reason"), computed=_decision(decision_rule(task.current, task.languages)), rule=decision_rule(task.changed, task.languages),
+        )
+        .with_columns(before=pl.col("decision"), after=_decision(pl.col("rule")))
+        .select("doc_id", "source", "snapshot", "language", "before", "after", "rule", "before_rule", "tokens", "computed")
+        .collect(engine="streaming")  # one file's decisions, judged once
+    )
+    by_language = judged.group_by("language").agg(
+        documents=pl.len(),
+        kept_before=(pl.col("before") == KEPT).sum(), kept_after=(pl.col("after") == KEPT).sum(),
+        tokens_before=pl.col("tokens").filter(pl.col("before") == KEPT).sum(), tokens_after=pl.col("tokens").filter(pl.col("after") == KEPT).sum(),
+        unknown=(pl.col("after") == UNKNOWN).sum(), inconsistent=(pl.col("computed") != pl.col("before")).sum(),
+    )
+    flips = (
+        judged.filter((pl.col("before") != pl.col("after")) & (pl.col("after") != UNKNOWN))
+        .with_columns(rule=pl.when(pl.col("after") == KEPT).then(None).otherwise(pl.col("rule")))
+        .select(*FLIPS_SCHEMA)
+    )
+    if flips.height:
+        flips.write_parquet(task.out)
+    counts = {row["language"]: {name: int(row[name] or 0) for name in COUNTS} for row in by_language.iter_rows(named=True)}
+    return {"by_language": counts, "flips": task.out if flips.height else None}
+
+
+def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str, executor: Executor | None = None) -> WhatIf:
+    """Compare `other`'s cleaning settings with `config`'s over the attributes of `config`'s storage: one
+    `judge_file` task per attributes file on `executor` (inline by default), their per-language counts
+    folded here (a few numbers per language) and their flips read back lazily from `scratch`."""
+    executor = executor or Executor()
+    Path(scratch).mkdir(parents=True, exist_ok=True)
     every = attribute_partitions(config, scratch)
     partitions = [p for p in every if p.files]
     by_source: dict[str, list[Partition]] = {}
@@ -314,36 +372,33 @@ def what_if(config: SluiceConfig, other: SluiceConfig, scratch: str) -> WhatIf:
         unanswered.append({"source": "*", "partitions": missing, "changes": ["no cleaned_attributes: re-materialize cleaned_documents there"]})
     for source, parts in sorted(by_source.items()):
         current, changed = config.cleaning.for_source(source), other.cleaning.for_source(source)
-        frame = scan_attributes(parts).with_columns(language=pl.col("language").fill_null(""))
-        languages = frame.select(pl.col("language").unique()).collect().to_series().to_list()
-        columns = _columns(parts)
+        languages = sorted(scan_attributes(parts).select(pl.col("language").fill_null("").unique()).collect(engine="streaming").to_series().to_list())
         changes = unanswerable(current, changed, languages)
-        changes += [f"{column} not in the attributes" for column in missing_columns(changed, languages, columns)]
+        changes += [f"{column} not in the attributes" for column in missing_columns(changed, languages, _columns(parts))]
         if changes:
             unanswered.append({"source": source, "partitions": [f"{p.source}/{p.snapshot}" for p in parts], "changes": changes})
             continue
-        judged = frame.with_columns(
-            before_rule=pl.col("reason"), computed=_decision(decision_rule(current, languages)), rule=decision_rule(changed, languages),
-        ).with_columns(before=pl.col("decision"), after=_decision(pl.col("rule")))
-        by_language = judged.group_by("language").agg(
-            documents=pl.len(),
-            kept_before=(pl.col("before") == KEPT).sum(), kept_after=(pl.col("after") == KEPT).sum(),
-            tokens_before=pl.col("tokens").filter(pl.col("before") == KEPT).sum(), tokens_after=pl.col("tokens").filter(pl.col("after") == KEPT).sum(),
-            unknown=(pl.col("after") == UNKNOWN).sum(), inconsistent=(pl.col("computed") != pl.col("before")).sum(),
-        ).sort("language").collect(engine="streaming")
-        summary = {name: int(by_language[name].sum()) for name in by_language.columns if name != "language"}
+        tasks = [
+            JudgeTask(path, p.source, p.snapshot, current, changed, tuple(languages), str(Path(scratch) / f"flips-{source}-{p.snapshot}-{i:05d}.parquet"))
+            for p in parts for i, path in enumerate(p.files)
+        ]
+        results = executor.map(judge_file, tasks)
+        by_language: dict[str, dict[str, int]] = {}
+        for result in results:
+            for language, counts in result["by_language"].items():
+                folded = by_language.setdefault(language, dict.fromkeys(COUNTS, 0))
+                for name in COUNTS:
+                    folded[name] += counts[name]
+        summary = {name: sum(counts[name] for counts in by_language.values()) for name in COUNTS}
         inconsistent += summary.pop("inconsistent")
-        languages_tokens = {row["language"]: [row["tokens_before"] or 0, row["tokens_after"] or 0] for row in by_language.iter_rows(named=True)}
+        languages_tokens = {language: [by_language[language]["tokens_before"], by_language[language]["tokens_after"]] for language in sorted(by_language)}
         totals.append({"source": source, **summary, "tokens_by_language": languages_tokens})
-        flips.append(
-            judged.filter((pl.col("before") != pl.col("after")) & (pl.col("after") != UNKNOWN))
-            .with_columns(rule=pl.when(pl.col("after") == KEPT).then(None).otherwise(pl.col("rule")))
-            .select("doc_id", "source", "snapshot", "language", "before", "after", "rule", "before_rule", "tokens")
-        )
+        flips.extend(pl.scan_parquet(result["flips"]) for result in results if result["flips"])
     for total in totals:  # each source's share of the kept tokens, before and after
         total["share_before"] = total["tokens_before"] / max(sum(t["tokens_before"] for t in totals), 1)
         total["share_after"] = total["tokens_after"] / max(sum(t["tokens_after"] for t in totals), 1)
-    return WhatIf(pl.concat(flips) if flips else None, totals, unanswered, inconsistent, mix_budgets(other, totals, unanswered), (config, other))
+    flipped = pl.concat(flips) if flips else (pl.LazyFrame(schema=FLIPS_SCHEMA) if totals else None)
+    return WhatIf(flipped, totals, unanswered, inconsistent, mix_budgets(other, totals, unanswered), (config, other))
 
 
 def mix_budgets(other: SluiceConfig, totals: list[dict[str, Any]], unanswered: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from sluice.config import SluiceConfig
-from sluice.whatif.engine import WhatIf, attribute_partitions, chain_checks, scan_attributes
+from sluice.whatif.engine import FLIPS_SCHEMA, WhatIf, attribute_partitions, chain_checks, scan_attributes
 
 PNG_NAME = "report.png"
 EXCERPT_CHARS = 600
@@ -181,9 +181,7 @@ def write(result: WhatIf, out: str, samples: int = 3) -> dict[str, str]:
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     flips_path = folder / "flips.parquet"
-    schema = {"doc_id": pl.String, "source": pl.String, "snapshot": pl.String, "language": pl.String, "before": pl.String,
-              "after": pl.String, "rule": pl.String, "before_rule": pl.String, "tokens": pl.Int64}
-    frame = result.flips if result.flips is not None else pl.LazyFrame(schema=schema)
+    frame = result.flips if result.flips is not None else pl.LazyFrame(schema=FLIPS_SCHEMA)
     frame.sink_parquet(flips_path)  # (in partition and file order, streamed: no sort holding every flip)
     counts = pl.scan_parquet(flips_path).with_columns(rule=pl.coalesce("rule", "before_rule")).group_by(
         "source", "snapshot", "language", "before", "after", "rule"

@@ -285,3 +285,27 @@ def test_a_copied_list_by_another_path_is_the_same_list_and_a_changed_or_missing
     assert unanswerable(current, CleaningSettings(url_blocklist=missing), ["en"]) == [
         f"url_blocklist changed ({missing} cannot be read) (only the list cleaning used was applied)"
     ]
+
+
+def test_a_process_pool_gives_the_same_answer_one_task_per_attributes_file(sample, tmp_path):
+    """whatif as tasks on the compute backend: a local pool of two workers judges each attributes file in a
+    task of its own and gives the same flips, totals and budgets as one process."""
+    from sluice.runtime.compute import LocalPoolExecutor
+    from sluice.whatif.engine import judge_file
+
+    raw, root, _ = sample
+    other = _changed(raw, **CHANGES["tighter"])
+    inline = what_if(_config(raw), _config(other), str(tmp_path / "inline"))
+    mapped = []
+
+    class Recording(LocalPoolExecutor):
+        def map(self, fn, tasks, progress=None):
+            mapped.append((fn, len(tasks)))
+            return super().map(fn, tasks, progress)
+
+    pooled = what_if(_config(raw), _config(other), str(tmp_path / "pool"), Recording(2))
+    files = len(list(root.glob(f"{ATTRIBUTES_DATASET}/source=*/snapshot=*/attributes-*.parquet")))
+    assert {fn for fn, _ in mapped} == {judge_file} and sum(n for _, n in mapped) == files > 2
+    order = ["source", "snapshot", "doc_id"]
+    assert inline.flips.collect().sort(order).equals(pooled.flips.collect().sort(order)) and inline.flips.collect().height > 0
+    assert inline.totals == pooled.totals and inline.budgets == pooled.budgets
