@@ -79,6 +79,22 @@ def read_cluster_rows(store: Store, partition: str, docs: np.ndarray) -> pl.Data
     return found
 
 
+def cluster_rows_between(store: Store, key: str, low: int, high: int) -> pl.DataFrame:
+    """Every `dedup_clusters` row (CLUSTERS_SCHEMA) of the file `key` whose doc is in [low, high] (one part's
+    rows: only the row groups overlapping the range are read)."""
+    from sluice.dedup.schemas import CLUSTERS_SCHEMA
+
+    with parquet_file(store, key) as parquet:
+        groups = []
+        for group in range(parquet.num_row_groups):
+            stats = parquet.metadata.row_group(group).column(0).statistics
+            if stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low):
+                groups.append(group)
+        table = parquet.read_row_groups(groups) if groups else CLUSTERS_SCHEMA.empty_table()
+    frame: pl.DataFrame = pl.from_arrow(table)  # type: ignore[assignment]
+    return frame.filter(pl.col("doc").is_between(low, high))
+
+
 def resolve_roots(store: Store, starts: pl.DataFrame) -> pl.DataFrame:
     """The kept document each (partition, doc) leads to by following parents: (partition, doc,
     root_partition, root_doc, root_id). `starts` are documents of earlier, already clustered partitions."""

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sluice.config import DedupSettings, S3Settings
 from sluice.dedup import clusters as clusters_module
@@ -34,7 +33,13 @@ from sluice.dedup.candidates import (
     verify_pairs,
     verify_slices,
 )
-from sluice.dedup.clusters import CLUSTER_ROW_GROUP, components, read_cluster_rows, resolve_roots
+from sluice.dedup.clusters import (
+    CLUSTER_ROW_GROUP,
+    cluster_rows_between,
+    components,
+    read_cluster_rows,
+    resolve_roots,
+)
 from sluice.dedup.index import DedupIndex, IndexEntry, IndexIncomplete
 from sluice.dedup.legacy import migrate_legacy_store
 from sluice.dedup.schemas import (
@@ -52,7 +57,6 @@ from sluice.dedup.schemas import (
     cluster_identity,
     minhash_identity,
     order_of,
-    parquet_file,
 )
 from sluice.dedup.shuffle import (  # noqa: F401 (exact_links re-exported)
     EXACT_LINKS_SCHEMA,
@@ -335,13 +339,18 @@ class DedupResult:
     removed_exact: int
     removed_fuzzy: int
     removed_within_partition: int
-    removed: pa.Table  # REMOVED_SCHEMA rows
-    kept_hashes_of: Any  # () -> text_hash of every kept document, read from the written parts when asked
     removed_against: dict[str, int] = field(default_factory=dict)  # earlier partition -> removed count
     removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
     cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
     band_index: None = None  # earlier versions listed a per-partition band index here; the index is global now
     removed_docs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # doc positions of the removed, sorted
+    removed_of: Any = None  # () -> the REMOVED_SCHEMA rows, read from the written file when asked
+    kept_hashes_of: Any = None  # () -> text_hash of every kept document, read from the written parts when asked
+
+    @property
+    def removed(self) -> pa.Table:
+        """Every removed row (REMOVED_SCHEMA), read from `deduped_removed` (not held by the step)."""
+        return self.removed_of()
 
     @property
     def kept_hashes(self) -> pa.ChunkedArray:
@@ -376,60 +385,67 @@ def removed_rows(store: Store, ref: PartitionRef, removed: pl.DataFrame, text_ha
     )
 
 
+REMOVED_ROW_GROUP = 4096  # rows per row group of `deduped_removed` (write_parquet's default, as before)
+REMOVED_FILE_SCHEMA = pa.schema([f for f in REMOVED_SCHEMA if f.name not in ("source", "snapshot")])
+SIZES_SCHEMA = pa.schema(
+    [pa.field("bucket", pa.int32(), nullable=False), pa.field("cluster_id", pa.string()), pa.field("cluster_size", pa.int64())]
+)
+
+
 @releasing_memory
 def dedup_partition(
     store: Store, ref: PartitionRef, settings: DedupSettings | None = None, executor: Executor | None = None, s3: S3Settings | None = None
 ) -> DedupResult:
-    """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest: one executor task per
-    cleaned part) and its removed rows (`deduped_removed`), from its `dedup_clusters` and those of the
-    earlier partitions its parents name. Holds the removed documents' rows, not the partition's."""
+    """Write the kept documents of `ref` (`deduped_documents` parts, not the manifest) and its removed rows
+    (`deduped_removed`), from its `dedup_clusters` and those of the earlier partitions its parents name: one
+    executor task per cleaned part (`dedup_part`: its kept part and its removed rows), the removed rows then
+    copied into one file in doc order a row group at a time, and the cluster sizes counted by cluster-id
+    hash range (`cluster_sizes_in_bucket`). Holds the removed documents' positions (for the kept-duplicates
+    check) and counters, not their rows."""
     settings = settings or DedupSettings()
     executor = executor or Executor()
+    s3 = s3 or S3Settings()
     clusters_prefix = partition_prefix(CLUSTERS, ref)
     manifest = read_manifest(store, clusters_prefix)
     if manifest is None or manifest.get("settings") != cluster_identity(settings):
         raise FileNotFoundError(f"{store.uri(clusters_prefix)}: no clusters with these dedup settings: materialize dedup_clusters for {ref.key} first")
-    removed = removed_cluster_rows(store, f"{clusters_prefix}/{manifest['files'][0]['key']}")
     cleaned = required_manifest(store, CLEANED, ref)
-    removed_docs = np.sort(removed["doc"].to_numpy())
-    parts = removed_docs >> np.int64(ROW_BITS)
-    tasks = [
-        DedupPartTask(store.uri(), ref, part, entry["key"], removed_docs[parts == part], s3 or S3Settings())
-        for part, entry in enumerate(cleaned["files"])
-    ]
+    clusters_key = f"{clusters_prefix}/{manifest['files'][0]['key']}"
+    tasks = [DedupPartTask(store.uri(), ref, part, entry["key"], clusters_key, settings.band_ranges, s3) for part, entry in enumerate(cleaned["files"])]
     results = executor.map(dedup_part, tasks)
-    hashes = pl.concat([pl.DataFrame(schema={"doc": pl.Int64, "text_hash": pl.String}), *(pl.DataFrame(r["removed"], schema={"doc": pl.Int64, "text_hash": pl.String}) for r in results)])
-    here = removed.filter(pl.col("parent_partition") == ref.key)["parent_doc"].unique().to_numpy()
-    parents = read_cluster_rows(store, ref.key, here) if len(here) else pl.DataFrame(schema={"doc": pl.Int64, "doc_id": pl.String})
-    rows = removed_rows(store, ref, removed, hashes, parents)
-    stored = rows.to_arrow().cast(REMOVED_SCHEMA)
+    key = f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}"
     # The file leaves out source and snapshot: they are its Hive partition folders (readers merging both fail).
-    removed_entry = {**write_parquet(store, f"{side_prefix(REMOVED, ref)}/{REMOVED_FILE}", stored.drop_columns(["source", "snapshot"])), "prefix": side_prefix(REMOVED, ref)}
+    tables = (read_parquet_file(store, r["removed"]) for r in results if r["removed"])
+    written = write_parquet_groups(store, key, regroup(tables, REMOVED_ROW_GROUP, REMOVED_FILE_SCHEMA), REMOVED_FILE_SCHEMA, REMOVED_ROW_GROUP)
+    sizes = [r["sizes"] for r in results if r["sizes"]]
+    size_tasks = [ClusterSizeTask(store.uri(), tuple(sizes), bucket, s3) for bucket in range(settings.band_ranges if sizes else 0)]
+    cluster_sizes: Counter[int] = Counter()
+    for counts in executor.map(cluster_sizes_in_bucket, size_tasks):
+        cluster_sizes.update(counts)
     files = [result["file"] for result in results]
-    result = _dedup_result(ref, files, [removed_entry], manifest["documents"], rows, stored, lambda: _kept_hashes(store, ref, files))
-    result.removed_docs = removed_docs
+    result = _dedup_result(ref, files, [{**written, "prefix": side_prefix(REMOVED, ref)}], manifest["documents"], results, dict(sorted(cluster_sizes.items())))
+    result.removed_of = lambda: _read_removed(store, ref, key)
+    result.kept_hashes_of = lambda: _kept_hashes(store, ref, files)
     return result
 
 
-def removed_cluster_rows(store: Store, key: str) -> pl.DataFrame:
-    """The `dedup_clusters` rows of the removed documents (kind not null), read a row group at a time."""
-    frames = [pl.from_arrow(CLUSTERS_SCHEMA.empty_table())]
-    with parquet_file(store, key) as parquet:
-        for group in range(parquet.num_row_groups):
-            table = parquet.read_row_group(group)
-            frames.append(pl.from_arrow(table.filter(pc.is_valid(table.column("kind")))))
-    return pl.concat(frames)  # type: ignore[arg-type]
+def _read_removed(store: Store, ref: PartitionRef, key: str) -> pa.Table:
+    table = read_parquet_file(store, key)
+    rows = table.num_rows
+    table = table.append_column("source", pa.array([ref.source] * rows, pa.string())).append_column("snapshot", pa.array([ref.snapshot] * rows, pa.string()))
+    return table.select(REMOVED_SCHEMA.names).cast(REMOVED_SCHEMA)
 
 
 @dataclass(frozen=True)
 class DedupPartTask:
-    """Write one cleaned part's kept documents (`dedup_part`)."""
+    """Write one cleaned part's kept documents and its removed rows (`dedup_part`)."""
 
     root_url: str
     ref: PartitionRef
     part: int
     cleaned_key: str
-    removed: np.ndarray  # docs of this part removed, sorted
+    clusters_key: str  # the partition's dedup_clusters file (the part's rows are read by row group)
+    buckets: int  # cluster-id hash ranges of the sizes file
     s3: S3Settings = field(default_factory=S3Settings)
 
     @property
@@ -438,15 +454,71 @@ class DedupPartTask:
 
 
 def dedup_part(task: DedupPartTask) -> dict[str, Any]:
-    """{"file": the written part's entry, "removed": {doc, text_hash} of its removed documents}."""
+    """The part's kept documents to its `deduped_documents` part and its removed rows (REMOVED_FILE_SCHEMA,
+    doc order) and (cluster_id, cluster_size) rows, cut by cluster-id hash range, to scratch files beside
+    `deduped_removed` (deleted when the partition is published). Returns {"file", "removed", "sizes": the
+    files (None when nothing is removed), "docs": removed doc positions, and the counts `_dedup_result` folds}."""
     store = StoreSpec(task.root_url, task.s3).open()
-    table = read_parquet_file(store, f"{partition_prefix(CLEANED, task.ref)}/{task.cleaned_key}")
-    docs = (np.int64(task.part) << ROW_BITS) | np.arange(table.num_rows, dtype=np.int64)
-    keep = ~np.isin(docs, task.removed)
+    ref = task.ref
+    low = np.int64(task.part) << ROW_BITS
+    clusters = cluster_rows_between(store, task.clusters_key, int(low), int(low + (1 << ROW_BITS) - 1))
+    removed = clusters.filter(pl.col("kind").is_not_null())
+    table = read_parquet_file(store, f"{partition_prefix(CLEANED, ref)}/{task.cleaned_key}")
+    docs = low | np.arange(table.num_rows, dtype=np.int64)
+    keep = ~np.isin(docs, removed["doc"].to_numpy())
     kept = table.filter(pa.array(keep)) if table.num_rows else table
-    entry = write_parquet(store, f"{partition_prefix(DEDUPED, task.ref)}/part-{task.part:05d}.parquet", kept)
-    gone = table.filter(pa.array(~keep)) if table.num_rows else table
-    return {"file": entry, "removed": {"doc": docs[~keep].tolist(), "text_hash": gone.column("text_hash").to_pylist()}}
+    entry = write_parquet(store, f"{partition_prefix(DEDUPED, ref)}/part-{task.part:05d}.parquet", kept)
+    out = {"file": entry, "removed": None, "sizes": None, "docs": docs[~keep], "kinds": {}, "within": 0, "against": {}, "snapshots": {}}
+    if not removed.height:
+        return out
+    gone = table.filter(pa.array(~keep))
+    hashes = pl.DataFrame({"doc": docs[~keep], "text_hash": gone.column("text_hash").to_pylist()}, schema={"doc": pl.Int64, "text_hash": pl.String})
+    here = removed.filter(pl.col("parent_partition") == ref.key)["parent_doc"].unique().to_numpy()
+    parents = read_cluster_rows(store, ref.key, here) if len(here) else pl.DataFrame(schema={"doc": pl.Int64, "doc_id": pl.String})
+    rows = removed_rows(store, ref, removed, hashes, parents)
+    prefix = side_prefix(REMOVED, ref)
+    out["removed"] = f"{prefix}/removed-part-{task.part:05d}.parquet"
+    write_parquet(store, out["removed"], rows.drop("source", "snapshot").to_arrow().cast(REMOVED_FILE_SCHEMA))
+    sized = rows.filter(pl.col("cluster_size").is_not_null()).select("cluster_id", "cluster_size")
+    if sized.height:
+        # The counts do not depend on the cut, only on every copy of a cluster id landing in one range.
+        bucket = (pl.col("cluster_id").hash(seed=0) % task.buckets).cast(pl.Int32).alias("bucket")
+        sizes = sized.with_columns(bucket).select(SIZES_SCHEMA.names).to_arrow().cast(SIZES_SCHEMA)
+        out["sizes"] = write_bucketed(store, f"{prefix}/sizes-part-{task.part:05d}.parquet", sizes)
+    out.update(_part_counts(ref, rows))
+    return out
+
+
+def _part_counts(ref: PartitionRef, rows: pl.DataFrame) -> dict[str, Any]:
+    """A part's removal counts: by kind, within the partition, by the kept copy's partition and snapshot."""
+    against = rows.filter(pl.col("duplicate_of_partition") != ref.key)["duplicate_of_partition"].value_counts()
+    snapshots = rows.with_columns(snapshot=pl.col("duplicate_of_partition").str.split("/").list.get(1))["snapshot"].value_counts()
+    return {
+        "kinds": dict(Counter(rows["kind"].to_list())), "within": rows.filter(pl.col("duplicate_of_partition") == ref.key).height,
+        "against": dict(against.iter_rows()), "snapshots": dict(snapshots.iter_rows()),
+    }
+
+
+@dataclass(frozen=True)
+class ClusterSizeTask:
+    """The sizes of the clusters of one cluster-id hash range with a document removed here (`cluster_sizes_in_bucket`)."""
+
+    root_url: str
+    keys: tuple[str, ...]  # every part's sizes file
+    bucket: int
+    s3: S3Settings = field(default_factory=S3Settings)
+
+    @property
+    def label(self) -> str:
+        return f"cluster sizes, hash range {self.bucket}"
+
+
+def cluster_sizes_in_bucket(task: ClusterSizeTask) -> dict[int, int]:
+    """{cluster size: clusters} of the range's distinct cluster ids (a cluster removed from several parts counts once)."""
+    store = StoreSpec(task.root_url, task.s3).open()
+    rows = read_buckets(store, list(task.keys), task.bucket, SIZES_SCHEMA)
+    sizes = rows.group_by("cluster_id").agg(pl.col("cluster_size").max())["cluster_size"].value_counts()
+    return dict(sizes.iter_rows())
 
 
 def _kept_hashes(store: Store, ref: PartitionRef, files: list[dict[str, Any]]) -> pa.ChunkedArray:
@@ -455,24 +527,26 @@ def _kept_hashes(store: Store, ref: PartitionRef, files: list[dict[str, Any]]) -
     return pa.chunked_array([chunk for column in columns for chunk in column.chunks], pa.string())
 
 
-def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in: int, rows: pl.DataFrame, removed: pa.Table, kept_hashes_of: Any) -> DedupResult:
-    against = rows.filter(pl.col("duplicate_of_partition") != ref.key)["duplicate_of_partition"].value_counts().sort("duplicate_of_partition")
-    snapshots = rows.with_columns(snapshot=pl.col("duplicate_of_partition").str.split("/").list.get(1))["snapshot"].value_counts().sort("snapshot")
-    clusters = rows.filter(pl.col("cluster_size").is_not_null()).unique("cluster_id")["cluster_size"].value_counts().sort("cluster_size")
-    kinds = Counter(rows["kind"].to_list())
+def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in: int, parts: list[dict[str, Any]], cluster_sizes: dict[int, int]) -> DedupResult:
+    """The partition's result from its parts' counts (`dedup_part`)."""
+    kinds, against, snapshots = Counter(), Counter(), Counter()
+    for part in parts:
+        kinds.update(part["kinds"])
+        against.update(part["against"])
+        snapshots.update(part["snapshots"])
+    removed = sum(kinds.values())
     return DedupResult(
         files=files,
         side_files=side_files,
         documents_in=documents_in,
-        documents_out=documents_in - rows.height,
+        documents_out=documents_in - removed,
         removed_exact=kinds["exact"],
         removed_fuzzy=kinds["fuzzy"],
-        removed_within_partition=rows.filter(pl.col("duplicate_of_partition") == ref.key).height,
-        removed=removed,
-        kept_hashes_of=kept_hashes_of,
-        removed_against=dict(against.iter_rows()),
-        removed_against_snapshot=dict(snapshots.iter_rows()),
-        cluster_sizes=dict(clusters.iter_rows()),
+        removed_within_partition=sum(part["within"] for part in parts),
+        removed_against=dict(sorted(against.items())),
+        removed_against_snapshot=dict(sorted(snapshots.items())),
+        cluster_sizes=cluster_sizes,
+        removed_docs=np.sort(np.concatenate([np.empty(0, np.int64), *(part["docs"] for part in parts)])),
     )
 
 

@@ -302,7 +302,7 @@ def test_process_pool_gives_byte_identical_outputs(planted, tmp_path, monkeypatc
     run_incremental(other, settings, executor=pool)
     assert tree_digest(other.uri()) == inline
     stages = {name for name, _ in pool.stages}
-    assert {"run_recorded", "build_run", "star_round"} <= stages
+    assert {"run_recorded", "build_run", "star_round", "dedup_part", "cluster_sizes_in_bucket"} <= stages
     assert ("verify_pairs" in stages) == (verify is not None)
     assert ("run_recorded", 2) in pool.stages  # one signing task per cleaned part (with its completion record)
 
@@ -518,3 +518,19 @@ def test_node_ids_keep_the_global_order_past_65535_parts():
     assert docs.max() >> ROW_BITS == (1 << PART_BITS) - 1
     with pytest.raises(ValueError, match="at most"):
         PartitionOrdinals([f"web/{i:07d}" for i in range(PartitionOrdinals.MAX_PARTITIONS + 1)])
+
+
+def test_a_cluster_removed_from_several_parts_counts_once_in_the_cluster_sizes(tmp_path):
+    """deduped_documents' cluster sizes are counted by cluster-id hash range over every part's sizes file:
+    the same cluster id in two parts' files is one cluster."""
+    from sluice.dedup.partition import SIZES_SCHEMA, ClusterSizeTask, cluster_sizes_in_bucket
+    from sluice.dedup.shuffle import write_bucketed
+
+    store = open_store(str(tmp_path))
+    parts = [[("a", 3), ("b", 2)], [("a", 3), ("c", 5)], [("c", 5), ("d", 2)]]
+    keys = []
+    for number, rows in enumerate(parts):
+        table = pa.table({"bucket": [0] * len(rows), "cluster_id": [r[0] for r in rows], "cluster_size": [r[1] for r in rows]}, schema=SIZES_SCHEMA)
+        keys.append(write_bucketed(store, f"sizes-{number}.parquet", table))
+    assert cluster_sizes_in_bucket(ClusterSizeTask(store.uri(), tuple(keys), 0)) == {3: 1, 2: 2, 5: 1}
+    assert cluster_sizes_in_bucket(ClusterSizeTask(store.uri(), tuple(keys), 1)) == {}
