@@ -55,11 +55,14 @@ from sluice.dedup.schemas import (
     SIGNATURES,
     PartitionOrdinals,
     cluster_identity,
+    hash_halves,
     minhash_identity,
     order_of,
+    shard_of,
 )
 from sluice.dedup.shuffle import (  # noqa: F401 (exact_links re-exported)
     EXACT_LINKS_SCHEMA,
+    REMOVED_DOCS_SCHEMA,
     KeptCheckTask,
     RangeTask,
     both_ways,
@@ -343,7 +346,8 @@ class DedupResult:
     removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
     cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
     band_index: None = None  # earlier versions listed a per-partition band index here; the index is global now
-    removed_docs: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # doc positions of the removed, sorted
+    removed_keys: list[str] = field(default_factory=list)  # the removed positions, cut by text-hash range (REMOVED_DOCS_SCHEMA)
+    kept_duplicates: tuple[int, dict[str, int]] = (0, {})  # `kept_duplicates` of the written parts (0, {} when dedup is right)
     removed_of: Any = None  # () -> the REMOVED_SCHEMA rows, read from the written file when asked
     kept_hashes_of: Any = None  # () -> text_hash of every kept document, read from the written parts when asked
 
@@ -401,7 +405,7 @@ def dedup_partition(
     executor task per cleaned part (`dedup_part`: its kept part and its removed rows), the removed rows then
     copied into one file in doc order a row group at a time, and the cluster sizes counted by cluster-id
     hash range (`cluster_sizes_in_bucket`). Holds the removed documents' positions (for the kept-duplicates
-    check) and counters, not their rows."""
+    check, in files) and counters, not their rows."""
     settings = settings or DedupSettings()
     executor = executor or Executor()
     s3 = s3 or S3Settings()
@@ -424,6 +428,8 @@ def dedup_partition(
         cluster_sizes.update(counts)
     files = [result["file"] for result in results]
     result = _dedup_result(ref, files, [{**written, "prefix": side_prefix(REMOVED, ref)}], manifest["documents"], results, dict(sorted(cluster_sizes.items())))
+    # The no-duplicates check here, while the removed positions' scratch files exist (publishing deletes them).
+    result.kept_duplicates = kept_duplicates(store, ref, result.removed_keys, settings, s3, executor)
     result.removed_of = lambda: _read_removed(store, ref, key)
     result.kept_hashes_of = lambda: _kept_hashes(store, ref, files)
     return result
@@ -456,8 +462,9 @@ class DedupPartTask:
 def dedup_part(task: DedupPartTask) -> dict[str, Any]:
     """The part's kept documents to its `deduped_documents` part and its removed rows (REMOVED_FILE_SCHEMA,
     doc order) and (cluster_id, cluster_size) rows, cut by cluster-id hash range, to scratch files beside
-    `deduped_removed` (deleted when the partition is published). Returns {"file", "removed", "sizes": the
-    files (None when nothing is removed), "docs": removed doc positions, and the counts `_dedup_result` folds}."""
+    `deduped_removed` (deleted when the partition is published), and its removed positions cut by text-hash
+    range for the no-duplicates check. Returns {"file", "removed", "sizes", "docs": those files (None when
+    nothing is removed), and the counts `_dedup_result` folds}."""
     store = StoreSpec(task.root_url, task.s3).open()
     ref = task.ref
     low = np.int64(task.part) << ROW_BITS
@@ -468,15 +475,17 @@ def dedup_part(task: DedupPartTask) -> dict[str, Any]:
     keep = ~np.isin(docs, removed["doc"].to_numpy())
     kept = table.filter(pa.array(keep)) if table.num_rows else table
     entry = write_parquet(store, f"{partition_prefix(DEDUPED, ref)}/part-{task.part:05d}.parquet", kept)
-    out = {"file": entry, "removed": None, "sizes": None, "docs": docs[~keep], "kinds": {}, "within": 0, "against": {}, "snapshots": {}}
+    out = {"file": entry, "removed": None, "sizes": None, "docs": None, "kinds": {}, "within": 0, "against": {}, "snapshots": {}}
     if not removed.height:
         return out
     gone = table.filter(pa.array(~keep))
+    prefix = side_prefix(REMOVED, ref)
+    ranges = shard_of(hash_halves(gone.column("text_hash"))[0], task.buckets).astype(np.int32)  # the check's text-hash ranges
+    out["docs"] = write_bucketed(store, f"{prefix}/removed-docs-part-{task.part:05d}.parquet", pa.table({"bucket": ranges, "doc": docs[~keep]}, schema=REMOVED_DOCS_SCHEMA))
     hashes = pl.DataFrame({"doc": docs[~keep], "text_hash": gone.column("text_hash").to_pylist()}, schema={"doc": pl.Int64, "text_hash": pl.String})
     here = removed.filter(pl.col("parent_partition") == ref.key)["parent_doc"].unique().to_numpy()
     parents = read_cluster_rows(store, ref.key, here) if len(here) else pl.DataFrame(schema={"doc": pl.Int64, "doc_id": pl.String})
     rows = removed_rows(store, ref, removed, hashes, parents)
-    prefix = side_prefix(REMOVED, ref)
     out["removed"] = f"{prefix}/removed-part-{task.part:05d}.parquet"
     write_parquet(store, out["removed"], rows.drop("source", "snapshot").to_arrow().cast(REMOVED_FILE_SCHEMA))
     sized = rows.filter(pl.col("cluster_size").is_not_null()).select("cluster_id", "cluster_size")
@@ -546,7 +555,7 @@ def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in
         removed_against=dict(sorted(against.items())),
         removed_against_snapshot=dict(sorted(snapshots.items())),
         cluster_sizes=cluster_sizes,
-        removed_docs=np.sort(np.concatenate([np.empty(0, np.int64), *(part["docs"] for part in parts)])),
+        removed_keys=[part["docs"] for part in parts if part["docs"]],
     )
 
 
@@ -561,12 +570,13 @@ def remaining_exact_duplicates(store: Store, ref: PartitionRef, kept_hashes: pa.
 
 
 def kept_duplicates(
-    store: Store, ref: PartitionRef, removed_docs: np.ndarray, settings: DedupSettings, s3: S3Settings | None = None, executor: Executor | None = None
+    store: Store, ref: PartitionRef, removed_keys: list[str], settings: DedupSettings, s3: S3Settings | None = None, executor: Executor | None = None
 ) -> tuple[int, dict[str, int]]:
-    """What `remaining_exact_duplicates` counts, over the kept documents of `ref` (all but `removed_docs`),
-    one executor task per text-hash range (`sluice.dedup.shuffle.kept_duplicates_in_range`): no process
-    holds the partition's hashes."""
-    tasks = [KeptCheckTask(store.uri(), ref, number, settings, np.asarray(removed_docs, np.int64), s3 or S3Settings()) for number in range(settings.band_ranges)]
+    """What `remaining_exact_duplicates` counts, over the kept documents of `ref` (all but the removed ones
+    in `removed_keys`, `DedupResult.removed_keys`), one executor task per text-hash range
+    (`sluice.dedup.shuffle.kept_duplicates_in_range`, reading its range's removed positions): no process
+    holds the partition's hashes or its removed documents."""
+    tasks = [KeptCheckTask(store.uri(), ref, number, settings, tuple(removed_keys), s3 or S3Settings()) for number in range(settings.band_ranges)]
     within, against = 0, Counter()
     for range_within, range_against in (executor or Executor()).map(kept_duplicates_in_range, tasks):
         within += range_within

@@ -57,6 +57,7 @@ _ROW_GROUP_SHIFT = np.int64(SHINGLE_ROW_GROUP.bit_length() - 1)
 PAIRS_FILE_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False), pa.field("u", pa.int64(), nullable=False), pa.field("v", pa.int64(), nullable=False)])
 
 
+REMOVED_DOCS_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False), pa.field("doc", pa.int64(), nullable=False)])
 EXACT_LINKS_SCHEMA = pa.schema(
     [
         pa.field("bucket", pa.int32(), nullable=False),  # the doc's part range (`part_bucket`)
@@ -134,7 +135,7 @@ class KeptCheckTask:
     ref: PartitionRef
     number: int
     settings: DedupSettings
-    removed: np.ndarray  # doc positions of the partition's removed documents
+    removed_keys: tuple[str, ...]  # the removed positions, cut by text-hash range (sluice.dedup.partition.dedup_part)
     s3: S3Settings = field(default_factory=S3Settings)
 
     @property
@@ -150,7 +151,8 @@ def kept_duplicates_in_range(task: KeptCheckTask) -> tuple[int, dict[str, int]]:
     if manifest is None:
         raise FileNotFoundError(f"{store.uri(partition_prefix(SIGNATURES, task.ref))} has no manifest: materialize dedup_signatures for {task.ref.key} first")
     rows = exact_rows_between(store, task.ref, manifest, *shard_bounds(task.number, task.settings.band_ranges))
-    kept = rows.filter(~pl.col("doc").is_in(pl.Series(task.removed, dtype=pl.Int64).implode()))
+    removed = read_buckets(store, list(task.removed_keys), task.number, REMOVED_DOCS_SCHEMA)["doc"]
+    kept = rows.filter(~pl.col("doc").is_in(removed.implode()))
     unique = kept.select("key", "lo").unique()
     first = DedupIndex(store, task.settings, task.s3).first_copies_of(unique, task.ref)
     return kept.height - unique.height, dict(first["partition"].value_counts().iter_rows())
