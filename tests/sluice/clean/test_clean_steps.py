@@ -363,3 +363,50 @@ def test_trafilatura_second_opinion_does_not_depend_on_the_pages_extracted_befor
 
 
 SHARED = "This shared paragraph about the harbour festival appears on every page of the site and talks about boats, music and food."
+
+
+# Link-dense boxes inside the article's container, laid out as on trafilatura's evaluation pages (dtb.de's
+# "Weiterführende Links" section, tennisnet.com's most-viewed teasers, an article tile wrapping its teaser in
+# one link): resiliparse's own heuristic keeps them, and their class names say nothing skip_elements knows.
+LINK_BOXES = (
+    "<section class='main-article-links'><h3>Further links</h3><ul><li><a href='/a'>The federation's statement</a></li>"
+    "<li><a href='/b'>Minutes of the meeting</a></li></ul></section>"
+    "<div class='article-mostviewed'><h4>Most read</h4><div class='article'><a href='/c'>Raonic withdraws from the "
+    "tournament in Pune</a></div><div class='article'><a href='/d'>Five surprises of the season so far</a></div></div>"
+    "<section><article class='article-tile'><a class='article' href='/e'><span class='h3'>Last appearance at the "
+    "river festival</span> <span>What the mayor said</span></a></article></section>"
+)
+CITED = ("<div class='source'><a href='/r'>The report</a>, published by the city in March, counts the crossings of "
+         "every weekday and names the streets where most people wait.</div>")  # a div holding a link directly: judged, kept
+
+
+def test_link_dense_blocks_are_skipped_but_text_with_links_stays():
+    from sluice.clean.steps.extract import extractor_for
+
+    linked = "<p>The council published <a href='/p'>its plan</a> on Monday, and " + " ".join([SENTENCE] * 2) + "</p>"
+    half = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    page = f"<html><body><div id='main'><article><h1>River crossing</h1>{half}{linked}{CITED}{LINK_BOXES}{half}</article></div></body></html>"
+    boxes = ("Further links", "Most read", "Raonic", "Five surprises")  # (the lists and the tile resiliparse drops itself)
+    plain = extractor_for(ExtractionSettings(link_density=None))(page)
+    assert all(text in plain for text in boxes)  # the premise: resiliparse and skip_elements keep them
+    text = extractor_for(ExtractionSettings())(page)
+    assert not any(box in text for box in boxes)
+    assert text.count(SENTENCE) == 26 and "its plan" in text and "The report, published by the city" in text
+    # a block longer than link_density_max_words is not judged by its links (the most-read box has 16 words,
+    # 14 of them linked; each teaser in it 7, all linked)
+    assert "Raonic" not in extractor_for(ExtractionSettings(link_density_max_words=10))(page)  # (a teaser goes)
+    assert "Raonic" in extractor_for(ExtractionSettings(link_density_max_words=5))(page)
+    # the share: CITED has 2 of its 23 words linked (0.09)
+    assert "The report, published" not in extractor_for(ExtractionSettings(link_density=0.05))(page)
+
+
+def test_mark_link_dense_marks_the_outermost_dense_block_only():
+    from resiliparse.parse.html import HTMLTree
+
+    from sluice.clean.steps.extract import LINK_DENSE, mark_link_dense
+
+    tree = HTMLTree.parse(f"<html><body><article><p>{SENTENCE}</p>{LINK_BOXES}{CITED}</article></body></html>")
+    assert mark_link_dense(tree, 0.5, 300) == 3  # the section, the most-read box, the tile's section; not CITED
+    marked = tree.body.query_selector_all(f"[{LINK_DENSE}]").values()
+    assert [node.tag for node in marked] == ["section", "div", "section"]
+    assert mark_link_dense(HTMLTree.parse("<html></html>"), 0.5, 300) in (0, 1)  # no body of its own: no error
