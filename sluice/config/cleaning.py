@@ -83,6 +83,13 @@ class ExtractionSettings(_Model):
     # pages; its effect is in docs/benchmarks/results.md. null: off.
     link_density: float | None = Field(0.5, gt=0.0, le=1.0)
     link_density_max_words: int = Field(300, ge=1)  # a longer block is never judged by its links (an article is)
+    # Up to this many label lines removed from the end of resiliparse's main text: a last line of at most 4
+    # words and 60 characters that does not end a sentence (or ends in a colon), the heading of a related-links
+    # box whose links were left out ("More on this", "Next article", "Share:"). 0: off.
+    trailing_labels: int = Field(2, ge=0)
+    # Lines of resiliparse's main text holding only spaces (a paragraph of `&nbsp;`) emptied: the repetition
+    # rules would count each as a repeated line (on the development set, 2 more of its 175 articles kept).
+    empty_space_lines: bool = True
 
     @field_validator("skip_elements")
     @classmethod

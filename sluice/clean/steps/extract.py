@@ -124,6 +124,36 @@ def mark_link_dense(tree: Any, density: float, max_words: int) -> int:
     return marked
 
 
+_SENTENCE_END = (".", "!", "?", "\u2026", '"', "'", ")", "\u201d", "\u201c", "\u00bb", "\u00ab", "\u3002", "\uff01", "\uff1f", "\u300d", "\u300f", "\uff09")
+
+
+_SPACE_LINE = re.compile(r"^[^\S\n]+$", re.MULTILINE)
+
+
+def tidy_main_text(text: str, trailing_labels: int = 0, empty_space_lines: bool = False) -> str:
+    """The main text less its trailing labels (trim_trailing_labels) and, with `empty_space_lines`, with its
+    lines of only spaces emptied (the repetition rules would count each as a repeated line)."""
+    return trim_trailing_labels(_SPACE_LINE.sub("", text) if empty_space_lines else text, trailing_labels)
+
+
+def trim_trailing_labels(text: str, trailing_labels: int) -> str:
+    """The main text with up to `trailing_labels` label lines taken off its end: at most 4 words and 60
+    characters, not ending a sentence or ending in a colon (the heading of a related-links box whose links
+    were left out, "Next article", "Share:"); never the whole text."""
+    if not trailing_labels:
+        return text
+    lines, removed = text.rstrip().split("\n"), 0
+    while lines and removed < trailing_labels:
+        last = lines[-1].strip()
+        if last and (len(last) > 60 or len(last.split()) > 4 or last.endswith(_SENTENCE_END)):
+            break
+        removed += bool(last)
+        lines.pop()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines) if removed and lines else text  # (a text of labels only stays whole)
+
+
 def _main_text(tree: Any, post_meta: bool, skip: tuple[str, ...], short_chars: int, link_density: float | None = None,
                link_max_words: int = 300) -> str:
     """resiliparse's main text without the `skip` elements and, with `link_density`, the link-dense blocks
@@ -142,12 +172,14 @@ def _main_text(tree: Any, post_meta: bool, skip: tuple[str, ...], short_chars: i
 
 
 def extract_resiliparse(html: str, post_meta: bool = False, skip: tuple[str, ...] = (), short_chars: int = 500,
-                        link_density: float | None = None, link_max_words: int = 300) -> str:
-    """resiliparse's main text (see _main_text); `skip` empty and no `link_density`: exactly resiliparse's call
-    with sluice's options."""
+                        link_density: float | None = None, link_max_words: int = 300, trailing_labels: int = 0,
+                        empty_space_lines: bool = False) -> str:
+    """resiliparse's main text (see _main_text), tidied (tidy_main_text); `skip` empty and the rest at their
+    defaults: exactly resiliparse's call with sluice's options."""
     from resiliparse.parse.html import HTMLTree
 
-    return _main_text(HTMLTree.parse(html), post_meta, skip, short_chars, link_density, link_max_words)
+    text = _main_text(HTMLTree.parse(html), post_meta, skip, short_chars, link_density, link_max_words)
+    return tidy_main_text(text, trailing_labels, empty_space_lines)
 
 
 def extract_trafilatura(html: str) -> str:
@@ -162,7 +194,8 @@ def extract_trafilatura(html: str) -> str:
 
 
 def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, post_meta: bool = False, skip: tuple[str, ...] = (),
-                                 link_density: float | None = None, link_max_words: int = 300) -> str:
+                                 link_density: float | None = None, link_max_words: int = 300, trailing_labels: int = 0,
+                                 empty_space_lines: bool = False) -> str:
     """resiliparse's main text, or trafilatura's where resiliparse's looks lost (shorter than `below_chars`
     while the page's whole text has at least `page_chars`) and trafilatura finds more. The whole-page text
     is only computed for short results, so ordinary pages cost one extraction."""
@@ -170,7 +203,7 @@ def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, po
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
-    text = _main_text(tree, post_meta, skip, below_chars, link_density, link_max_words)
+    text = tidy_main_text(_main_text(tree, post_meta, skip, below_chars, link_density, link_max_words), trailing_labels, empty_space_lines)
     if len(text) >= below_chars or len(extract_plain_text(tree, main_content=False, **_RESILIPARSE_OPTIONS)) < page_chars:
         return text
     second = extract_trafilatura(html)
@@ -181,15 +214,16 @@ def extractor_for(settings: ExtractionSettings) -> Callable[[str], str]:
     """The extraction function the settings describe (what ExtractHtml runs in-process or in its helper)."""
     if settings.extractor == "trafilatura":
         return extract_trafilatura
-    links = {"link_density": settings.link_density, "link_max_words": settings.link_density_max_words}
+    options = {"link_density": settings.link_density, "link_max_words": settings.link_density_max_words,
+             "trailing_labels": settings.trailing_labels, "empty_space_lines": settings.empty_space_lines}
     if settings.second_opinion is None:
         return partial(
             extract_resiliparse, post_meta=settings.post_meta, skip=tuple(settings.skip_elements), short_chars=settings.second_opinion_below_chars,
-            **links,
+            **options,
         )
     return partial(
         extract_with_second_opinion, below_chars=settings.second_opinion_below_chars, page_chars=settings.second_opinion_page_chars,
-        post_meta=settings.post_meta, skip=tuple(settings.skip_elements), **links,
+        post_meta=settings.post_meta, skip=tuple(settings.skip_elements), **options,
     )
 
 

@@ -145,7 +145,7 @@ def test_page_chrome_is_skipped_but_headings_and_table_parts_stay():
     from sluice.clean.steps.extract import extractor_for
 
     chrome = ("Share on Facebook", "Subscribe now", "Autoplay")
-    plain = extractor_for(ExtractionSettings(skip_elements=[]))(CHROME_PAGE)
+    plain = extractor_for(ExtractionSettings(skip_elements=[], link_density=None, trailing_labels=0))(CHROME_PAGE)
     assert all(text in plain for text in chrome)  # the premise: resiliparse alone keeps the chrome
     text = extractor_for(ExtractionSettings())(CHROME_PAGE)
     assert not any(chrome_text in text for chrome_text in chrome)
@@ -410,3 +410,38 @@ def test_mark_link_dense_marks_the_outermost_dense_block_only():
     marked = tree.body.query_selector_all(f"[{LINK_DENSE}]").values()
     assert [node.tag for node in marked] == ["section", "div", "section"]
     assert mark_link_dense(HTMLTree.parse("<html></html>"), 0.5, 300) in (0, 1)  # no body of its own: no error
+
+
+def test_trailing_labels_are_trimmed():
+    from sluice.clean.steps.extract import extractor_for, trim_trailing_labels
+
+    half = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    # a related-links box whose links go (resiliparse drops the all-link list itself), and a share label
+    # after it, as on dtb.de's and verbaende.com's pages of trafilatura's evaluation
+    page = (f"<html><body><div id='main'><article><h1>River crossing</h1>{half}<p>{SENTENCE}</p>"
+            "<h3>More on this topic</h3><ul><li><a href='/a'>The bridge</a></li><li><a href='/b'>The ferry</a></li></ul>"
+            "<p>Share:</p></article></div></body></html>")
+    plain = extractor_for(ExtractionSettings(trailing_labels=0))(page)
+    assert plain.endswith("More on this topic\n\nShare:")  # the premise
+    text = extractor_for(ExtractionSettings())(page)
+    assert text.endswith(SENTENCE) and "More on this" not in text and text.count(SENTENCE) == 13
+    assert extractor_for(ExtractionSettings(trailing_labels=1))(page).endswith("More on this topic")
+    # what stays: a sentence's end (also a CJK one), a longer last line, a label before the last line
+    for ending in ("It ends here.", "\u5b83\u5728\u8fd9\u91cc\u7ed3\u675f\u3002", "Five words is not a label"):
+        assert trim_trailing_labels(f"{SENTENCE}\n\nMore on this\n{ending}", 1).endswith(ending)
+    assert trim_trailing_labels(f"{SENTENCE}\n\nMore on this\nEdited", 1) == f"{SENTENCE}\n\nMore on this"
+    assert trim_trailing_labels("Home\n\nShare:", 2) == "Home\n\nShare:"  # labels only: kept whole
+    assert trim_trailing_labels(f"{SENTENCE}\nShare:\n", 0) == f"{SENTENCE}\nShare:\n"  # off: unchanged
+
+
+def test_lines_of_only_spaces_are_emptied():
+    from sluice.clean.steps.extract import extractor_for
+
+    # `&nbsp;` paragraphs between a press release's paragraphs, as on ekiba.de's page of trafilatura's evaluation
+    half = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    page = f"<html><body><article><h1>River crossing</h1>{half}<p>&nbsp;</p><p>{SENTENCE}</p><p>&nbsp;</p><p>{SENTENCE}.</p></article></body></html>"
+    plain = extractor_for(ExtractionSettings(empty_space_lines=False))(page)
+    assert plain.count("\n\xa0\n") == 2  # the premise: resiliparse keeps them as lines of a no-break space
+    text = extractor_for(ExtractionSettings())(page)
+    assert "\xa0" not in text and text.replace("\n", "") == plain.replace("\n", "").replace("\xa0", "")
+    assert not any(line and not line.strip() for line in text.split("\n"))
