@@ -445,3 +445,19 @@ def test_lines_of_only_spaces_are_emptied():
     text = extractor_for(ExtractionSettings())(page)
     assert "\xa0" not in text and text.replace("\n", "") == plain.replace("\n", "").replace("\xa0", "")
     assert not any(line and not line.strip() for line in text.split("\n"))
+
+
+def test_the_link_density_pass_stops_on_deep_nesting():
+    from resiliparse.parse.html import HTMLTree
+
+    from sluice.clean.steps.extract import mark_link_dense
+
+    # every nested block's text is read whole, so nesting makes the pass quadratic: it reads at most 16x the
+    # page's text (+ 64 KiB), then judges no further block (real pages read at most 4.3x)
+    def page(depth: int) -> str:
+        prose = "<p>" + " ".join([SENTENCE] * 20) + "</p>"  # 360 words: the outer blocks are never judged
+        links = "<ul><li><a href='/a'>The bridge</a></li><li><a href='/b'>The ferry</a></li></ul>"
+        return f"<html><body>{'<section>' * depth}{prose}<div>{links}</div>{'</section>' * depth}</body></html>"
+
+    assert mark_link_dense(HTMLTree.parse(page(5)), 0.5, 300) == 1
+    assert mark_link_dense(HTMLTree.parse(page(200)), 0.5, 300) == 0  # 200 x 2,300 characters: over budget
