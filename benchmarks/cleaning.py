@@ -88,8 +88,8 @@ def chain_settings(new_steps: bool) -> CleaningSettings:
     )
 
     # datatrove's rule definitions (`preset: datatrove`) and the same extractor call as the peer's (no
-    # trafilatura second opinion, no skipped page chrome): the same work on both sides.
-    extraction = ExtractionSettings(second_opinion=None, skip_elements=[])
+    # trafilatura second opinion, no skipped page chrome, no link-density pass): the same work on both sides.
+    extraction = ExtractionSettings(second_opinion=None, skip_elements=[], link_density=None)
     same = {"preset": "datatrove", "min_chars": 0, "pii": PIISettings(enabled=False), "extraction": extraction}
     if new_steps:
         return CleaningSettings(**same, perplexity=PerplexitySettings(enabled=True))

@@ -117,8 +117,9 @@ def write_config(crawl_folder: Path, work: Path, scale: float, same_steps: bool 
     raw["tokenizer"] = {**raw.get("tokenizer", {}), "train_sources": [synth_crawl.SOURCE]}
     if same_steps:
         cleaning.update(min_chars=0, url_blocklist=None, toxicity={"enabled": False}, code_share={"enabled": False})
-        # datatrove's rule definitions and its extractor call (no trafilatura second opinion, no skip_elements)
-        extraction = {**cleaning.get("extraction", {}), "second_opinion": None, "skip_elements": []}
+        # datatrove's rule definitions and its extractor call (no trafilatura second opinion, no skip_elements,
+        # no link-density pass)
+        extraction = {**cleaning.get("extraction", {}), "second_opinion": None, "skip_elements": [], "link_density": None}
         cleaning.update(preset="datatrove", extraction=extraction)
         raw["dedup"] = {**raw.get("dedup", {}), "verify_min_jaccard": None}
     raw["compute"] = {**raw.get("compute", {}), "backend": "local", "max_workers": 2}

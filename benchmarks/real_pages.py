@@ -29,7 +29,8 @@ disjoint from the held-out one, on which extraction settings may be chosen; it i
 3. What the departures cost elsewhere: the default chain's keep/drop decision on every page of a corpus
    snapshot (`../shared/corpus/<--corpus-snapshot>`, handbook pages in 13 languages) and on the set's
    non-article pages, with each of sluice's extraction and C4 departures reverted (`post_meta: true`,
-   `skip_elements: []`, `curly_bracket_code_lines: drop_document`): the decisions that differ from the defaults'.
+   `skip_elements: []`, `link_density: null`, `trailing_labels: 0` with `empty_space_lines: false`,
+   `curly_bracket_code_lines: drop_document`): the decisions that differ from the defaults'.
 4. The held-out set, scored as trafilatura's own evaluation scores it (tests/eval_common.py there): per page, each
    must-contain snippet found in the extracted text (whitespace-normalized, case-sensitive substring) is a true
    positive, each missed one a false negative, each must-not-contain snippet found a false positive; the counts
@@ -263,6 +264,8 @@ def filter_articles(articles: list[dict], preset: str, field: str) -> tuple[int,
 
 DEPARTURES = {"extraction.post_meta: true": {"extraction": {"post_meta": True}},
               "extraction.skip_elements: []": {"extraction": {"skip_elements": []}},
+              "extraction.link_density: null": {"extraction": {"link_density": None}},
+              "extraction.trailing_labels: 0, empty_space_lines: false": {"extraction": {"trailing_labels": 0, "empty_space_lines": False}},
               "c4.curly_bracket_code_lines: drop_document": {"c4": {"curly_bracket_code_lines": "drop_document"}}}
 
 

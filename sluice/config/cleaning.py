@@ -75,6 +75,21 @@ class ExtractionSettings(_Model):
     # the unskipped main text, the unskipped text is taken (a page laid out inside such an element keeps its
     # article). Its effect on the real-page set is in docs/benchmarks/results.md; [] turns it off.
     skip_elements: list[str] = Field(default_factory=lambda: list(DEFAULT_SKIP_ELEMENTS))
+    # Blocks whose text is mostly link text left out of resiliparse's main text (related-article and teaser
+    # lists, "more on this" boxes, menus inside the article's container), as trafilatura, Readability and
+    # jusText judge blocks by link density: a list, table, section, aside, nav, or a div holding links, lists or
+    # headings directly, with at most `link_density_max_words` words of which at least this share are inside
+    # links (the outermost such block goes). Chosen on the development quarter of trafilatura's evaluation
+    # pages; its effect is in docs/benchmarks/results.md. null: off.
+    link_density: float | None = Field(0.5, gt=0.0, le=1.0)
+    link_density_max_words: int = Field(300, ge=1)  # a longer block is never judged by its links (an article is)
+    # Up to this many label lines removed from the end of resiliparse's main text: a last line of at most 4
+    # words and 60 characters that does not end a sentence (or ends in a colon), the heading of a related-links
+    # box whose links were left out ("More on this", "Next article", "Share:"). 0: off.
+    trailing_labels: int = Field(2, ge=0)
+    # Lines of resiliparse's main text holding only spaces (a paragraph of `&nbsp;`) emptied: the repetition
+    # rules would count each as a repeated line (on the development set, 2 more of its 175 articles kept).
+    empty_space_lines: bool = True
 
     @field_validator("skip_elements")
     @classmethod

@@ -79,8 +79,9 @@ def test_the_same_steps_config_turns_off_what_datatroves_pipeline_lacks_and_noth
     # datatrove's rule definitions and extractor call: preset datatrove, no second opinion, no skipped chrome
     assert (off.preset, off.word_splitting, off.gopher_quality.alpha_words) == ("datatrove", "english", "tokens")
     assert off.c4.curly_bracket_code_lines == "drop_document"
-    assert off.extraction.second_opinion is None and off.extraction.skip_elements == []
-    restored = {"second_opinion": "trafilatura", "skip_elements": default.cleaning.extraction.skip_elements}
+    assert off.extraction.second_opinion is None and off.extraction.skip_elements == [] and off.extraction.link_density is None
+    restored = {"second_opinion": "trafilatura", "skip_elements": default.cleaning.extraction.skip_elements,
+                "link_density": default.cleaning.extraction.link_density}
     assert off.extraction.model_copy(update=restored) == default.cleaning.extraction
     # the filters' thresholds, the language threshold and the rest of the graph are untouched
     assert off.gopher_quality.model_copy(update={"alpha_words": "whitespace", "stop_word_count": "occurrences"}) == default.cleaning.gopher_quality

@@ -96,14 +96,82 @@ class DecodeText(Step):
 
 
 _RESILIPARSE_OPTIONS = {"alt_texts": False, "links": False, "comments": False}
+LINK_DENSE = "data-sluice-link-dense"  # the attribute mark_link_dense sets, skipped by its selector
+# The blocks judged by their links: lists, tables, sectioning boxes, and the divs that hold links, lists or
+# headings directly (teaser tiles, "more on this" boxes); any div would cost a text per div of the page.
+_LINK_BLOCKS = "section, aside, nav, ul, ol, dl, table, div:has(> a, > ul, > ol, > h2, > h3, > h4, > h5, > h6)"
 
 
-def _main_text(tree: Any, post_meta: bool, skip: tuple[str, ...], short_chars: int) -> str:
-    """resiliparse's main text without the `skip` elements; the unskipped main text instead where skipping
-    left less than `short_chars` and under half of it (the page was laid out inside a skipped element).
-    Only short results pay for the second extraction."""
+def mark_link_dense(tree: Any, density: float, max_words: int) -> int:
+    """Mark (attribute LINK_DENSE) the outermost blocks of `_LINK_BLOCKS` with at most `max_words` words of
+    which at least `density` are inside links: related-article lists and teaser boxes. Returns how many.
+    resiliparse's node lists are read whole (`values()`, ~5 µs a node): item by item each costs about as much
+    as the query (resiliparse 2.0), which made this pass 100x slower."""
+    body = tree.body
+    if body is None:
+        return 0
+    # Each block's text is read whole, so nested blocks read the same text again: quadratic in nesting depth.
+    # Real pages read at most 4.3x their text (the Readability set and the development set); a page that
+    # reads more than 16x stops being judged there (deterministic: the budget depends on the page alone).
+    budget = 16 * len(body.text or "") + 65536
+    marked, last = 0, None
+    for block in body.query_selector_all(_LINK_BLOCKS).values():
+        if last is not None and last.contains(block):
+            continue  # inside a block already marked
+        text = block.text or ""
+        budget -= len(text)
+        if budget < 0:
+            break
+        words = len(text.split())
+        if not words or words > max_words:
+            continue
+        linked = sum(len((a.text or "").split()) for a in block.query_selector_all("a").values())
+        if linked and linked >= density * words:
+            block.set_attribute(LINK_DENSE, "")
+            marked, last = marked + 1, block
+    return marked
+
+
+_SENTENCE_END = (".", "!", "?", "\u2026", '"', "'", ")", "\u201d", "\u201c", "\u00bb", "\u00ab", "\u3002", "\uff01", "\uff1f", "\u300d", "\u300f", "\uff09")
+
+
+_SPACE_LINE = re.compile(r"^[^\S\n]+$", re.MULTILINE)
+
+
+def tidy_main_text(text: str, trailing_labels: int = 0, empty_space_lines: bool = False) -> str:
+    """The main text less its trailing labels (trim_trailing_labels) and, with `empty_space_lines`, with its
+    lines of only spaces emptied (the repetition rules would count each as a repeated line)."""
+    return trim_trailing_labels(_SPACE_LINE.sub("", text) if empty_space_lines else text, trailing_labels)
+
+
+def trim_trailing_labels(text: str, trailing_labels: int) -> str:
+    """The main text with up to `trailing_labels` label lines taken off its end: at most 4 words and 60
+    characters, not ending a sentence or ending in a colon (the heading of a related-links box whose links
+    were left out, "Next article", "Share:"); never the whole text."""
+    if not trailing_labels:
+        return text
+    lines, removed = text.rstrip().split("\n"), 0
+    while lines and removed < trailing_labels:
+        last = lines[-1].strip()
+        if last and (len(last) > 60 or len(last.split()) > 4 or last.endswith(_SENTENCE_END)):
+            break
+        removed += bool(last)
+        lines.pop()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines) if removed and lines else text  # (a text of labels only stays whole)
+
+
+def _main_text(tree: Any, post_meta: bool, skip: tuple[str, ...], short_chars: int, link_density: float | None = None,
+               link_max_words: int = 300) -> str:
+    """resiliparse's main text without the `skip` elements and, with `link_density`, the link-dense blocks
+    (mark_link_dense); the unskipped main text instead where skipping left less than `short_chars` and under
+    half of it (the page was laid out inside a skipped element). Only short results pay for the second
+    extraction."""
     from resiliparse.extract.html2text import extract_plain_text
 
+    if link_density is not None and mark_link_dense(tree, link_density, link_max_words):
+        skip = (*skip, f"[{LINK_DENSE}]")
     text = extract_plain_text(tree, main_content=True, post_meta=post_meta, skip_elements=list(skip) or None, **_RESILIPARSE_OPTIONS)
     if not skip or len(text) >= short_chars:
         return text
@@ -111,11 +179,15 @@ def _main_text(tree: Any, post_meta: bool, skip: tuple[str, ...], short_chars: i
     return unskipped if len(text) * 2 < len(unskipped) else text
 
 
-def extract_resiliparse(html: str, post_meta: bool = False, skip: tuple[str, ...] = (), short_chars: int = 500) -> str:
-    """resiliparse's main text (see _main_text); `skip` empty: exactly resiliparse's call with sluice's options."""
+def extract_resiliparse(html: str, post_meta: bool = False, skip: tuple[str, ...] = (), short_chars: int = 500,
+                        link_density: float | None = None, link_max_words: int = 300, trailing_labels: int = 0,
+                        empty_space_lines: bool = False) -> str:
+    """resiliparse's main text (see _main_text), tidied (tidy_main_text); `skip` empty and the rest at their
+    defaults: exactly resiliparse's call with sluice's options."""
     from resiliparse.parse.html import HTMLTree
 
-    return _main_text(HTMLTree.parse(html), post_meta, skip, short_chars)
+    text = _main_text(HTMLTree.parse(html), post_meta, skip, short_chars, link_density, link_max_words)
+    return tidy_main_text(text, trailing_labels, empty_space_lines)
 
 
 def extract_trafilatura(html: str) -> str:
@@ -129,7 +201,9 @@ def extract_trafilatura(html: str) -> str:
     return trafilatura.extract(html, favor_precision=True, include_comments=False, deduplicate=True) or ""
 
 
-def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, post_meta: bool = False, skip: tuple[str, ...] = ()) -> str:
+def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, post_meta: bool = False, skip: tuple[str, ...] = (),
+                                 link_density: float | None = None, link_max_words: int = 300, trailing_labels: int = 0,
+                                 empty_space_lines: bool = False) -> str:
     """resiliparse's main text, or trafilatura's where resiliparse's looks lost (shorter than `below_chars`
     while the page's whole text has at least `page_chars`) and trafilatura finds more. The whole-page text
     is only computed for short results, so ordinary pages cost one extraction."""
@@ -137,7 +211,7 @@ def extract_with_second_opinion(html: str, below_chars: int, page_chars: int, po
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
-    text = _main_text(tree, post_meta, skip, below_chars)
+    text = tidy_main_text(_main_text(tree, post_meta, skip, below_chars, link_density, link_max_words), trailing_labels, empty_space_lines)
     if len(text) >= below_chars or len(extract_plain_text(tree, main_content=False, **_RESILIPARSE_OPTIONS)) < page_chars:
         return text
     second = extract_trafilatura(html)
@@ -148,13 +222,16 @@ def extractor_for(settings: ExtractionSettings) -> Callable[[str], str]:
     """The extraction function the settings describe (what ExtractHtml runs in-process or in its helper)."""
     if settings.extractor == "trafilatura":
         return extract_trafilatura
+    options = {"link_density": settings.link_density, "link_max_words": settings.link_density_max_words,
+             "trailing_labels": settings.trailing_labels, "empty_space_lines": settings.empty_space_lines}
     if settings.second_opinion is None:
         return partial(
             extract_resiliparse, post_meta=settings.post_meta, skip=tuple(settings.skip_elements), short_chars=settings.second_opinion_below_chars,
+            **options,
         )
     return partial(
         extract_with_second_opinion, below_chars=settings.second_opinion_below_chars, page_chars=settings.second_opinion_page_chars,
-        post_meta=settings.post_meta, skip=tuple(settings.skip_elements),
+        post_meta=settings.post_meta, skip=tuple(settings.skip_elements), **options,
     )
 
 

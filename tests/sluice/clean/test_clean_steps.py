@@ -145,7 +145,7 @@ def test_page_chrome_is_skipped_but_headings_and_table_parts_stay():
     from sluice.clean.steps.extract import extractor_for
 
     chrome = ("Share on Facebook", "Subscribe now", "Autoplay")
-    plain = extractor_for(ExtractionSettings(skip_elements=[]))(CHROME_PAGE)
+    plain = extractor_for(ExtractionSettings(skip_elements=[], link_density=None, trailing_labels=0))(CHROME_PAGE)
     assert all(text in plain for text in chrome)  # the premise: resiliparse alone keeps the chrome
     text = extractor_for(ExtractionSettings())(CHROME_PAGE)
     assert not any(chrome_text in text for chrome_text in chrome)
@@ -363,3 +363,101 @@ def test_trafilatura_second_opinion_does_not_depend_on_the_pages_extracted_befor
 
 
 SHARED = "This shared paragraph about the harbour festival appears on every page of the site and talks about boats, music and food."
+
+
+# Link-dense boxes inside the article's container, laid out as on trafilatura's evaluation pages (dtb.de's
+# "Weiterführende Links" section, tennisnet.com's most-viewed teasers, an article tile wrapping its teaser in
+# one link): resiliparse's own heuristic keeps them, and their class names say nothing skip_elements knows.
+LINK_BOXES = (
+    "<section class='main-article-links'><h3>Further links</h3><ul><li><a href='/a'>The federation's statement</a></li>"
+    "<li><a href='/b'>Minutes of the meeting</a></li></ul></section>"
+    "<div class='article-mostviewed'><h4>Most read</h4><div class='article'><a href='/c'>Raonic withdraws from the "
+    "tournament in Pune</a></div><div class='article'><a href='/d'>Five surprises of the season so far</a></div></div>"
+    "<section><article class='article-tile'><a class='article' href='/e'><span class='h3'>Last appearance at the "
+    "river festival</span> <span>What the mayor said</span></a></article></section>"
+)
+CITED = ("<div class='source'><a href='/r'>The report</a>, published by the city in March, counts the crossings of "
+         "every weekday and names the streets where most people wait.</div>")  # a div holding a link directly: judged, kept
+
+
+def test_link_dense_blocks_are_skipped_but_text_with_links_stays():
+    from sluice.clean.steps.extract import extractor_for
+
+    linked = "<p>The council published <a href='/p'>its plan</a> on Monday, and " + " ".join([SENTENCE] * 2) + "</p>"
+    half = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    page = f"<html><body><div id='main'><article><h1>River crossing</h1>{half}{linked}{CITED}{LINK_BOXES}{half}</article></div></body></html>"
+    boxes = ("Further links", "Most read", "Raonic", "Five surprises")  # (the lists and the tile resiliparse drops itself)
+    plain = extractor_for(ExtractionSettings(link_density=None))(page)
+    assert all(text in plain for text in boxes)  # the premise: resiliparse and skip_elements keep them
+    text = extractor_for(ExtractionSettings())(page)
+    assert not any(box in text for box in boxes)
+    assert text.count(SENTENCE) == 26 and "its plan" in text and "The report, published by the city" in text
+    # a block longer than link_density_max_words is not judged by its links (the most-read box has 16 words,
+    # 14 of them linked; each teaser in it 7, all linked)
+    assert "Raonic" not in extractor_for(ExtractionSettings(link_density_max_words=10))(page)  # (a teaser goes)
+    assert "Raonic" in extractor_for(ExtractionSettings(link_density_max_words=5))(page)
+    # the share: CITED has 2 of its 23 words linked (0.09)
+    assert "The report, published" not in extractor_for(ExtractionSettings(link_density=0.05))(page)
+
+
+def test_mark_link_dense_marks_the_outermost_dense_block_only():
+    from resiliparse.parse.html import HTMLTree
+
+    from sluice.clean.steps.extract import LINK_DENSE, mark_link_dense
+
+    tree = HTMLTree.parse(f"<html><body><article><p>{SENTENCE}</p>{LINK_BOXES}{CITED}</article></body></html>")
+    assert mark_link_dense(tree, 0.5, 300) == 3  # the section, the most-read box, the tile's section; not CITED
+    marked = tree.body.query_selector_all(f"[{LINK_DENSE}]").values()
+    assert [node.tag for node in marked] == ["section", "div", "section"]
+    assert mark_link_dense(HTMLTree.parse("<html></html>"), 0.5, 300) in (0, 1)  # no body of its own: no error
+
+
+def test_trailing_labels_are_trimmed():
+    from sluice.clean.steps.extract import extractor_for, trim_trailing_labels
+
+    half = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    # a related-links box whose links go (resiliparse drops the all-link list itself), and a share label
+    # after it, as on dtb.de's and verbaende.com's pages of trafilatura's evaluation
+    page = (f"<html><body><div id='main'><article><h1>River crossing</h1>{half}<p>{SENTENCE}</p>"
+            "<h3>More on this topic</h3><ul><li><a href='/a'>The bridge</a></li><li><a href='/b'>The ferry</a></li></ul>"
+            "<p>Share:</p></article></div></body></html>")
+    plain = extractor_for(ExtractionSettings(trailing_labels=0))(page)
+    assert plain.endswith("More on this topic\n\nShare:")  # the premise
+    text = extractor_for(ExtractionSettings())(page)
+    assert text.endswith(SENTENCE) and "More on this" not in text and text.count(SENTENCE) == 13
+    assert extractor_for(ExtractionSettings(trailing_labels=1))(page).endswith("More on this topic")
+    # what stays: a sentence's end (also a CJK one), a longer last line, a label before the last line
+    for ending in ("It ends here.", "\u5b83\u5728\u8fd9\u91cc\u7ed3\u675f\u3002", "Five words is not a label"):
+        assert trim_trailing_labels(f"{SENTENCE}\n\nMore on this\n{ending}", 1).endswith(ending)
+    assert trim_trailing_labels(f"{SENTENCE}\n\nMore on this\nEdited", 1) == f"{SENTENCE}\n\nMore on this"
+    assert trim_trailing_labels("Home\n\nShare:", 2) == "Home\n\nShare:"  # labels only: kept whole
+    assert trim_trailing_labels(f"{SENTENCE}\nShare:\n", 0) == f"{SENTENCE}\nShare:\n"  # off: unchanged
+
+
+def test_lines_of_only_spaces_are_emptied():
+    from sluice.clean.steps.extract import extractor_for
+
+    # `&nbsp;` paragraphs between a press release's paragraphs, as on ekiba.de's page of trafilatura's evaluation
+    half = ("<p>" + " ".join([SENTENCE] * 3) + "</p>") * 4
+    page = f"<html><body><article><h1>River crossing</h1>{half}<p>&nbsp;</p><p>{SENTENCE}</p><p>&nbsp;</p><p>{SENTENCE}.</p></article></body></html>"
+    plain = extractor_for(ExtractionSettings(empty_space_lines=False))(page)
+    assert plain.count("\n\xa0\n") == 2  # the premise: resiliparse keeps them as lines of a no-break space
+    text = extractor_for(ExtractionSettings())(page)
+    assert "\xa0" not in text and text.replace("\n", "") == plain.replace("\n", "").replace("\xa0", "")
+    assert not any(line and not line.strip() for line in text.split("\n"))
+
+
+def test_the_link_density_pass_stops_on_deep_nesting():
+    from resiliparse.parse.html import HTMLTree
+
+    from sluice.clean.steps.extract import mark_link_dense
+
+    # every nested block's text is read whole, so nesting makes the pass quadratic: it reads at most 16x the
+    # page's text (+ 64 KiB), then judges no further block (real pages read at most 4.3x)
+    def page(depth: int) -> str:
+        prose = "<p>" + " ".join([SENTENCE] * 20) + "</p>"  # 360 words: the outer blocks are never judged
+        links = "<ul><li><a href='/a'>The bridge</a></li><li><a href='/b'>The ferry</a></li></ul>"
+        return f"<html><body>{'<section>' * depth}{prose}<div>{links}</div>{'</section>' * depth}</body></html>"
+
+    assert mark_link_dense(HTMLTree.parse(page(5)), 0.5, 300) == 1
+    assert mark_link_dense(HTMLTree.parse(page(200)), 0.5, 300) == 0  # 200 x 2,300 characters: over budget
