@@ -4,7 +4,8 @@ web (WARC):        2026-01: Debian Handbook pages in en, de, ru, zh-CN
                    2026-02: the en pages re-crawled (exact duplicates of 2026-01), fr, ja
 reference (JSONL): 2026-01: Debian Reference chapters in en, de as text (.jsonl.gz)
                    2026-02: chapters in fr, ja (.jsonl.zst), plus three handbook pages exported as
-                   text (exact duplicates, across sources, of web/2026-01), and a mirror of the first en
+                   text (duplicates, across sources, of web/2026-01: exact where sluice's extraction gives
+                   resiliparse's plain text, else near), and a mirror of the first en
                    chapter with a header line and every 100th word changed (a near duplicate, across
                    snapshots, of reference/2026-01: word 5-gram Jaccard about 0.9)
 """

@@ -70,7 +70,9 @@ def candidate_pairs(members: pl.DataFrame, first_new: int, anchors: int) -> pl.D
     members: band, hash, node: the current partition's rows and, for each of its buckets, the earlier
     members (at least the first `max(anchors, 1)` of each bucket). anchors 0: each member with its bucket's
     first member; anchors K: each member with each of the bucket's first K members before it."""
+    # A bucket of one member pairs nothing: dropped first, most buckets are (the joins then hold the shared ones).
     members = members.select("band", "hash", "node").unique()
+    members = members.filter(pl.struct("band", "hash").is_duplicated())
     if not anchors:
         first = members.group_by("band", "hash").agg(pl.col("node").min().alias("u"))
         pairs = members.join(first, on=["band", "hash"]).filter((pl.col("node") >= first_new) & (pl.col("node") != pl.col("u"))).select("u", v="node")

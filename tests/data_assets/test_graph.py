@@ -252,13 +252,21 @@ def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
     texts, urls = dict(zip(cleaned["doc_id"], cleaned["text"], strict=True)), dict(zip(cleaned["doc_id"], cleaned["url"], strict=True))
     # The sample plants one near duplicate (scripts/build_sample.py): reference/2026-02 mirrors the first en
     # chapter of reference/2026-01 with a header line and every 100th word changed. It is removed, across
-    # snapshots, as a near duplicate of that chapter, and is the only near duplicate removed.
+    # snapshots, as a near duplicate of that chapter. The sample also exports three zh handbook pages of
+    # web/2026-01 as text (resiliparse's plain main text): those whose text sluice's extraction reproduces are
+    # exact duplicates; one whose extraction now leaves out a link-dense box or a trailing label is a near
+    # duplicate of its page. Nothing else is.
     mirror = next(doc for doc, url in urls.items() if "://mirror." in url)
     original = next(doc for doc, url in urls.items() if url == urls[mirror].replace("://mirror.", "://"))
     assert partition_of[mirror] == ("reference", "2026-02") and partition_of[original] == ("reference", "2026-01")
     assert exact_jaccard(texts[mirror], texts[original]) >= 0.8
-    assert {doc: kind for doc, kind in batch_kinds.items() if kind == "fuzzy"} == {mirror: "fuzzy"}
-    assert fuzzy == {key: int(key == ("reference", "2026-02")) for key in report["partitions"]}
+    page_of = {url: doc for doc, url in urls.items() if partition_of[doc] == ("web", "2026-01")}
+    exports = {doc: page_of[url] for doc, url in urls.items() if partition_of[doc] == ("reference", "2026-02") and url in page_of}
+    hashes = dict(zip(cleaned["doc_id"], cleaned["text_hash"], strict=True))  # the normalized text's hash
+    near_exports = {doc for doc, page in exports.items() if hashes[doc] != hashes[page] and exact_jaccard(texts[doc], texts[page]) >= 0.8}
+    assert 1 <= len(exports) <= 3 and len(near_exports) <= 1  # (the cleaning may drop an export)
+    assert {doc: kind for doc, kind in batch_kinds.items() if kind == "fuzzy"} == dict.fromkeys({mirror} | near_exports, "fuzzy")
+    assert fuzzy == {key: (1 + len(near_exports)) * int(key == ("reference", "2026-02")) for key in report["partitions"]}
     mirror_removed = pl.read_parquet(folder / "data/deduped_removed/source=reference/snapshot=2026-02/removed.parquet").filter(
         pl.col("doc_id") == mirror
     )
@@ -268,7 +276,7 @@ def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
     # near duplicates of the de page, but their Jaccard to it is only ~0.6-0.74, so the default
     # verification (0.8) keeps them all.
     _, lsh_kinds = lsh_one_batch(store, DedupSettings(verify_min_jaccard=None))
-    lsh_only = sorted(doc for doc, kind in lsh_kinds.items() if kind == "fuzzy" and doc != mirror)
+    lsh_only = sorted(doc for doc, kind in lsh_kinds.items() if kind == "fuzzy" and doc != mirror and doc not in near_exports)
     german = next(doc for doc, url in urls.items() if url.endswith("/de-DE/stable/conclusion.html") and partition_of[doc] == ("web", "2026-01"))
     assert len(lsh_only) == 5 and all(urls[doc].endswith("/stable/conclusion.html") for doc in lsh_only)
     assert all(0.5 < exact_jaccard(texts[doc], texts[german]) < 0.8 for doc in lsh_only)
@@ -277,7 +285,7 @@ def test_near_duplicates_removed_and_incremental_equals_one_batch(local_run):
     removed_file = pl.read_parquet(folder / "data/deduped_removed/source=web/snapshot=2026-02/removed.parquet")
     against_earlier = removed_file.filter(pl.col("duplicate_of_partition").str.ends_with("/2026-01")).height
     documents_in = report["partitions"][("web", "2026-02")]["cleaned_documents"]["documents_out"]
-    assert against_earlier > 0 and later["removed_share_against/2026-01"] == against_earlier / documents_in
+    assert against_earlier > 0 and later["removed_share_against/2026-01"] == pytest.approx(against_earlier / documents_in, abs=5e-5)  # (4 decimals in the metadata)
     kept, removed = deduped_view(store)
     assert {doc_id: kind for doc_id, (kind, _) in removed.items()} == batch_kinds
     assert kept == set(cleaned["doc_id"]) - set(batch_kinds)
