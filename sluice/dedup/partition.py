@@ -430,6 +430,7 @@ def dedup_partition(
     result = _dedup_result(ref, files, [{**written, "prefix": side_prefix(REMOVED, ref)}], manifest["documents"], results, dict(sorted(cluster_sizes.items())))
     # The no-duplicates check here, while the removed positions' scratch files exist (publishing deletes them).
     result.kept_duplicates = kept_duplicates(store, ref, result.removed_keys, settings, s3, executor)
+    store.delete([*(r["removed"] for r in results if r["removed"]), *sizes, *result.removed_keys])  # the scratch files
     result.removed_of = lambda: _read_removed(store, ref, key)
     result.kept_hashes_of = lambda: _kept_hashes(store, ref, files)
     return result
