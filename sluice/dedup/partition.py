@@ -75,7 +75,7 @@ from sluice.dedup.shuffle import (  # noqa: F401 (exact_links re-exported)
     write_bucketed,
 )
 from sluice.dedup.signatures import sign_partition, signatures_digest
-from sluice.dedup.stars import read_labels, star_components
+from sluice.dedup.stars import label_table, read_labels, star_components
 from sluice.io.layout import (
     PartitionRef,
     list_partitions,
@@ -246,9 +246,6 @@ def cluster_partition(
     )
 
 
-LABELS_FRAME = {"node": pl.Int64, "label": pl.Int64, "cluster_size": pl.Int64}
-
-
 def _labels(
     store: Store, ref: PartitionRef, outputs: RangeOutputs, ordinals: PartitionOrdinals, parts: int, settings: DedupSettings, s3: S3Settings | None,
     executor: Executor,
@@ -265,11 +262,9 @@ def _labels(
     edges = pl.concat([pl.DataFrame(schema={"u": pl.Int64, "v": pl.Int64}), *(pl.from_arrow(t) for t in tables)]).filter(pl.col("u") < pl.col("v"))  # type: ignore[arg-type]
     nodes, labels = components(edges.to_numpy())
     graph = pl.DataFrame({"node": nodes, "label": labels}, schema={"node": pl.Int64, "label": pl.Int64})
-    graph = graph.with_columns(cluster_size=pl.len().over("label").cast(pl.Int64)).filter(pl.col("node") // (1 << PartitionOrdinals.SHIFT) == ordinal)
-    docs = graph["node"].to_numpy() & np.int64((1 << PartitionOrdinals.SHIFT) - 1)
-    graph = graph.with_columns(bucket=pl.Series(part_bucket(docs, parts, buckets), dtype=pl.Int32))
+    table = pl.from_arrow(label_table(graph.with_columns(cluster_size=pl.len().over("label").cast(pl.Int64)), ordinal, parts, buckets))
     earlier = sorted(set(ordinals.locate(nodes)["partition"].to_list()) - {ref.key}, key=order_of)
-    return (lambda bucket: graph.filter(pl.col("bucket") == bucket).select(*LABELS_FRAME)), earlier
+    return (lambda bucket: table.filter(pl.col("bucket") == bucket).drop("bucket")), earlier  # type: ignore[union-attr]
 
 
 def regroup(tables: Iterable[pa.Table], rows: int, schema: pa.Schema) -> Iterator[pa.Table]:
@@ -346,7 +341,6 @@ class DedupResult:
     removed_against_snapshot: dict[str, int] = field(default_factory=dict)  # snapshot of the kept copy -> removed
     cluster_sizes: dict[int, int] = field(default_factory=dict)  # size -> clusters with a document removed here
     band_index: None = None  # earlier versions listed a per-partition band index here; the index is global now
-    removed_keys: list[str] = field(default_factory=list)  # the removed positions, cut by text-hash range (REMOVED_DOCS_SCHEMA)
     kept_duplicates: tuple[int, dict[str, int]] = (0, {})  # `kept_duplicates` of the written parts (0, {} when dedup is right)
     removed_of: Any = None  # () -> the REMOVED_SCHEMA rows, read from the written file when asked
     kept_hashes_of: Any = None  # () -> text_hash of every kept document, read from the written parts when asked
@@ -428,9 +422,10 @@ def dedup_partition(
         cluster_sizes.update(counts)
     files = [result["file"] for result in results]
     result = _dedup_result(ref, files, [{**written, "prefix": side_prefix(REMOVED, ref)}], manifest["documents"], results, dict(sorted(cluster_sizes.items())))
-    # The no-duplicates check here, while the removed positions' scratch files exist (publishing deletes them).
-    result.kept_duplicates = kept_duplicates(store, ref, result.removed_keys, settings, s3, executor)
-    store.delete([*(r["removed"] for r in results if r["removed"]), *sizes, *result.removed_keys])  # the scratch files
+    # The no-duplicates check here, while the removed positions' scratch files exist; then every scratch file goes.
+    positions = [r["docs"] for r in results if r["docs"]]
+    result.kept_duplicates = kept_duplicates(store, ref, positions, settings, s3, executor)
+    store.delete([*(r["removed"] for r in results if r["removed"]), *sizes, *positions])
     result.removed_of = lambda: _read_removed(store, ref, key)
     result.kept_hashes_of = lambda: _kept_hashes(store, ref, files)
     return result
@@ -452,7 +447,7 @@ class DedupPartTask:
     part: int
     cleaned_key: str
     clusters_key: str  # the partition's dedup_clusters file (the part's rows are read by row group)
-    buckets: int  # cluster-id hash ranges of the sizes file
+    buckets: int  # hash ranges of its scratch files (dedup.band_ranges: cluster ids, and text hashes for the check)
     s3: S3Settings = field(default_factory=S3Settings)
 
     @property
@@ -463,8 +458,8 @@ class DedupPartTask:
 def dedup_part(task: DedupPartTask) -> dict[str, Any]:
     """The part's kept documents to its `deduped_documents` part and its removed rows (REMOVED_FILE_SCHEMA,
     doc order) and (cluster_id, cluster_size) rows, cut by cluster-id hash range, to scratch files beside
-    `deduped_removed` (deleted when the partition is published), and its removed positions cut by text-hash
-    range for the no-duplicates check. Returns {"file", "removed", "sizes", "docs": those files (None when
+    `deduped_removed` (`dedup_partition` deletes them), and its removed positions cut by text-hash range for
+    the no-duplicates check. Returns {"file", "removed", "sizes", "docs": those files (None when
     nothing is removed), and the counts `_dedup_result` folds}."""
     store = StoreSpec(task.root_url, task.s3).open()
     ref = task.ref
@@ -556,7 +551,6 @@ def _dedup_result(ref: PartitionRef, files: list, side_files: list, documents_in
         removed_against=dict(sorted(against.items())),
         removed_against_snapshot=dict(sorted(snapshots.items())),
         cluster_sizes=cluster_sizes,
-        removed_keys=[part["docs"] for part in parts if part["docs"]],
     )
 
 
@@ -574,7 +568,7 @@ def kept_duplicates(
     store: Store, ref: PartitionRef, removed_keys: list[str], settings: DedupSettings, s3: S3Settings | None = None, executor: Executor | None = None
 ) -> tuple[int, dict[str, int]]:
     """What `remaining_exact_duplicates` counts, over the kept documents of `ref` (all but the removed ones
-    in `removed_keys`, `DedupResult.removed_keys`), one executor task per text-hash range
+    in `removed_keys`, the files of `dedup_part` cut by text-hash range), one executor task per text-hash range
     (`sluice.dedup.shuffle.kept_duplicates_in_range`, reading its range's removed positions): no process
     holds the partition's hashes or its removed documents."""
     tasks = [KeptCheckTask(store.uri(), ref, number, settings, tuple(removed_keys), s3 or S3Settings()) for number in range(settings.band_ranges)]

@@ -80,11 +80,15 @@ def part_bucket(docs: np.ndarray, parts: int, buckets: int) -> np.ndarray:
     return (part * buckets // max(parts, 1)).astype(np.int32)
 
 
+def by_first(u: np.ndarray, v: np.ndarray, buckets: int) -> pa.Table:
+    """Edges stored under their first node (PAIRS_FILE_SCHEMA rows: bucket of u, u, v)."""
+    u, v = np.asarray(u, np.int64), np.asarray(v, np.int64)
+    return pa.table({"bucket": node_bucket(u, buckets), "u": u, "v": v}, schema=PAIRS_FILE_SCHEMA)
+
+
 def both_ways(u: np.ndarray, v: np.ndarray, buckets: int) -> pa.Table:
     """Edges stored under both nodes (PAIRS_FILE_SCHEMA rows: bucket of the first node, node, neighbour)."""
-    first, second = np.concatenate([u, v]).astype(np.int64), np.concatenate([v, u]).astype(np.int64)
-    return pa.table({"bucket": node_bucket(first, buckets), "u": first, "v": second}, schema=PAIRS_FILE_SCHEMA)
-
+    return by_first(np.concatenate([u, v]), np.concatenate([v, u]), buckets)
 
 
 def exact_links(docs: pl.DataFrame, first: pl.DataFrame, ref: PartitionRef) -> pl.DataFrame:

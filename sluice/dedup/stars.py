@@ -37,10 +37,9 @@ import pyarrow as pa
 from sluice.config import S3Settings
 from sluice.dedup.schemas import PartitionOrdinals
 from sluice.dedup.shuffle import (
-    PAIRS_FILE_SCHEMA,
     both_ways,
     bucket_pairs,
-    node_bucket,
+    by_first,
     part_bucket,
     read_buckets,
     write_bucketed,
@@ -87,12 +86,9 @@ def star_round(task: StarTask) -> dict[str, Any]:
         return {**_labels(store, task, rows), "rows": rows.height}
     step = _large if task.step == "large" else _small
     u, v, changed = step(rows)
-    key = write_bucketed(store, task.out, both_ways(u, v, task.buckets) if task.step == "small" else _by_first(u, v, task.buckets))
-    return {"key": key if len(u) else None, "changed": changed, "ordinals": [], "rows": rows.height}
-
-
-def _by_first(u: np.ndarray, v: np.ndarray, buckets: int) -> pa.Table:
-    return pa.table({"bucket": node_bucket(u, buckets), "u": u, "v": v}, schema=PAIRS_FILE_SCHEMA)
+    edges = both_ways(u, v, task.buckets) if task.step == "small" else by_first(u, v, task.buckets)
+    key = write_bucketed(store, task.out, edges) if len(u) else None
+    return {"key": key, "changed": changed, "ordinals": [], "rows": rows.height}
 
 
 def _large(rows: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
@@ -124,16 +120,20 @@ def _labels(store: Store, task: StarTask, rows: pl.DataFrame) -> dict[str, Any]:
             roots.explode("v").select(node="v", label="u", cluster_size="cluster_size"),
         ]
     )
-    here = members.filter(pl.col("node") // (1 << PartitionOrdinals.SHIFT) == task.ordinal).sort("node")
-    docs = here["node"].to_numpy() & np.int64((1 << PartitionOrdinals.SHIFT) - 1)
-    table = pa.table(
-        {"bucket": part_bucket(docs, task.parts, task.buckets), "node": here["node"].to_numpy(), "label": here["label"].to_numpy(),
-         "cluster_size": here["cluster_size"].to_numpy()},
-        schema=LABELS_SCHEMA,
-    )
+    table = label_table(members, task.ordinal, task.parts, task.buckets)
     ordinals = np.unique(rows["u"].to_numpy() >> np.int64(PartitionOrdinals.SHIFT)).tolist()
     key = write_bucketed(store, task.out, table) if table.num_rows else None
     return {"key": key, "changed": 0, "ordinals": ordinals}
+
+
+def label_table(members: pl.DataFrame, ordinal: int, parts: int, buckets: int) -> pa.Table:
+    """LABELS_SCHEMA rows of the nodes of partition `ordinal` among `members` (node, label, cluster_size),
+    sorted by node and cut by part range (`part_bucket`): what the clusters writer reads a range at a time,
+    from the star rounds or from the components of one process."""
+    here = members.filter(pl.col("node") // (1 << PartitionOrdinals.SHIFT) == ordinal).sort("node")
+    docs = here["node"].to_numpy() & np.int64((1 << PartitionOrdinals.SHIFT) - 1)
+    columns = {name: here[name].to_numpy() for name in ("node", "label", "cluster_size")}
+    return pa.table({"bucket": part_bucket(docs, parts, buckets), **columns}, schema=LABELS_SCHEMA)
 
 
 @dataclass
