@@ -335,7 +335,7 @@ def judge_file(task: JudgeTask) -> dict[str, Any]:
             before_rule=pl.col("reason"), computed=_decision(decision_rule(task.current, task.languages)), rule=decision_rule(task.changed, task.languages),
         )
         .with_columns(before=pl.col("decision"), after=_decision(pl.col("rule")))
-        .select("doc_id", "source", "snapshot", "language", "before", "after", "rule", "before_rule", "tokens", "computed")
+        .select(*FLIPS_SCHEMA, "computed")
         .collect(engine="streaming")  # one file's decisions, judged once
     )
     by_language = judged.group_by("language").agg(
