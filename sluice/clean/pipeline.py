@@ -102,13 +102,15 @@ class CleaningPipeline:
 
     def measure_rest(self, doc: Document, index: int) -> None:
         """Record the statistics of the steps after `index` on a document that step dropped or routed, as
-        if it had been kept (C4 then removes its lines, language ID names its language), for sluice whatif;
-        then put the document back as it was (its dropped row, its routed text are unchanged). Stops where an
+        if it had been kept (the dropping step first changes it as it changes a kept one: C4 removes its lines
+        whether it dropped the document or a later step measures it; language ID names its language), for
+        sluice whatif; then put the document back as it was (its dropped row, its routed text are unchanged). Stops where an
         extraction step fails (no text to measure)."""
         saved = doc.text, doc.language, doc.language_score, doc.values, doc._cache
         doc.values = dict(doc.values)
         attributes = doc.attributes
         try:
+            self.steps[index].as_if_kept(doc)
             for later_index, later in enumerate(self.steps[index + 1 :], index + 1):
                 if self.on_step is not None:
                     self.on_step(later_index)

@@ -147,6 +147,10 @@ class Step:
             drop = self.apply(doc)
             doc.attributes[f"{self.name}.reason"] = drop.reason if drop is not None else ""
 
+    def as_if_kept(self, doc: Document) -> None:  # noqa: B027 - optional hook
+        """Change `doc` as this step does to a document it keeps, after it dropped `doc` (for sluice whatif:
+        the later steps are measured on that text; CleaningPipeline.measure_rest puts the document back)."""
+
     def attribute_names(self) -> set[str]:
         """The cleaned_attributes columns this step records."""
         return {f"{self.name}.reason"} if self.outcome else set()
@@ -187,6 +191,11 @@ class ByLanguage(Step):
         step = self.by_language.get(doc.language, self.default)
         if step is not None:
             step.measure(doc)
+
+    def as_if_kept(self, doc: Document) -> None:
+        step = self.by_language.get(doc.language, self.default)
+        if step is not None:
+            step.as_if_kept(doc)
 
     def attribute_names(self) -> set[str]:
         return set().union(*(step.attribute_names() for step in (self.default, *self.by_language.values()) if step is not None))

@@ -218,13 +218,8 @@ CORPUS_CHANGES = {
 # line removal (CleaningPipeline.measure_rest starts after the dropping step), while re-cleaning under a looser
 # C4 measures them on C4's kept lines. Three reference chapters (#13 in de, en, ja) are predicted dropped and
 # re-cleaned kept. strict: the test fails once the bug is fixed, to drop this mark.
-C4_DROP_MEASURED_BEFORE_LINE_REMOVAL = pytest.mark.xfail(
-    strict=True, reason="attributes of a C4-dropped document measure later rules before C4's line removal (issue 41)"
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("change", ["tighter", pytest.param("looser_with_overrides", marks=C4_DROP_MEASURED_BEFORE_LINE_REMOVAL)])
+@pytest.mark.parametrize("change", ["tighter", "looser_with_overrides"])
 def test_whatif_is_exact_on_the_shared_corpus(corpus, tmp_path, change):
     _check_exact(corpus, tmp_path, CORPUS_CHANGES[change])
 
