@@ -44,6 +44,9 @@ class OrchestrationSettings(_Model):
     max_partitions_per_run: int | None = Field(25, ge=1, le=100_000)
 
 
+MIN_BAND_RANGES, MAX_BAND_RANGES = 16, 4096  # the automatic dedup.band_ranges' bounds
+
+
 class DedupSettings(_Model):
     """Near-duplicate detection (MinHash LSH, see sluice.dedup.minhash); defaults as datatrove's."""
 
@@ -74,14 +77,30 @@ class DedupSettings(_Model):
     index_max_deltas: int = Field(8, ge=1, le=1024)
     # The shuffle (sluice/dedup/shuffle.py): signing writes each part's band rows in this many band-hash
     # ranges (a power of two: the hash's top bits), and clustering runs one task per range, which holds that
-    # range's band rows of the partition only (about documents x bands / band_ranges rows, ~60 bytes each
-    # at the task's peak). Raise it with the partition's size; it changes no decision, only the cut.
-    band_ranges: int = Field(16, ge=1, le=4096)
+    # range's band rows of the partition only (about documents x bands / band_ranges rows, ~550 bytes each
+    # at the task's peak). null (the default): chosen per partition from its document count
+    # (`ranges_for`), so that a range task holds about `band_rows_per_range` rows whatever the partition's
+    # size, between 16 and 4,096 ranges. It changes no decision, only the cut.
+    band_ranges: int | None = Field(None, ge=1, le=4096)
+    band_rows_per_range: int = Field(1 << 16, ge=1)
+
+    def ranges_for(self, documents: int) -> int:
+        """The band-hash ranges of a partition of `documents` documents: `band_ranges` when set, else the
+        power of two that keeps a range near `band_rows_per_range` band rows (16 to 4,096)."""
+        if self.band_ranges is not None:
+            return self.band_ranges
+        wanted = -(-documents * self.bands // self.band_rows_per_range)
+        return min(MAX_BAND_RANGES, max(MIN_BAND_RANGES, 1 << max(wanted - 1, 0).bit_length()))
+
+    def for_partition(self, documents: int) -> DedupSettings:
+        """These settings with `band_ranges` resolved for a partition of `documents` documents (what every
+        task of its signing, clustering and rewrite is given, so all cut it alike)."""
+        return self.model_copy(update={"band_ranges": self.ranges_for(documents)})
 
     @field_validator("index_shards", "band_ranges")
     @classmethod
-    def _power_of_two(cls, value: int) -> int:
-        if value & (value - 1):
+    def _power_of_two(cls, value: int | None) -> int | None:
+        if value is not None and value & (value - 1):
             lower = 1 << (max(value, 1).bit_length() - 1)
             nearest = min(4096, lower if value - lower <= 2 * lower - value else 2 * lower)
             raise ValueError(f"must be a power of two (1, 2, 4, ... 4096), got {value}; fix: use {nearest} (or another power of two)")

@@ -214,6 +214,7 @@ def cluster_partition(
     settings = settings or DedupSettings()
     executor = executor or Executor()
     signed = _signatures_manifest(store, ref, settings)
+    settings = settings.for_partition(signed["documents"])  # its band-hash ranges, as at signing
     index = DedupIndex(store, settings, s3)
     manifest = index.manifest()
     missing = index.missing(earlier if earlier is not None else earlier_partitions(store, ref), manifest)
@@ -408,6 +409,7 @@ def dedup_partition(
     if manifest is None or manifest.get("settings") != cluster_identity(settings):
         raise FileNotFoundError(f"{store.uri(clusters_prefix)}: no clusters with these dedup settings: materialize dedup_clusters for {ref.key} first")
     cleaned = required_manifest(store, CLEANED, ref)
+    settings = settings.for_partition(manifest["documents"])  # its hash ranges, as at signing and clustering
     clusters_key = f"{clusters_prefix}/{manifest['files'][0]['key']}"
     tasks = [DedupPartTask(store.uri(), ref, part, entry["key"], clusters_key, settings.band_ranges, s3) for part, entry in enumerate(cleaned["files"])]
     results = executor.map(dedup_part, tasks)

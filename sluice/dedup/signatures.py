@@ -209,6 +209,7 @@ def sign_partition(
     parts = [entry["key"] for entry in cleaned["files"]]
     if len(parts) >= 1 << PART_BITS:
         raise ValueError(f"{ref.key} has {len(parts)} cleaned parts; at most {(1 << PART_BITS) - 1} are supported")
+    settings = settings.for_partition(sum(entry["rows"] for entry in cleaned["files"]))  # its band-hash ranges
     existing = current_signatures(store, ref, settings, cleaned)
     if existing is not None and has_range_sidecars(existing, ref, settings):
         return SignResult(existing, existing["documents"], signed=False, origin="unchanged")
@@ -258,15 +259,17 @@ def publish_signatures(
 ) -> dict[str, Any]:
     """Write `ref`'s `dedup_signatures` manifest over its written signature `files` and shingle `side_files`
     (the one place its format is written: signing, and the adoption of an older layout)."""
+    documents = sum(entry["rows"] for entry in files)
     manifest = {
         "asset": SIGNATURES,
         "partition": {"source": ref.source, "snapshot": ref.snapshot},
         "minhash": minhash_identity(settings),
         "cleaned_digest": cleaned_digest(cleaned),
+        "band_ranges": settings.ranges_for(documents),  # the sidecars' cut (readers take any cut: row-group statistics)
         **(extra or {}),
         "files": files,
         "side_files": side_files,
-        "documents": sum(entry["rows"] for entry in files),
+        "documents": documents,
     }
     write_manifest(store, partition_prefix(SIGNATURES, ref), manifest)
     return manifest

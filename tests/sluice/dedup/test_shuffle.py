@@ -53,12 +53,30 @@ def test_range_tasks_pair_what_one_frame_pairs(planted, tmp_path, ranges):  # no
         assert max(result["band_rows"] for result in results) < rows  # no task held the partition's rows
 
 
+@pytest.mark.parametrize("documents", [0, 1, 74_898, 74_899, 10**4, 10**6, 10**8, 3 * 10**9])
+def test_automatic_ranges_are_the_fewest_that_keep_a_range_under_its_target_rows(documents):
+    settings = DedupSettings()
+    assert settings.band_ranges is None  # automatic by default
+    expected = 16  # the lower bound; then doubled while a range would hold more than the target
+    while documents * settings.bands > expected * settings.band_rows_per_range and expected < 4096:
+        expected *= 2
+    assert settings.ranges_for(documents) == expected
+    assert settings.for_partition(documents).band_ranges == expected
+    assert DedupSettings(band_ranges=8).ranges_for(documents) == 8  # a set value is kept
+
+
 def test_decisions_do_not_depend_on_the_number_of_ranges(planted, tmp_path):  # noqa: F811
     outputs = []
-    for ranges in (1, 16, 128):
-        store = open_store(str(tmp_path / f"r{ranges}"))
+    # 1, 16, 128 ranges set, and automatic ranges with a target of 4 band rows (so that they differ per partition).
+    for name, settings in [("1", DedupSettings(band_ranges=1)), ("16", DedupSettings(band_ranges=16)),
+                           ("128", DedupSettings(band_ranges=128)), ("auto", DedupSettings(band_rows_per_range=4))]:
+        store = open_store(str(tmp_path / f"r{name}"))
         write_all(store, stored_partitions(planted))
-        removed = run_incremental(store, DedupSettings(band_ranges=ranges))
+        removed = run_incremental(store, settings)
+        signed = [read_manifest(store, partition_prefix(SIGNATURES, ref)) for ref in ORDER]
+        assert [m["band_ranges"] for m in signed] == [settings.ranges_for(m["documents"]) for m in signed]
+        if name == "auto":
+            assert len({m["band_ranges"] for m in signed}) > 1 and min(m["band_ranges"] for m in signed) > 16
         clusters = [store.read_bytes(f"{partition_prefix(CLUSTERS, ref)}/{CLUSTERS_FILE}") for ref in ORDER]
         outputs.append(([removed[ref.key].removed for ref in ORDER], clusters))
         names = sorted(key.rsplit("/", 1)[-1] for key in store.list_files(partition_prefix(CLUSTERS, ORDER[3])))
