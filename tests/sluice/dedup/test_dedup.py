@@ -235,6 +235,7 @@ def test_each_partition_is_signed_once(planted, monkeypatch):
 
 
 def test_other_settings_sign_again_and_give_the_oracles_result(planted):
+    run_incremental(planted)  # the default settings' index (also when this test runs alone)
     other = DedupSettings(seed=5)
     run_incremental(planted, other)
     kept, removed = deduped_view(planted)
