@@ -563,19 +563,17 @@ class C4QualityFilter(RuleFilter):
     def apply(self, doc: Document) -> Drop | None:
         c4 = self.lines(doc.text or "")
         rules = list(self.rules(doc, lines=c4))
-        drop = first_drop(rules)
         if doc.attributes is not None:
             self.record(doc, rules)
-            self._dropped = (doc, c4) if drop is not None else None
+        drop = first_drop(rules)
         if drop is None:
             c4.keep(doc)
         return drop
 
     def as_if_kept(self, doc: Document) -> None:
-        """The lines C4 keeps as the text of a document it dropped for too few sentences (the lines of the
-        `apply` that just dropped it); a line that stops the document leaves the text, as in `measure`."""
-        dropped, self._dropped = getattr(self, "_dropped", None), None
-        c4 = dropped[1] if dropped is not None and dropped[0] is doc else self.lines(doc.text or "")
+        """The lines C4 keeps as the text of a document it dropped for too few sentences; a line that stops the
+        document leaves the text, as in `measure`."""
+        c4 = self.lines(doc.text or "")
         if c4.stop is None:
             c4.keep(doc)
 

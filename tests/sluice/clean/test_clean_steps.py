@@ -461,3 +461,28 @@ def test_the_link_density_pass_stops_on_deep_nesting():
 
     assert mark_link_dense(HTMLTree.parse(page(5)), 0.5, 300) == 1
     assert mark_link_dense(HTMLTree.parse(page(200)), 0.5, 300) == 0  # 200 x 2,300 characters: over budget
+
+
+def test_a_document_c4_drops_is_measured_by_the_later_rules_on_the_lines_c4_keeps():
+    """cleaned_attributes of a document C4 drops for too few sentences: the later steps measure the text a
+    looser C4 would have kept (its kept lines, not the text before line removal), for sluice whatif; the
+    dropped document itself is left as it was. Oracle: the same steps run on what C4 with no sentence
+    minimum leaves."""
+    from sluice.clean.steps.filters import C4QualityFilter, FineWebQualityFilter
+    from sluice.config import C4Settings
+
+    text = "\n".join([
+        "The first line is a sentence that ends well.", "a menu entry without an end", "Home | News | Contact",
+        "The second line is a sentence as well.", "Share this", "And a third sentence closes the text.",
+    ])
+    doc = Document("d", "s", "x", None, None, "text/plain", b"", "utf-8", text=text)
+    pipeline = CleaningPipeline([C4QualityFilter(), FineWebQualityFilter()], attributes=True)
+    step, drop = pipeline.run(doc)
+    assert (step.name, drop.reason) == ("c4", "too_few_sentences") and doc.text == text
+
+    looser = Document("d", "s", "x", None, None, "text/plain", b"", "utf-8", text=text, attributes={})
+    assert C4QualityFilter(C4Settings(min_num_sentences=0)).apply(looser) is None
+    FineWebQualityFilter().measure(looser)
+    assert doc.attributes["measured_text"] == looser.text != text
+    fineweb = {key: value for key, value in doc.attributes.items() if key.startswith("fineweb_quality.")}
+    assert fineweb == {key: value for key, value in looser.attributes.items() if key.startswith("fineweb_quality.")} != {}
