@@ -88,8 +88,6 @@ def ingest_partition(
     results = executor.map(run_recorded, jobs, progress=lambda r: progress.update(r["records"], r["content_bytes"]))
     counts = TaskCounts.of(results)
     context.log.info(counts.line(f"{ASSET} {ref.key}"))
-    for event in getattr(executor, "events", []):
-        context.log.warning(event)  # e.g. a Ray node lost mid-stage (its tasks were retried)
     reasons: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     recovered: Counter[str] = Counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dagster import ConfigurableResource
+from dagster._check import CheckError
 
 from resources.settings import SluiceSettings
 from sluice.config import ComputeSettings
@@ -27,4 +28,13 @@ class ComputeResource(ConfigurableResource):
         )
 
     def executor(self) -> Executor:
-        return make_executor(self.compute_settings())
+        """The stage's executor; what happens to its workers (a retried task, a lost Ray node) goes to the
+        run's log, whichever stage notices it."""
+        return make_executor(self.compute_settings(), report=self._run_warning())
+
+    def _run_warning(self):
+        try:
+            log = self.get_resource_context().log
+        except CheckError:  # built outside a run (a script, a test): Python logging
+            return None
+        return log.warning if log is not None else None

@@ -51,8 +51,25 @@ def task_label(task: Any) -> str:
     return repr(task)[:200]
 
 
+Report = Callable[[str], None]
+
+
+def _log_warning(message: str) -> None:
+    logging.getLogger("sluice.runtime.compute").warning(message)
+
+
 class Executor:
+    """Runs a stage's tasks; what happened to its workers (a retried task, a lost Ray node) is kept in
+    `events` and told to `report` as it happens: the Dagster run's log when the compute resource made the
+    executor (every stage's run then records it), Python logging otherwise."""
+
     backend = "inline"
+    events: list[str]
+    report: Report = staticmethod(_log_warning)
+
+    def _event(self, message: str) -> None:
+        self.events.append(message)
+        self.report(message)
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         return _inline(fn, tasks, progress)
@@ -69,9 +86,10 @@ class Executor:
 class LocalPoolExecutor(Executor):
     backend = "local"
 
-    def __init__(self, max_workers: int) -> None:
+    def __init__(self, max_workers: int, report: Report | None = None) -> None:
         self.max_workers = max_workers
         self.events: list[str] = []  # retries, for the run's log
+        self.report = report or _log_warning
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         if self.max_workers <= 1 or len(tasks) <= 1:
@@ -92,8 +110,7 @@ class LocalPoolExecutor(Executor):
                     f"a worker process died during {getattr(fn, '__name__', 'the stage')}: resubmitting "
                     + ", ".join(task_label(tasks[index]) for index in lost)
                 )
-                self.events.append(message)
-                logging.getLogger("sluice.runtime.compute").warning(message)
+                self._event(message)
         return [results[index] for index in range(len(tasks))]
 
     def _run_pool(self, fn: Callable[[T], R], tasks: Sequence[T], results: dict[int, R], progress: Progress) -> list[int]:
@@ -155,10 +172,11 @@ class LocalPoolExecutor(Executor):
 class RayExecutor(Executor):
     backend = "ray"
 
-    def __init__(self, address: str | None, num_cpus: int) -> None:
+    def __init__(self, address: str | None, num_cpus: int, report: Report | None = None) -> None:
         self.address = address
         self.num_cpus = num_cpus
         self.events = []
+        self.report = report or _log_warning
 
     def _ensure_ray(self):
         import ray
@@ -175,8 +193,6 @@ class RayExecutor(Executor):
                     _node_ip_address="127.0.0.1",
                 )
         return ray
-
-    events: list[str]
 
     def _alive_nodes(self, ray) -> dict[str, str]:
         return {node["NodeID"]: node.get("NodeManagerAddress", "?") for node in ray.nodes() if node.get("Alive")}
@@ -218,8 +234,7 @@ class RayExecutor(Executor):
                 f"{len(lost)} of {of} Ray nodes died {when} ({', '.join(sorted(n[:12] for n in lost))}); "
                 f"their tasks were retried on the others (up to {RAY_TASK_RETRIES} times each)"
             )
-            self.events.append(message)
-            logging.getLogger("sluice.runtime.compute").warning(message)
+            self._event(message)
 
     def describe(self) -> str:
         return f"ray ({self.address or 'local'})" + (f"; {'; '.join(self.events)}" if self.events else "")
@@ -246,10 +261,11 @@ def _inline(fn: Callable[[T], R], tasks: Sequence[T], progress: Progress) -> lis
     return results
 
 
-def make_executor(settings: ComputeSettings) -> Executor:
+def make_executor(settings: ComputeSettings, report: Report | None = None) -> Executor:
+    """The configured backend's executor; `report` hears of lost workers and nodes as they are noticed."""
     if settings.backend == "ray":
-        return RayExecutor(settings.ray_address, settings.max_workers)
-    return LocalPoolExecutor(settings.max_workers)
+        return RayExecutor(settings.ray_address, settings.max_workers, report)
+    return LocalPoolExecutor(settings.max_workers, report)
 
 
 def run_tasks(settings: ComputeSettings, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list[Any]:

@@ -80,7 +80,8 @@ def test_worker_node_killed_mid_stage_completes_identically(tmp_path, monkeypatc
     result = outcome["result"]
     assert result.success
     print(f"ray node fault: killed {killed} processes of the worker node after {kill_at:.1f} of {duration:.1f} s")
+    # Whichever stage notices the loss (Ray marks a node dead after its health checks fail, so the next
+    # stage may be the one) says so in the run's log.
     lost = [line for line in outcome["logs"] if "Ray nodes died" in line]
-    compute = [str(m.get("compute").value) for m in (e.event_specific_data.materialization.metadata for e in result.get_asset_materialization_events()) if m.get("compute")]
-    assert lost or any("Ray nodes died" in text for text in compute), (outcome["logs"][-20:], compute)
+    assert lost, outcome["logs"][-20:]
     assert tree_digest(str(tmp_path / "faulty")) == tree_digest(str(tmp_path / "reference"))
