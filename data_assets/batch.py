@@ -59,14 +59,13 @@ from data_assets.partitions import ref_of, source_snapshot_partitions, source_vi
 from data_assets.settings import CONFIG
 from sluice.io.layout import PartitionRef
 
-GROUP = "sluice"
-
 
 def in_group(stage: str) -> dict[str, Any]:
-    """Every asset in one group, so the UI's lineage opens with every node shown (it collapses a graph of
-    several groups into one box each); the stage (curation, tokenization, training, reporting, settings,
-    crawl) is a tag to filter by."""
-    return {"group_name": GROUP, "tags": {"sluice/stage": stage}}
+    """An asset's stage (crawl, settings, curation, tokenization, training, reporting) as its group and as
+    the tag `sluice/stage`. The UI's global lineage opens with one box per group, whose labels are readable at
+    its default zoom (a single group of every asset drew labels of about 6 px); a group's page, or a box
+    expanded, shows its assets, and an asset's Lineage tab its neighbours whatever their group."""
+    return {"group_name": stage, "tags": {"sluice/stage": stage}}
 
 
 def batch_policy(kind: str = "partitions") -> BackfillPolicy:

@@ -67,8 +67,15 @@ def _scroll_to(page: Any, text: str) -> None:
             page.wait_for_timeout(1000)
 
 
+def _global_lineage(page: Any, url: str) -> None:
+    """The global lineage: one box per stage (asset group)."""
+    page.goto(f"{url}/asset-groups")
+    for name in ("crawl", "settings", "curation", "tokenization", "training", "reporting"):
+        page.locator("svg foreignObject").get_by_text(name, exact=True).first.wait_for(state="visible")
+
+
 def _lineage(page: Any, url: str) -> None:
-    """cleaned_documents' Lineage tab, one step up and down (the whole graph's labels are small at its zoom)."""
+    """cleaned_documents' Lineage tab, one step up and down, whatever their group."""
     page.goto(f"{url}/assets/cleaned_documents?view=lineage&lineageScope=neighbors&lineageDepth=1")
     for name in ("raw_documents", "cleaning_settings", "dedup_signatures", "deduped_documents", "quality_report"):
         page.get_by_text(name, exact=True).first.wait_for(state="visible")
@@ -106,6 +113,7 @@ def _source_plots(page: Any, url: str) -> None:
 
 
 SHOTS: dict[str, Callable[[Any, str], None]] = {
+    "global-lineage.png": _global_lineage,
     "lineage.png": _lineage,
     "stage-metadata.png": _stage_metadata,
     "check-partitions.png": _check_partitions,

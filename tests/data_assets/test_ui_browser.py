@@ -126,13 +126,25 @@ def test_quality_report_page_shows_every_partition_and_its_picture(materialized,
     assert shot.stat().st_size > 10_000
 
 
-def test_the_global_lineage_opens_with_every_asset_shown(served_graph, page):
-    """One asset group: the asset graph opens with every node shown, not folded into group boxes; the
-    per-source views are labelled with their source."""
+def rendered_font_px(element) -> float:
+    """The size a label is drawn at: its font size times the graph's zoom (its drawn width over its own)."""
+    return element.evaluate("e => parseFloat(getComputedStyle(e).fontSize) * e.getBoundingClientRect().width / e.offsetWidth")
+
+
+def test_the_global_lineage_is_readable_at_its_default_zoom(served_graph, page):
+    """One group per stage: the global lineage opens with a box per stage whose label is drawn at 10 px or
+    more (one group of every asset drew its labels at about 6 px); a stage's group page shows its assets."""
     page.goto(f"{served_graph.url}/asset-groups")  # the global asset lineage
-    for name in ("raw_documents", "cleaned_documents", "tokenized_shards", "quality_of_web", "quality_of_reference"):
-        page.get_by_text(name, exact=True).first.wait_for(state="visible")
+    for stage in ("crawl", "settings", "curation", "tokenization", "training", "reporting"):
+        label = page.locator("svg foreignObject").get_by_text(stage, exact=True).first
+        label.wait_for(state="visible")
+        assert rendered_font_px(label) >= 10, stage
     page.screenshot(path=str(ARTIFACTS / "global-lineage.png"))
+    page.goto(f"{served_graph.url}/locations/sluice/asset-groups/curation")
+    for name in ("raw_documents", "cleaned_documents", "dedup_signatures", "deduped_documents"):
+        label = page.locator("svg foreignObject").get_by_text(name, exact=True).first
+        label.wait_for(state="visible")
+        assert rendered_font_px(label) >= 10, name
 
 
 def test_quality_report_picture_is_on_its_asset_page(served_graph, materialized, page, tmp_path):

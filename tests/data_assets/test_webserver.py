@@ -53,8 +53,16 @@ DEPENDENCIES: dict[str, set[str]] = {
     "quality_of_web": {"quality_report"},
     "quality_of_reference": {"quality_report"},
 }
-# One group (the lineage opens with every node shown); the stage is a tag.
-GROUPS = dict.fromkeys(DEPENDENCIES, "sluice")
+# One group per stage (the global lineage opens with one readable box each); the stage is also a tag.
+STAGES = {
+    "crawl": ["crawl"],
+    "settings": ["source_settings", "cleaning_settings", "mix_settings"],
+    "curation": ["raw_documents", "quality_model", "perplexity_model", "cleaned_documents", "dedup_signatures", "dedup_index", "dedup_clusters", "deduped_documents"],
+    "tokenization": ["tokenizer", "tokenized_shards"],
+    "training": ["decontamination", "blocklist", "blocklist_matches", "mixed_dataset"],
+    "reporting": ["quality_report", "quality_of_web", "quality_of_reference"],
+}
+GROUPS = {key: stage for stage, keys in STAGES.items() for key in keys}
 # check name -> blocking
 CHECKS: dict[str, dict[str, bool]] = {
     "raw_documents": {"quarantined_file_share_below_bound": True},
