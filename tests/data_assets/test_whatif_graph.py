@@ -4,6 +4,8 @@ decisions are exactly the documents cleaned_documents holds; the graph's own con
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
 from sluice.config import load_config
@@ -28,3 +30,44 @@ def test_the_materialized_sample_has_attributes_whose_decisions_are_its_cleaned_
     result = what_if(config, config, str(tmp_path))
     assert result.unanswered == [] and result.inconsistent == 0
     assert result.flips is not None and result.flips.collect().height == 0
+
+
+def test_the_change_applied_rematerializes_its_partitions_and_their_history_holds_the_counts_whatif_predicted(sample_graph, tmp_path):
+    """What the cleaned asset's Plots tab draws (each partition's materializations, their `documents_out`)
+    after a change is applied through the graph (`sluice materialize` with OTHER: Dagster's backfill
+    machinery): the count before, then the one `sluice whatif` predicted from the attributes alone."""
+    import yaml
+
+    from tests.sluice.whatif.test_engine import _changed
+    from tests.support.graph import graph_instance, materialize_graph
+
+    graph = sample_graph.copy(tmp_path / "graph")
+    current = load_config(graph.config)
+    other_path = tmp_path / "other.yaml"
+    other_path.write_text(yaml.safe_dump(_changed(yaml.safe_load(Path(graph.config).read_text()), c4__min_num_sentences=12), sort_keys=False))
+    flips = what_if(current, load_config(str(other_path)), str(tmp_path / "scratch")).flips.collect()
+    assert flips.height > 0
+    with graph_instance(graph.home) as instance:
+        before = _cleaned_history(instance, graph.report)
+        report = materialize_graph(instance, str(other_path))
+        assert report["status"].value == "COMPLETED_SUCCESS", report["failed"]
+        after = _cleaned_history(instance, graph.report)
+    for (source, snapshot), counts in after.items():
+        lost = flips.filter((pl.col("source") == source) & (pl.col("snapshot") == snapshot) & (pl.col("after") == "dropped")).height
+        gained = flips.filter((pl.col("source") == source) & (pl.col("snapshot") == snapshot) & (pl.col("after") == "kept")).height
+        assert counts[1:] == before[(source, snapshot)]  # the earlier points stay in the history
+        assert counts[0] == before[(source, snapshot)][0] - lost + gained, (source, snapshot)
+
+
+def _cleaned_history(instance, report) -> dict[tuple[str, str], list[int]]:
+    """(source, snapshot) -> cleaned_documents' `documents_out` of each materialization, newest first."""
+    from dagster import AssetKey, AssetRecordsFilter
+
+    from data_assets.partitions import partition_key
+
+    history = {}
+    for source, snapshot in report["partitions"]:
+        ref = PartitionRef(source, snapshot)
+        records = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey("cleaned_documents"), asset_partitions=[partition_key(ref)]), limit=100).records
+        history[(source, snapshot)] = [record.asset_materialization.metadata["documents_out"].value for record in records]
+    return history
