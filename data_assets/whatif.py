@@ -51,7 +51,7 @@ def whatif_op(context: OpExecutionContext, config: WhatIfConfig, settings: Sluic
 
     other = load_config(config.other_config)
     with tempfile.TemporaryDirectory() as scratch:
-        result = what_if(settings.config, other, scratch, make_executor(settings.config.compute))  # one task per attributes file
+        result = what_if(settings.config, other, scratch, make_executor(settings.config.compute, report=context.log.warning))  # one task per attributes file
         table = result.table(config.samples)
         written = write(result, _out(settings, config), config.samples)
     context.log.info(table)

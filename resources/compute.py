@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource
-from dagster._check import CheckError
+from dagster import ConfigurableResource, DagsterInvariantViolationError, OpExecutionContext
 
 from resources.settings import SluiceSettings
 from sluice.config import ComputeSettings
-from sluice.runtime.compute import Executor, make_executor
+from sluice.runtime.compute import Executor, Report, make_executor
 
 
 class ComputeResource(ConfigurableResource):
@@ -29,12 +28,14 @@ class ComputeResource(ConfigurableResource):
 
     def executor(self) -> Executor:
         """The stage's executor; what happens to its workers (a retried task, a lost Ray node) goes to the
-        run's log, whichever stage notices it."""
-        return make_executor(self.compute_settings(), report=self._run_warning())
+        log of the step that runs it, whichever stage notices it."""
+        return make_executor(self.compute_settings(), report=step_warning())
 
-    def _run_warning(self):
-        try:
-            log = self.get_resource_context().log
-        except CheckError:  # built outside a run (a script, a test): Python logging
-            return None
-        return log.warning if log is not None else None
+
+def step_warning() -> Report | None:
+    """The running Dagster step's `log.warning` (its messages carry the step), or None outside a step (a
+    script, a test: Python logging)."""
+    try:
+        return OpExecutionContext.get().log.warning
+    except DagsterInvariantViolationError:
+        return None

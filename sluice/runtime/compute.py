@@ -60,16 +60,25 @@ def _log_warning(message: str) -> None:
 
 class Executor:
     """Runs a stage's tasks; what happened to its workers (a retried task, a lost Ray node) is kept in
-    `events` and told to `report` as it happens: the Dagster run's log when the compute resource made the
-    executor (every stage's run then records it), Python logging otherwise."""
+    `events` and told to `report` as it happens: the running Dagster step's log when the compute resource
+    made the executor (whichever stage notices it records it), Python logging otherwise. An executor stays
+    in the process that made it; pickled, it reports to Python logging (a run's log cannot be pickled)."""
 
     backend = "inline"
-    events: list[str]
-    report: Report = staticmethod(_log_warning)
+
+    def __init__(self, report: Report | None = None) -> None:
+        self.events: list[str] = []
+        self.report = report or _log_warning
 
     def _event(self, message: str) -> None:
         self.events.append(message)
         self.report(message)
+
+    def _with_events(self, text: str) -> str:
+        return text + (f"; {'; '.join(self.events)}" if self.events else "")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "report": _log_warning}
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         return _inline(fn, tasks, progress)
@@ -87,9 +96,8 @@ class LocalPoolExecutor(Executor):
     backend = "local"
 
     def __init__(self, max_workers: int, report: Report | None = None) -> None:
+        super().__init__(report)
         self.max_workers = max_workers
-        self.events: list[str] = []  # retries, for the run's log
-        self.report = report or _log_warning
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Progress = None) -> list[R]:
         if self.max_workers <= 1 or len(tasks) <= 1:
@@ -165,18 +173,16 @@ class LocalPoolExecutor(Executor):
             return pool.submit(fn, task).result()
 
     def describe(self) -> str:
-        text = f"local process pool ({self.max_workers} workers)"
-        return text + (f"; {'; '.join(self.events)}" if self.events else "")
+        return self._with_events(f"local process pool ({self.max_workers} workers)")
 
 
 class RayExecutor(Executor):
     backend = "ray"
 
     def __init__(self, address: str | None, num_cpus: int, report: Report | None = None) -> None:
+        super().__init__(report)
         self.address = address
         self.num_cpus = num_cpus
-        self.events = []
-        self.report = report or _log_warning
 
     def _ensure_ray(self):
         import ray
@@ -237,7 +243,7 @@ class RayExecutor(Executor):
             self._event(message)
 
     def describe(self) -> str:
-        return f"ray ({self.address or 'local'})" + (f"; {'; '.join(self.events)}" if self.events else "")
+        return self._with_events(f"ray ({self.address or 'local'})")
 
 
 def _ray_get(ray, reference: Any, labels: dict[Any, str]) -> Any:

@@ -10,10 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, asset, materialize
 
-from resources.compute import ComputeResource
-from resources.settings import SluiceSettings
 from sluice.runtime.compute import TASK_RETRIES, LocalPoolExecutor, TaskLost
 
 
@@ -65,18 +62,3 @@ def test_a_task_that_raises_is_not_retried(tmp_path):
     with pytest.raises(ValueError, match="corrupt.jsonl is corrupt"):
         LocalPoolExecutor(2).map(attempt, jobs)
     assert attempts(tmp_path, "corrupt.jsonl") == 1
-
-
-def test_a_lost_worker_is_told_in_the_dagster_run_log_of_any_stage_that_uses_the_compute_resource(tmp_path, make_config):
-    """Every stage's executor comes from the compute resource, which hands it the run's log: a worker death
-    noticed by any stage (not only the ones that print `describe()` into their metadata) is in the run."""
-    @asset
-    def any_stage(compute: ComputeResource) -> None:
-        compute.executor().map(attempt, [Job(f"part-{i}.parquet", str(tmp_path), deaths=1 if i == 1 else 0) for i in range(4)])
-
-    settings = SluiceSettings(config_path=make_config())
-    with DagsterInstance.ephemeral() as instance:
-        result = materialize([any_stage], instance=instance, resources={"compute": ComputeResource(settings=settings, max_workers=2)})
-        warnings = [entry.user_message for entry in instance.all_logs(result.run_id) if entry.level >= 30]
-    assert result.success
-    assert any("resubmitting part-1.parquet" in line for line in warnings), warnings
