@@ -384,6 +384,8 @@ def main() -> int:
                         help="compute backends: local (the process pool); ray (a local Ray the run process starts)")
     parser.add_argument("--store", choices=["local", "s3"], default="local",
                         help="where crawl and storage root live: local folders, or a bucket of the SeaweedFS S3 server the tests use")
+    parser.add_argument("--sizing-page", default=str(sizing.PAGE),
+                        help="the page whose sizing table a local run of several sizes rewrites ('' leaves every page alone: the tests' tiny runs)")
     args = parser.parse_args()
     if args.store == "s3":
         from benchmarks.s3_server import shared_server
@@ -412,8 +414,8 @@ def measure(args: argparse.Namespace, server: Any) -> int:
                        config + ", crawl and storage on SeaweedFS S3, requests of every process counted by the server")
         if len(sizes) > 1:
             scaling_figures(results[sizes[0]], results[sizes[-1]])
-            if compute == "local" and server is None:
-                sizing.write_page(list(results.values()))
+            if compute == "local" and server is None and args.sizing_page:
+                sizing.write_page(list(results.values()), Path(args.sizing_page))
     return 0
 
 

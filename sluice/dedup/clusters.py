@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from sluice.dedup.schemas import CLUSTERS, CLUSTERS_FILE, parquet_file, prefix_of
+from sluice.io.layout import groups_between
 from sluice.io.storage import Store
 
 # Linked edges above which a partition's components run as star rounds of tasks (`sluice.dedup.stars`).
@@ -85,11 +86,7 @@ def cluster_rows_between(store: Store, key: str, low: int, high: int) -> pl.Data
     from sluice.dedup.schemas import CLUSTERS_SCHEMA
 
     with parquet_file(store, key) as parquet:
-        groups = []
-        for group in range(parquet.num_row_groups):
-            stats = parquet.metadata.row_group(group).column(0).statistics
-            if stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low):
-                groups.append(group)
+        groups = groups_between(parquet.metadata, low, high)
         table = parquet.read_row_groups(groups) if groups else CLUSTERS_SCHEMA.empty_table()
     frame: pl.DataFrame = pl.from_arrow(table)  # type: ignore[assignment]
     return frame.filter(pl.col("doc").is_between(low, high))

@@ -105,6 +105,7 @@ from sluice.io.layout import (
     MANIFEST,
     PARQUET_OPTIONS,
     PartitionRef,
+    groups_between,
     partition_prefix,
     read_manifest,
     sha256_file,
@@ -252,11 +253,7 @@ class Signed:
 
 def _range_rows(parquet: pq.ParquetFile, low: int, high: int) -> pa.Table | None:
     """The rows of a sorted run whose key is in [low, high] (row groups outside the range not read)."""
-    groups = []
-    for group in range(parquet.num_row_groups):
-        stats = parquet.metadata.row_group(group).column(0).statistics
-        if stats is None or not stats.has_min_max or (int(stats.max) >= low and int(stats.min) <= high):
-            groups.append(group)
+    groups = groups_between(parquet.metadata, low, high)
     if not groups:
         return None
     table = parquet.read_row_groups(groups)

@@ -29,7 +29,7 @@ from sluice.dedup.schemas import (
     parquet_file,
 )
 from sluice.dedup.signatures import signature_band_rows
-from sluice.io.layout import PartitionRef, partition_prefix, read_parquet_file, side_prefix
+from sluice.io.layout import PartitionRef, groups_between, partition_prefix, read_parquet_file, side_prefix
 from sluice.io.storage import StorageError, Store
 
 _BAND_FRAME = {"band": pl.UInt8, "hash": pl.UInt64, "doc": pl.Int64}
@@ -45,11 +45,7 @@ def _sidecar_rows(store: Store, key: str, low: int, high: int, schema: pa.Schema
     groups that can hold them are read); None when it does not exist."""
     try:
         with parquet_file(store, key) as parquet:
-            groups = []
-            for group in range(parquet.num_row_groups):
-                stats = parquet.metadata.row_group(group).column(0).statistics
-                if stats is None or not stats.has_min_max or (int(stats.max) >= low and int(stats.min) <= high):
-                    groups.append(group)
+            groups = groups_between(parquet.metadata, low, high)
             table = parquet.read_row_groups(groups) if groups else schema.empty_table()
     except (FileNotFoundError, StorageError) as error:
         absent(store, key, error)

@@ -46,6 +46,7 @@ from sluice.dedup.schemas import (
 )
 from sluice.io.layout import (
     PartitionRef,
+    groups_between,
     partition_prefix,
     read_manifest,
     write_parquet_groups,
@@ -226,7 +227,7 @@ def read_buckets(store: Store, keys: list[str], bucket: int, schema: pa.Schema) 
     frames = [pl.from_arrow(schema.empty_table())]
     for key in keys:
         with parquet_file(store, key) as parquet:
-            groups = [g for g in range(parquet.num_row_groups) if parquet.metadata.row_group(g).column(0).statistics.min == bucket]
+            groups = groups_between(parquet.metadata, bucket, bucket)  # one bucket a group (write_bucketed)
             if groups:
                 frames.append(pl.from_arrow(parquet.read_row_groups(groups, columns=schema.names)))
     return pl.concat(frames)  # type: ignore[arg-type]

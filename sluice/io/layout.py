@@ -114,6 +114,37 @@ def write_parquet_groups(store: Store, key: str, tables: Iterable[pa.Table], sch
         _remove_tree(scratch)
 
 
+def groups_between(metadata: pq.FileMetaData, low: int, high: int) -> list[int]:
+    """The row groups of a Parquet file sorted by its first column (ascending across its row groups, as the
+    dedup sidecars, runs and bucketed files are written) that can hold a value in [low, high], from the
+    groups' min/max statistics. Found by bisection: a range task opens every part's sidecar, whose row groups
+    grow with `dedup.band_ranges`, and reading each group's statistics cost more than the rows it wanted. A
+    group without statistics makes it look at every group."""
+    count = metadata.num_row_groups
+    stats = [None] * count
+
+    def bounds(group: int) -> tuple[int, int] | None:
+        if stats[group] is None:
+            found = metadata.row_group(group).column(0).statistics
+            stats[group] = (int(found.min), int(found.max)) if found is not None and found.has_min_max else ()
+        return stats[group] or None
+
+    first, last = 0, count
+    while first < last:  # the first group whose max reaches low
+        middle = (first + last) // 2
+        found = bounds(middle)
+        if found is None:
+            return [g for g in range(count) if (b := bounds(g)) is None or (b[1] >= low and b[0] <= high)]
+        first, last = (middle + 1, last) if found[1] < low else (first, middle)
+    groups = []
+    for group in range(first, count):
+        found = bounds(group)
+        if found is not None and found[0] > high:
+            break
+        groups.append(group)
+    return groups
+
+
 class ParquetStreamWriter:
     """Append record batches to a local Parquet file, then publish it atomically (bounded memory)."""
 

@@ -53,7 +53,7 @@ def test_range_tasks_pair_what_one_frame_pairs(planted, tmp_path, ranges):  # no
         assert max(result["band_rows"] for result in results) < rows  # no task held the partition's rows
 
 
-@pytest.mark.parametrize("documents", [0, 1, 74_898, 74_899, 10**4, 10**6, 10**8, 3 * 10**9])
+@pytest.mark.parametrize("documents", [0, 1, 1_198_372, 1_198_373, 10**4, 10**6, 10**8, 3 * 10**9])
 def test_automatic_ranges_are_the_fewest_that_keep_a_range_under_its_target_rows(documents):
     settings = DedupSettings()
     assert settings.band_ranges is None  # automatic by default
