@@ -82,9 +82,7 @@ class DedupSettings(_Model):
     # (`ranges_for`), so that a range task holds about `band_rows_per_range` rows whatever the partition's
     # size, between 16 and 4,096 ranges. It changes no decision, only the cut. The target trades a task's
     # memory (2^20 rows: ~550 MiB) against reads: every range task reads its row group of every part's
-    # sidecars, so a partition's dedup makes about 5 x parts x ranges reads (~3-7 ms each here, the footer's
-    # decoding included): 2^16 rows made a 10^6-document partition of 400 parts take 256 ranges and ~25
-    # minutes of such reads per stage on 2 cores, 2^20 takes 16.
+    # sidecars, so a partition's dedup makes about 5 x parts x ranges reads (CHANGELOG: why 2^20).
     band_ranges: int | None = Field(None, ge=1, le=4096)
     band_rows_per_range: int = Field(1 << 20, ge=1)
 

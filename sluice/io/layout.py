@@ -121,28 +121,26 @@ def groups_between(metadata: pq.FileMetaData, low: int, high: int) -> list[int]:
     grow with `dedup.band_ranges`, and reading each group's statistics cost more than the rows it wanted. A
     group without statistics makes it look at every group."""
     count = metadata.num_row_groups
-    stats = [None] * count
-
-    def bounds(group: int) -> tuple[int, int] | None:
-        if stats[group] is None:
-            found = metadata.row_group(group).column(0).statistics
-            stats[group] = (int(found.min), int(found.max)) if found is not None and found.has_min_max else ()
-        return stats[group] or None
-
     first, last = 0, count
     while first < last:  # the first group whose max reaches low
         middle = (first + last) // 2
-        found = bounds(middle)
+        found = _min_max(metadata, middle)
         if found is None:
-            return [g for g in range(count) if (b := bounds(g)) is None or (b[1] >= low and b[0] <= high)]
+            return [g for g in range(count) if (b := _min_max(metadata, g)) is None or (b[1] >= low and b[0] <= high)]
         first, last = (middle + 1, last) if found[1] < low else (first, middle)
     groups = []
     for group in range(first, count):
-        found = bounds(group)
+        found = _min_max(metadata, group)
         if found is not None and found[0] > high:
             break
         groups.append(group)
     return groups
+
+
+def _min_max(metadata: pq.FileMetaData, group: int) -> tuple[int, int] | None:
+    """A row group's (min, max) of its first column, None without statistics."""
+    stats = metadata.row_group(group).column(0).statistics
+    return (int(stats.min), int(stats.max)) if stats is not None and stats.has_min_max else None
 
 
 class ParquetStreamWriter:
