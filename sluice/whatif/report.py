@@ -39,7 +39,7 @@ def render_png(counts: pl.DataFrame) -> bytes:
     axis.axvline(0, color="black", linewidth=0.8)
     axis.set_xlabel("documents (left: no longer kept, right: newly kept)")
     axis.set_title("sluice whatif: flips per rule")
-    axis.legend(loc="lower right", fontsize=8)
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)  # beside the bars, never over one
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=72, metadata={"Software": None})
