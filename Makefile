@@ -48,13 +48,14 @@ ui: setup
 	$(PY) -m data_assets.ui
 
 # Screenshots of the UI guide's pages (docs/assets/ui/), in headless Chromium (Debian's package) from the running UI:
-# `make demo`, `make ui`, then this (scripts/docs_screenshots.py; --url for another UI); and the thresholds guide's
-# worked example from the demo's instance (scripts/docs_whatif.py).
+# `make demo`, `make ui`, then this (scripts/docs_screenshots.py; --url for another UI); first the thresholds guide's
+# worked example from the demo's instance (scripts/docs_whatif.py: no browser or UI needed, so it runs even when
+# the screenshots cannot).
 docs-screenshots: setup
+	$(PY) scripts/docs_whatif.py
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
 	  echo "Chromium not installed: no screenshots"
 	$(PY) scripts/docs_screenshots.py
-	$(PY) scripts/docs_whatif.py
 
 # Every benchmark, then the results table of docs/benchmarks/results.md rewritten from their figure: lines (peers
 # install on first use).
